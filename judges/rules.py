@@ -1,0 +1,247 @@
+"""Rule judge: completeness, execution health and efficiency, and rule-derived verdicts.
+
+Pure and deterministic: the same window always gets the same verdict.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from judges.phrases import FILLER_RE, REMAINING_WORK_RE, first_match
+from models.outputs import FailedStep
+from models.window import Window
+
+RULES_VERSION = "rules-1"
+SHORT_OUTPUT = 15
+BRIEF_OUTPUT = 60
+
+
+@dataclass(frozen=True)
+class RuleWeights:
+    completeness: float = 0.45
+    execution_health: float = 0.35
+    efficiency: float = 0.20
+
+
+@dataclass(frozen=True)
+class RuleVerdict:
+    completeness: int
+    execution_health: int
+    efficiency: int
+    rule_score: int
+    success: bool
+    incomplete: bool
+    failed_steps: list[FailedStep]
+    remaining_steps: list[str]
+    summary: str
+    reasons: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+
+
+def _clamp(value: float) -> int:
+    return max(0, min(100, round(value)))
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^0-9a-z\u4e00-\u9fff]+", " ", text.lower()).split())
+
+
+def _sentence_around(text: str, snippet: str, limit: int = 200) -> str:
+    at = text.lower().find(snippet.lower())
+    if at < 0:
+        return snippet
+    start = max(text.rfind(".", 0, at), text.rfind("\n", 0, at), text.rfind("。", 0, at)) + 1
+    ends = [i for i in (text.find(c, at) for c in ".\n。") if i >= 0]
+    end = min(ends) + 1 if ends else len(text)
+    return text[start:end].strip()[:limit]
+
+
+class RuleJudge:
+    """Scores a closed window by rules alone."""
+
+    version = RULES_VERSION
+
+    def __init__(self, *, tool_call_budget: int = 25, weights: RuleWeights | None = None) -> None:
+        self.tool_call_budget = tool_call_budget
+        self.weights = weights or RuleWeights()
+
+    def judge(self, window: Window) -> RuleVerdict:
+        reasons: list[str] = []
+        suggestions: list[str] = []
+        failed = self._unrecovered_failures(window)
+        missing = self._missing_planned(window)
+        remaining = list(missing)
+        completeness = self._completeness(window, missing, remaining, reasons, suggestions)
+        health = self._health(window, failed, reasons, suggestions)
+        efficiency = self._efficiency(window, reasons, suggestions)
+        w = self.weights
+        rule_score = _clamp(
+            w.completeness * completeness + w.execution_health * health + w.efficiency * efficiency
+        )
+        blocked = window.final is not None and window.final.validation is not None and (
+            window.final.validation.verdict == "block"
+        )
+        success = not failed and not blocked
+        incomplete = window.final is None or bool(remaining)
+        return RuleVerdict(
+            completeness=completeness,
+            execution_health=health,
+            efficiency=efficiency,
+            rule_score=rule_score,
+            success=success,
+            incomplete=incomplete,
+            failed_steps=failed,
+            remaining_steps=remaining,
+            summary=self._summary(window, failed, remaining, blocked),
+            reasons=reasons,
+            suggestions=suggestions,
+        )
+
+    @staticmethod
+    def _unrecovered_failures(window: Window) -> list[FailedStep]:
+        calls = window.tool_calls
+        failed: list[FailedStep] = []
+        for i, call in enumerate(calls):
+            if call.success:
+                continue
+            redone = any(later.tool == call.tool and later.success for later in calls[i + 1 :])
+            if not redone:
+                reason = call.error or "tool reported failure"
+                failed.append(FailedStep(index=call.step_index, tool=call.tool, reason=reason))
+        return failed
+
+    @staticmethod
+    def _missing_planned(window: Window) -> list[str]:
+        if window.task is None or not window.task.planned_steps:
+            return []
+        done_tools = {_norm(c.tool) for c in window.tool_calls if c.success}
+        done_actions = {_norm(r.action) for r in window.reasoning if r.action and not r.error}
+        missing = []
+        for planned in window.task.planned_steps:
+            p = _norm(planned)
+            executed = p in done_actions or any(
+                t and (t == p or t in p or p in t) for t in done_tools
+            )
+            if not executed:
+                missing.append(planned)
+        return missing
+
+    def _completeness(
+        self,
+        window: Window,
+        missing: list[str],
+        remaining: list[str],
+        reasons: list[str],
+        suggestions: list[str],
+    ) -> int:
+        if window.final is None:
+            why = "idle timeout" if window.closed_by == "idle_timeout" else "no terminal event"
+            reasons.append(f"no final response ({why})")
+            suggestions.append("make the agent publish a final_response when it finishes")
+            remaining.append("produce a final response for the user")
+            return 0
+        score = 100.0
+        output = window.final.output.strip()
+        if len(output) < SHORT_OUTPUT:
+            score -= 50
+            reasons.append(f"final output is very short ({len(output)} characters)")
+        elif len(output) < BRIEF_OUTPUT:
+            score -= 15
+            reasons.append(f"final output is brief ({len(output)} characters)")
+        filler = first_match(output, FILLER_RE)
+        if filler:
+            score -= 40
+            reasons.append(f"final output is filler rather than a result ('{filler}')")
+            suggestions.append("answer with the result of the task, not a stock phrase")
+        left = first_match(output, REMAINING_WORK_RE)
+        if left:
+            score -= 30
+            remaining.append(_sentence_around(output, left))
+            reasons.append(f"final output says work remains ('{left}')")
+            suggestions.append("finish the remaining work before answering")
+        if missing and window.task is not None:
+            ratio = len(missing) / len(window.task.planned_steps)
+            score -= 50 * ratio
+            reasons.append(
+                f"{len(missing)} of {len(window.task.planned_steps)} planned steps not executed"
+            )
+            suggestions.append("run the planned steps still missing: " + ", ".join(missing[:5]))
+        return _clamp(score)
+
+    @staticmethod
+    def _health(
+        window: Window, failed: list[FailedStep], reasons: list[str], suggestions: list[str]
+    ) -> int:
+        score = 100.0
+        calls = window.tool_calls
+        n_failed = sum(1 for c in calls if not c.success)
+        if calls and n_failed:
+            unrecovered = len(failed)
+            recovered = n_failed - unrecovered
+            score -= 70 * unrecovered / len(calls) + 25 * recovered / len(calls)
+            if unrecovered:
+                score -= 15
+                tools = ", ".join(sorted({f.tool or "?" for f in failed}))
+                reasons.append(f"{unrecovered} tool call(s) failed and were not redone ({tools})")
+                suggestions.append(f"retry or replace the failed tool call(s): {tools}")
+            if recovered:
+                reasons.append(f"{recovered} tool call(s) failed but were redone successfully")
+        step_errors = sum(1 for r in window.reasoning if r.error) + sum(
+            1 for it in window.iterations if it.exec_success is False
+        )
+        if step_errors:
+            score -= min(20, 5 * step_errors)
+            reasons.append(f"{step_errors} reasoning or iteration step(s) reported an error")
+        validation = window.final.validation if window.final else None
+        if validation is not None and validation.verdict == "warn":
+            score -= 15
+            reasons.append("validator warned: " + "; ".join(validation.reasons[:3]))
+        elif validation is not None and validation.verdict == "block":
+            score = min(score, 20)
+            reasons.append("validator blocked the output: " + "; ".join(validation.reasons[:3]))
+            suggestions.append("fix what the validator blocked before answering")
+        return _clamp(score)
+
+    def _efficiency(self, window: Window, reasons: list[str], suggestions: list[str]) -> int:
+        score = 100.0
+        calls = window.tool_calls
+        if len(calls) > self.tool_call_budget:
+            over = len(calls) - self.tool_call_budget
+            score -= min(50, 3 * over)
+            reasons.append(f"{len(calls)} tool calls, {over} over the budget")
+        seen: set[tuple[str, str]] = set()
+        repeats = 0
+        for call in calls:
+            if call.args_summary is None:
+                continue
+            signature = (call.tool, call.args_summary)
+            if signature in seen:
+                repeats += 1
+            seen.add(signature)
+        if repeats:
+            score -= min(40, 8 * repeats)
+            reasons.append(f"{repeats} repeated identical tool call(s)")
+            suggestions.append("reuse earlier tool results instead of repeating identical calls")
+        if window.steps_dropped:
+            score -= 10
+            reasons.append(f"trace exceeded the step limit; {window.steps_dropped} steps dropped")
+        return _clamp(score)
+
+    @staticmethod
+    def _summary(
+        window: Window, failed: list[FailedStep], remaining: list[str], blocked: bool
+    ) -> str:
+        calls = window.tool_calls
+        parts = [f"{len(calls)} tool call(s)"]
+        if failed:
+            parts.append(f"{len(failed)} unrecovered failure(s)")
+        if blocked:
+            parts.append("output blocked by validator")
+        if window.final is None:
+            parts.append(f"no final response (closed by {window.closed_by})")
+        else:
+            parts.append("final response present")
+        if remaining:
+            parts.append(f"{len(remaining)} item(s) of work remaining")
+        return "; ".join(parts)

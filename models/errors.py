@@ -1,0 +1,20 @@
+"""The one root exception of tracejudge and its data-carrying children."""
+
+from __future__ import annotations
+
+
+class TracejudgeError(Exception):
+    """Root of every error tracejudge raises on purpose."""
+
+
+class InvalidEvent(TracejudgeError):
+    """A message that cannot be decoded or validated against the event contract."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+
+
+class ConfigurationError(TracejudgeError):
+    """Settings or broker state that the worker cannot run with."""

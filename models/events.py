@@ -1,0 +1,196 @@
+"""Event contract v1: what agents publish on `tracejudge.events`.
+
+Unknown fields are dropped and long texts are clipped (and flagged) on the way in, so a
+window never holds more than the contract allows: no full chain-of-thought is ever stored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from models.errors import InvalidEvent
+
+CONTRACT_VERSION = 1
+SUMMARY_LIMIT = 2_000
+LONG_TEXT_LIMIT = 8_000
+MAX_PLANNED_STEPS = 100
+CLIP_MARK = " …[clipped]"
+
+
+def clip(text: str, limit: int) -> str:
+    """Clip `text` to at most `limit` characters, marking the cut."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - len(CLIP_MARK)] + CLIP_MARK
+
+
+class _Event(BaseModel):
+    # strict: a JSON string is never silently turned into a number or a boolean.
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    # field name -> character limit; applied after validation, flagged in `clipped`.
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {}
+
+    request_id: str = Field(min_length=1, max_length=256)
+    event_id: str | None = Field(default=None, min_length=1, max_length=512)
+    session_key: str | None = Field(default=None, max_length=256)
+    agent_name: str | None = Field(default=None, max_length=256)
+    task_id: str | None = Field(default=None, max_length=256)
+    ts: float | None = Field(default=None, description="Epoch seconds.")
+    clipped: list[str] = Field(
+        default_factory=list,
+        description="Set by tracejudge: names of text fields that were clipped to their limit.",
+    )
+
+    @model_validator(mode="after")
+    def _clip_texts(self) -> _Event:
+        clipped = list(self.clipped)
+        for name, limit in self.TEXT_LIMITS.items():
+            value = getattr(self, name)
+            if isinstance(value, str) and len(value) > limit:
+                object.__setattr__(self, name, clip(value, limit))
+                clipped.append(name)
+        object.__setattr__(self, "clipped", clipped)
+        return self
+
+    @property
+    def step(self) -> int | None:
+        return getattr(self, "step_index", None)
+
+    def resolved_event_id(self) -> str:
+        """The event id, derived from request id, type and step index when absent."""
+        if self.event_id:
+            return self.event_id
+        step = self.step
+        kind = getattr(self, "type", "?")
+        return f"{self.request_id}:{kind}:{'-' if step is None else step}"
+
+
+class TaskStarted(_Event):
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {"goal": LONG_TEXT_LIMIT}
+    type: Literal["task_started"]
+    step_index: int | None = Field(default=None, ge=0)
+    goal: str
+    planned_steps: list[Annotated[str, Field(max_length=SUMMARY_LIMIT)]] = Field(
+        default_factory=list, max_length=MAX_PLANNED_STEPS
+    )
+    parent_request_id: str | None = Field(default=None, max_length=256)
+    reflection_round: int = Field(default=0, ge=0)
+
+
+class UserMessage(_Event):
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {"text": SUMMARY_LIMIT}
+    type: Literal["user_message"]
+    step_index: int = Field(ge=0)
+    text: str
+
+
+class ReasoningStep(_Event):
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {
+        "intent_summary": SUMMARY_LIMIT,
+        "action": SUMMARY_LIMIT,
+        "observation_summary": SUMMARY_LIMIT,
+        "error": SUMMARY_LIMIT,
+    }
+    type: Literal["reasoning_step"]
+    step_index: int = Field(ge=0)
+    phase: Literal["plan", "tool_call", "tool_observation", "synthesis"]
+    intent_summary: str | None = None
+    action: str | None = None
+    observation_summary: str | None = None
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    error: str | None = None
+
+
+class ToolCall(_Event):
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {
+        "args_summary": SUMMARY_LIMIT,
+        "error": SUMMARY_LIMIT,
+        "result_preview": SUMMARY_LIMIT,
+    }
+    type: Literal["tool_call"]
+    step_index: int = Field(ge=0)
+    tool: str = Field(min_length=1, max_length=256)
+    args_summary: str | None = None
+    success: bool
+    error: str | None = None
+    latency_ms: float | None = Field(default=None, ge=0.0)
+    result_preview: str | None = None
+
+
+class Iteration(_Event):
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {
+        "response": LONG_TEXT_LIMIT,
+        "observation": SUMMARY_LIMIT,
+    }
+    type: Literal["iteration"]
+    step_index: int = Field(ge=0)
+    iteration: int = Field(ge=1)
+    max_iterations: int | None = Field(default=None, ge=1)
+    response: str | None = None
+    observation: str | None = None
+    exec_success: bool | None = None
+
+
+class Validation(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    verdict: Literal["pass", "warn", "block"]
+    reasons: list[Annotated[str, Field(max_length=SUMMARY_LIMIT)]] = Field(
+        default_factory=list, max_length=50
+    )
+
+
+class FinalResponse(_Event):
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {"output": LONG_TEXT_LIMIT}
+    type: Literal["final_response"]
+    step_index: int | None = Field(default=None, ge=0)
+    output: str = ""
+    validation: Validation | None = None
+
+
+Event = Annotated[
+    TaskStarted | UserMessage | ReasoningStep | ToolCall | Iteration | FinalResponse,
+    Field(discriminator="type"),
+]
+STEP_TYPES = frozenset({"user_message", "reasoning_step", "tool_call", "iteration"})
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "(event)"
+        parts.append(f"{where}: {err['msg']}")
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
+    """Decode and validate one message value; raise InvalidEvent saying why not."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidEvent("not_utf8", f"value is not valid UTF-8: {exc.reason}") from exc
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidEvent("not_json", f"value is not JSON: {exc.msg} at {exc.pos}") from exc
+    if not isinstance(raw, dict):
+        raise InvalidEvent("not_object", f"event must be a JSON object, got {type(raw).__name__}")
+    kind = raw.get("type")
+    if kind is None:
+        raise InvalidEvent("missing_type", "event has no 'type' field")
+    try:
+        return EVENT_ADAPTER.validate_python(raw)
+    except ValidationError as exc:
+        code = "unknown_type" if _is_unknown_type(exc) else "invalid_fields"
+        raise InvalidEvent(code, _describe(exc)) from exc
+
+
+def _is_unknown_type(exc: ValidationError) -> bool:
+    return any(err["type"] == "union_tag_invalid" for err in exc.errors())

@@ -1,0 +1,85 @@
+"""What tracejudge emits: evaluations, reflection requests and alerts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Score = int
+JudgeStatus = Literal["ok", "fallback", "disabled", "skipped"]
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FailedStep(_Output):
+    index: int | None = Field(description="step_index of the failed step, when known.")
+    tool: str | None = None
+    reason: str
+
+
+class DimensionScores(_Output):
+    completeness: Score = Field(ge=0, le=100)
+    execution_health: Score = Field(ge=0, le=100)
+    efficiency: Score = Field(ge=0, le=100)
+
+
+class Evaluation(_Output):
+    type: Literal["evaluation"] = "evaluation"
+    evaluation_id: str = Field(
+        description="Deterministic: same request and evaluator version give the same id."
+    )
+    evaluator_version: str
+    request_id: str
+    session_key: str | None = None
+    agent_name: str | None = None
+    task_id: str | None = None
+    overall_score: Score = Field(ge=0, le=100)
+    rule_score: Score = Field(ge=0, le=100)
+    llm_score: Score | None = Field(default=None, ge=0, le=100)
+    dimension_scores: DimensionScores
+    passed: bool = Field(description="overall_score >= warn_threshold")
+    warn_threshold: int = Field(ge=0, le=100)
+    success: bool = Field(description="The steps that ran succeeded.")
+    incomplete: bool = Field(description="Part of the user's goal is still undone.")
+    failed_steps: list[FailedStep] = Field(default_factory=list)
+    remaining_steps: list[str] = Field(default_factory=list)
+    summary: str
+    reasons: list[str] = Field(default_factory=list)
+    suggestions: list[str] = Field(default_factory=list)
+    judge_status: JudgeStatus
+    judge_error: str | None = None
+    closed_by: Literal["final_response", "idle_timeout"]
+    step_count: int = Field(ge=0)
+    steps_dropped: int = Field(ge=0)
+    reflection_round: int = Field(default=0, ge=0)
+    ts: float
+
+
+class ReflectionRequest(_Output):
+    type: Literal["reflection_request"] = "reflection_request"
+    reflection_id: str
+    evaluation_id: str
+    request_id: str
+    session_key: str | None = None
+    agent_name: str | None = None
+    task_id: str | None = None
+    goal: str
+    summary: str
+    failed_steps: list[FailedStep] = Field(default_factory=list)
+    remaining_steps: list[str] = Field(default_factory=list)
+    reflection_round: int = Field(ge=1, description="The task's round + 1.")
+    ts: float
+
+
+class Alert(_Output):
+    type: Literal["alert"] = "alert"
+    alert_id: str
+    kind: Literal["low_score", "reflection_exhausted"]
+    severity: Literal["info", "warning", "critical"]
+    request_id: str
+    evaluation_id: str
+    message: str
+    ts: float

@@ -1,0 +1,49 @@
+"""JSON Schemas of the contract, so agents in any language can validate what they send."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from models.events import EVENT_ADAPTER, CONTRACT_VERSION
+from models.outputs import Alert, Evaluation, ReflectionRequest
+
+SCHEMA_DIR = Path(__file__).parent / "schemas"
+
+
+def contract_schemas() -> dict[str, dict[str, Any]]:
+    """File name -> JSON Schema, for the input event and every output event."""
+    event = EVENT_ADAPTER.json_schema(mode="validation")
+    event["title"] = f"tracejudge event (contract v{CONTRACT_VERSION})"
+    event["description"] = (
+        "One event per Kafka message on <prefix>events, key = request_id. Unknown fields are "
+        "dropped; summaries and previews over 2,000 characters and goal/output over 8,000 are "
+        "clipped and flagged in `clipped`."
+    )
+    schemas = {"event.schema.json": event}
+    for name, model in (
+        ("evaluation", Evaluation),
+        ("reflection_request", ReflectionRequest),
+        ("alert", Alert),
+    ):
+        schemas[f"{name}.schema.json"] = TypeAdapter(model).json_schema(mode="serialization")
+    for schema in schemas.values():
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schemas
+
+
+def render_schema(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def write_schemas(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, schema in contract_schemas().items():
+        path = directory / name
+        path.write_text(render_schema(schema), encoding="utf-8")
+        written.append(path)
+    return written

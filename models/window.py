@@ -1,0 +1,96 @@
+"""A closed request: the per-request window as the judges see it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from models.events import (
+    EVENT_ADAPTER,
+    FinalResponse,
+    Iteration,
+    ReasoningStep,
+    TaskStarted,
+    ToolCall,
+    UserMessage,
+)
+
+ClosedBy = Literal["final_response", "idle_timeout"]
+Step = UserMessage | ReasoningStep | ToolCall | Iteration
+
+
+class Window(BaseModel):
+    """Everything tracejudge kept about one request, in step order."""
+
+    request_id: str
+    task: TaskStarted | None = None
+    steps: list[Step] = Field(default_factory=list)
+    final: FinalResponse | None = None
+    closed_by: ClosedBy
+    step_count: int = 0
+    steps_dropped: int = 0
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [s for s in self.steps if isinstance(s, ToolCall)]
+
+    @property
+    def user_turns(self) -> list[UserMessage]:
+        return [s for s in self.steps if isinstance(s, UserMessage)]
+
+    @property
+    def reasoning(self) -> list[ReasoningStep]:
+        return [s for s in self.steps if isinstance(s, ReasoningStep)]
+
+    @property
+    def iterations(self) -> list[Iteration]:
+        return [s for s in self.steps if isinstance(s, Iteration)]
+
+    def first(self, field: str) -> str | None:
+        """First non-empty value of a common field (session_key, agent_name, task_id)."""
+        for event in (self.task, *self.steps, self.final):
+            value = getattr(event, field, None) if event is not None else None
+            if value:
+                return str(value)
+        return None
+
+
+def assemble_window(
+    request_id: str,
+    records: list[dict[str, Any]],
+    *,
+    closed_by: ClosedBy,
+    step_count: int,
+    steps_dropped: int,
+) -> Window:
+    """Build a Window from stored records (in arrival order), ordering steps by step_index.
+
+    Records of dropped steps carry no details; only dropped tool calls are kept (tool name and
+    outcome) because an unrecovered failure must still count.
+    """
+    task: TaskStarted | None = None
+    final: FinalResponse | None = None
+    steps: list[tuple[int, int, Step]] = []
+    for arrival, record in enumerate(records):
+        if record.get("dropped") and record.get("type") != "tool_call":
+            continue
+        event = EVENT_ADAPTER.validate_python(
+            {k: v for k, v in record.items() if k != "dropped"}, strict=False
+        )
+        if isinstance(event, TaskStarted):
+            task = task or event
+        elif isinstance(event, FinalResponse):
+            final = final or event
+        else:
+            steps.append((event.step_index, arrival, event))
+    steps.sort(key=lambda item: (item[0], item[1]))
+    return Window(
+        request_id=request_id,
+        task=task,
+        steps=[s for _, _, s in steps],
+        final=final,
+        closed_by=closed_by,
+        step_count=step_count,
+        steps_dropped=steps_dropped,
+    )

@@ -1,0 +1,237 @@
+"""The Faust application factory: topics, tables, the window agent, the idle timer, /health."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from aiokafka.errors import KafkaError
+
+from judges.rules import RuleJudge
+from judges.verdicts import Policy, decide
+from models.errors import InvalidEvent
+from models.events import parse_event
+from models.window import ClosedBy
+from streams import topics
+from streams.sinks import Emitter, RedisSink
+from streams.windows import Marker, WindowStore, is_terminal
+
+log = logging.getLogger(__name__)
+
+MARKER_HEADER = "tracejudge-marker"
+# Re-send a marker only if the previous one has had this long to come back through the stream.
+MARKER_RESEND_S = 30.0
+
+
+@dataclass
+class WorkerState:
+    assigned: bool = False
+    crashed: str | None = None
+    counters: Counter[str] = field(default_factory=Counter)
+    markers_sent: dict[str, float] = field(default_factory=dict)
+
+
+def _broker_urls(bootstrap: str) -> list[str]:
+    return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
+
+
+def _headers(event: Any) -> dict[str, bytes]:
+    raw = event.message.headers or ()
+    items = raw.items() if isinstance(raw, dict) else raw
+    return {k: (v if isinstance(v, bytes) else str(v).encode()) for k, v in items}
+
+
+def create_app(settings: Any) -> faust.App:
+    """Build the worker's Faust app from settings; nothing is created at import time."""
+    timing: dict[str, Any] = {}
+    if settings.embedded_broker_timing:
+        # Tansu waits the whole rebalance timeout on every group join: 6 s instead of 32 s.
+        timing = dict(
+            broker_rebalance_timeout=5, broker_session_timeout=6, broker_heartbeat_interval=1
+        )
+    app = faust.App(
+        settings.app_id,
+        broker=_broker_urls(settings.kafka_bootstrap),
+        store="memory://",
+        autodiscover=False,
+        datadir=settings.data_dir,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        topic_allow_declare=True,
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        table_standby_replicas=0,
+        web_enabled=True,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        **timing,
+    )
+    state = WorkerState()
+    app.tracejudge_state = state  # type: ignore[attr-defined]
+
+    def raw_topic(name: str) -> Any:
+        return app.topic(
+            settings.topic(name),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+
+    events_topic = raw_topic(topics.INPUT)
+    dlq_topic = raw_topic("dlq")
+    emitter = Emitter(raw_topic("evaluations"), raw_topic("reflections"), raw_topic("alerts"))
+
+    def table(name: str) -> Any:
+        return app.Table(name, default=None, partitions=settings.partitions)
+
+    store = WindowStore(
+        meta=table("window-meta"),
+        steps=table("window-steps"),
+        seen=table("window-seen"),
+        max_steps=settings.max_trace_steps,
+    )
+    rules = RuleJudge(tool_call_budget=settings.tool_call_budget)
+    policy = Policy(
+        warn_threshold=settings.warn_threshold,
+        enable_reflection=settings.enable_reflection,
+        max_reflection_rounds=settings.max_reflection_rounds,
+    )
+    redis_sink = RedisSink(settings.redis_url, settings.evaluation_ttl_s)
+
+    async def close_window(request_id: str, closed_by: ClosedBy) -> None:
+        now = time.time()
+        window = store.collect(request_id, closed_by)
+        decision = decide(window, rules, policy, now)
+        await emitter.emit(decision)
+        await redis_sink.put(decision.evaluation)
+        store.close(request_id, closed_by, now)
+        state.counters["evaluations"] += 1
+        state.counters[f"closed_by_{closed_by}"] += 1
+        if decision.reflection is not None:
+            state.counters["reflections"] += 1
+        state.counters["alerts"] += len(decision.alerts)
+        log.info(
+            "evaluated %s score=%d success=%s incomplete=%s closed_by=%s",
+            request_id,
+            decision.evaluation.overall_score,
+            decision.evaluation.success,
+            decision.evaluation.incomplete,
+            closed_by,
+        )
+
+    async def handle_marker(request_id: str, marker: Marker) -> None:
+        now = time.time()
+        state.markers_sent.pop(request_id, None)
+        if not store.marker_applies(
+            request_id, marker, now, settings.idle_timeout_s, settings.closed_retention_s
+        ):
+            return
+        if marker == "idle_close":
+            await close_window(request_id, "idle_timeout")
+        else:
+            store.purge(request_id)
+            state.counters["purged"] += 1
+
+    async def handle(event: Any) -> None:
+        marker = _headers(event).get(MARKER_HEADER)
+        if marker is not None:
+            request_id = json.loads(event.value)["request_id"]
+            await handle_marker(request_id, marker.decode())  # type: ignore[arg-type]
+            return
+        if event.value is None:
+            raise InvalidEvent("empty", "message has no value")
+        parsed = parse_event(event.value)
+        status = store.add(parsed, event.message.partition, time.time())
+        state.counters[f"events_{status}"] += 1
+        if status == "added" and is_terminal(parsed):
+            await close_window(parsed.request_id, "final_response")
+
+    async def dead_letter(event: Any, exc: Exception) -> None:
+        message = event.message
+        reason = exc.reason if isinstance(exc, InvalidEvent) else str(exc)
+        code = exc.code if isinstance(exc, InvalidEvent) else type(exc).__name__
+        headers = [
+            ("tracejudge-error-class", code.encode()),
+            ("tracejudge-error", reason[:1000].encode("utf-8", "replace")),
+            ("tracejudge-original-topic", message.topic.encode()),
+            ("tracejudge-original-partition", str(message.partition).encode()),
+            ("tracejudge-original-offset", str(message.offset).encode()),
+        ]
+        fut = await dlq_topic.send(key=event.key, value=event.value, headers=headers)
+        await fut
+        state.counters["dead_lettered"] += 1
+        state.counters[f"dead_lettered_{code}"] += 1
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s",
+            message.topic, message.partition, message.offset, code,
+        )
+
+    @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
+    async def windows(stream: Any) -> None:
+        # Only a concurrency=1 agent may update tables (faust-streaming #606).
+        async for event in stream.events():
+            try:
+                await handle(event)
+            except KafkaError as exc:
+                # The broker is unusable: crash loudly so the supervisor restarts us; the
+                # uncommitted offset makes the event come back.
+                state.crashed = repr(exc)
+                log.error("kafka failure while handling an event; stopping: %r", exc)
+                await app.crash(exc)
+                raise
+            except Exception as exc:  # error policy: dead-letter and go on
+                if not isinstance(exc, InvalidEvent):
+                    log.exception("unexpected error on an event; dead-lettering it")
+                await dead_letter(event, exc)
+
+    @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[misc]
+    async def find_idle_windows() -> None:
+        # Tables can only change inside stream iteration, so the timer only sends a marker
+        # keyed (and partitioned) like the window; the agent closes it in-stream.
+        now = time.time()
+        due = list(store.due(now, settings.idle_timeout_s, settings.closed_retention_s))
+        for request_id, partition, marker in due:
+            if now - state.markers_sent.get(request_id, 0.0) < MARKER_RESEND_S:
+                continue
+            state.markers_sent[request_id] = now
+            await events_topic.send(
+                key=request_id.encode("utf-8"),
+                value=json.dumps({"request_id": request_id}).encode(),
+                partition=partition,
+                headers=[(MARKER_HEADER, marker.encode())],
+            )
+
+    @app.on_rebalance_complete.connect  # type: ignore[misc]
+    async def _assigned(sender: Any, **_: Any) -> None:
+        state.assigned = True
+
+    @app.page("/health")  # type: ignore[misc]
+    async def health(web: Any, request: Any) -> Any:
+        recovered = app.tables.recovery.completed.is_set()
+        ready = (
+            state.assigned
+            and recovered
+            and not app.rebalancing
+            and not state.crashed
+        )
+        body = {
+            "status": "ok" if ready else "starting" if not state.crashed else "crashed",
+            "assigned": state.assigned,
+            "recovered": recovered,
+            "rebalancing": bool(app.rebalancing),
+            "redis": redis_sink.enabled,
+            "redis_errors": redis_sink.errors,
+            "counters": dict(state.counters),
+        }
+        return web.json(body, status=200 if ready else 503)
+
+    return app

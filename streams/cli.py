@@ -1,0 +1,149 @@
+"""`tracejudge` command line: worker, demo, tail, publish, schema."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+from models.errors import ConfigurationError
+from streams.logs import setup_logging
+from streams.settings import Settings, describe_settings, load_settings
+
+TAIL_KINDS = ("evaluations", "alerts", "reflections", "dlq")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracejudge",
+        description="Online evaluator of AI-agent executions on Kafka.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="settings (environment variables, or KEY=VALUE lines in --config FILE):\n"
+        + describe_settings(),
+    )
+    parser.add_argument("--config", metavar="FILE", help="settings file (dotenv syntax)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("worker", help="run the evaluation worker")
+    demo = sub.add_parser("demo", help="run the demo on an embedded broker and print verdicts")
+    demo.add_argument("--timeout", type=float, default=180.0, help="give up after SECONDS")
+    tail = sub.add_parser("tail", help="print an output topic, one line per event")
+    tail.add_argument("kind", choices=TAIL_KINDS)
+    tail.add_argument("--json", action="store_true", help="print the raw JSON values")
+    tail.add_argument("--from-beginning", action="store_true", help="start at the oldest event")
+    tail.add_argument("--limit", type=int, default=None, help="stop after N events")
+    tail.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                      help="stop after SECONDS without an event (default: follow until Ctrl-C)")
+    publish = sub.add_parser("publish", help="send contract events from a JSONL file ('-': stdin)")
+    publish.add_argument("file")
+    publish.add_argument("--topic", default=None, help="topic (default: <prefix>events)")
+    schema = sub.add_parser("schema", help="print or write the JSON Schemas of the contract")
+    schema.add_argument("--out", type=Path, default=None, help="write one file per schema here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"tracejudge: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(settings.log_level)
+    try:
+        if args.command == "worker":
+            return _worker(settings)
+        if args.command == "demo":
+            from streams.demo import run_demo
+
+            return run_demo(settings, timeout_s=args.timeout)
+        if args.command == "tail":
+            with contextlib.suppress(KeyboardInterrupt):
+                return asyncio.run(_tail(settings, args))
+            return 0
+        if args.command == "publish":
+            return asyncio.run(_publish(settings, args.file, args.topic))
+        if args.command == "schema":
+            return _schema(args.out)
+    except ConfigurationError as exc:
+        print(f"tracejudge: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+def _worker(settings: Settings) -> int:
+    import faust
+
+    from streams.app import create_app
+    from streams.topics import ensure_topics
+
+    asyncio.run(ensure_topics(settings))
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    worker.execute_from_commandline()
+    return 0
+
+
+async def _tail(settings: Settings, args: argparse.Namespace) -> int:
+    from streams.kafka_io import read_topic
+    from streams.render import render
+
+    count = 0
+    async for record in read_topic(
+        settings,
+        settings.topic(args.kind),
+        from_beginning=args.from_beginning,
+        idle_timeout_s=args.idle_exit,
+    ):
+        headers = {k: v for k, v in (record.headers or ())}
+        if args.json:
+            line = (record.value or b"").decode("utf-8", "replace")
+            if args.kind == "dlq":
+                line = json.dumps(
+                    {
+                        "headers": {k: v.decode("utf-8", "replace") for k, v in headers.items()},
+                        "value": line,
+                    },
+                    ensure_ascii=False,
+                )
+        else:
+            line = render(args.kind, record.value, headers)
+        print(line, flush=True)
+        count += 1
+        if args.limit is not None and count >= args.limit:
+            break
+    return 0
+
+
+async def _publish(settings: Settings, file: str, topic: str | None) -> int:
+    from streams.kafka_io import publish_lines
+
+    target = topic or settings.topic("events")
+    if file == "-":
+        lines = sys.stdin.buffer.readlines()
+    else:
+        try:
+            lines = Path(file).read_bytes().splitlines()
+        except OSError as exc:
+            print(f"tracejudge: cannot read {file}: {exc.strerror}", file=sys.stderr)
+            return 1
+    report = await publish_lines(settings, target, lines)
+    print(f"sent {report.sent} events to {report.topic} ({report.skipped} blank lines skipped)")
+    return 0
+
+
+def _schema(out: Path | None) -> int:
+    from models.schemas import contract_schemas, render_schema, write_schemas
+
+    if out is None:
+        print(json.dumps(contract_schemas(), indent=2, ensure_ascii=False))
+        return 0
+    for path in write_schemas(out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

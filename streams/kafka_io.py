@@ -1,0 +1,86 @@
+"""Plain aiokafka clients for the command line: publish a file, tail a topic."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+
+from streams.settings import Settings
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    sent: int
+    skipped: int
+    topic: str
+
+
+def key_of(line: bytes) -> bytes | None:
+    """The message key of a contract event: its request_id, when the line has one."""
+    try:
+        value = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    rid = value.get("request_id") if isinstance(value, dict) else None
+    return rid.encode("utf-8") if isinstance(rid, str) and rid else None
+
+
+async def publish_lines(settings: Settings, topic: str, lines: Iterable[bytes]) -> PublishReport:
+    """Send every non-blank line as one message keyed by its request_id; wait for delivery."""
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    sent = skipped = 0
+    try:
+        pending = []
+        for raw in lines:
+            line = raw.rstrip(b"\r\n")
+            if not line.strip():
+                skipped += 1
+                continue
+            pending.append(await producer.send(topic, value=line, key=key_of(line)))
+            sent += 1
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return PublishReport(sent=sent, skipped=skipped, topic=topic)
+
+
+async def read_topic(
+    settings: Settings,
+    topic: str,
+    *,
+    from_beginning: bool,
+    idle_timeout_s: float | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> AsyncIterator[ConsumerRecord]:
+    """Follow every partition of a topic without joining a consumer group.
+
+    Without a group nothing is committed and nothing waits for a rebalance, so tailing starts
+    at once and never disturbs the workers. Stops after `idle_timeout_s` without a record.
+    """
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest" if from_beginning else "latest",
+        metadata_max_age_ms=5000,
+    )
+    await consumer.start()
+    try:
+        last = time.monotonic()
+        while stop is None or not stop():
+            batch = await consumer.getmany(timeout_ms=200)
+            records = [r for rs in batch.values() for r in rs]
+            if records:
+                last = time.monotonic()
+            for record in records:
+                yield record
+            if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
+                return
+    finally:
+        await consumer.stop()

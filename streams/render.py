@@ -1,0 +1,56 @@
+"""One readable line per output event, for `tracejudge tail`."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, int | float):
+        return "--:--:--"
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def _short(text: Any, limit: int = 90) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def render(kind: str, value: bytes | None, headers: dict[str, bytes]) -> str:
+    if kind == "dlq":
+        h = {k: v.decode("utf-8", "replace") for k, v in headers.items()}
+        return (
+            f"{h.get('tracejudge-error-class', '?')}: {_short(h.get('tracejudge-error'), 120)} "
+            f"(from {h.get('tracejudge-original-topic')}[{h.get('tracejudge-original-partition')}]"
+            f"@{h.get('tracejudge-original-offset')}) value={_short(repr(value), 60)}"
+        )
+    try:
+        event = json.loads(value or b"")
+    except ValueError:
+        return f"(undecodable) {_short(repr(value))}"
+    if not isinstance(event, dict):
+        return _short(repr(event))
+    when = _when(event.get("ts"))
+    rid = event.get("request_id")
+    if kind == "evaluations":
+        return (
+            f"{when} {rid} score={event.get('overall_score')} "
+            f"{'PASS' if event.get('passed') else 'FAIL'} success={event.get('success')} "
+            f"incomplete={event.get('incomplete')} closed_by={event.get('closed_by')} "
+            f"judge={event.get('judge_status')} | {_short(event.get('summary'))}"
+        )
+    if kind == "alerts":
+        return (
+            f"{when} [{event.get('severity')}] {event.get('kind')} {rid}: "
+            f"{_short(event.get('message'), 120)}"
+        )
+    if kind == "reflections":
+        return (
+            f"{when} {rid} round={event.get('reflection_round')} "
+            f"failed={len(event.get('failed_steps') or [])} "
+            f"remaining={_short('; '.join(event.get('remaining_steps') or []), 60)} "
+            f"| goal: {_short(event.get('goal'), 60)}"
+        )
+    return _short(json.dumps(event, ensure_ascii=False), 200)

@@ -1,0 +1,102 @@
+"""Every topic tracejudge reads or writes, and their creation at start.
+
+The broker's auto-creation is never relied on: a topic auto-created with another partition
+count than the table changelogs makes Faust crash with PartitionsMismatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from models.errors import ConfigurationError
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+INPUT = "events"
+OUTPUTS = ("evaluations", "reflections", "alerts", "dlq")
+TABLES = ("window-meta", "window-steps", "window-seen")
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    compacted: bool = False
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    specs = [TopicSpec(settings.topic(INPUT), settings.partitions)]
+    specs += [TopicSpec(settings.topic(name), settings.partitions) for name in OUTPUTS]
+    specs += [
+        TopicSpec(changelog_topic(settings, table), settings.partitions, compacted=True)
+        for table in TABLES
+    ]
+    return specs
+
+
+def changelog_topic(settings: Settings, table: str) -> str:
+    # Faust's own naming, so the worker finds the topics created here.
+    return f"{settings.app_id}-{table}-changelog"
+
+
+async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str]:
+    """Create missing topics; raise ConfigurationError on a partition-count mismatch."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=int(timeout_s * 1000)
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+    except (TimeoutError, KafkaError, OSError) as exc:
+        await admin.close()
+        raise ConfigurationError(
+            f"cannot reach Kafka at {settings.kafka_bootstrap} ({exc!r}); "
+            "start a broker or set TRACEJUDGE_KAFKA_BOOTSTRAP"
+        ) from exc
+    try:
+        existing = await _partition_counts(admin)
+        specs = topic_specs(settings)
+        mismatched = [
+            (s.name, existing[s.name])
+            for s in specs
+            if s.name in existing and existing[s.name] != s.partitions
+        ]
+        if mismatched:
+            described = ", ".join(f"{name} has {count}" for name, count in mismatched)
+            raise ConfigurationError(
+                f"partition mismatch: TRACEJUDGE_PARTITIONS={settings.partitions} but {described}; "
+                "set TRACEJUDGE_PARTITIONS to the existing count, or delete those topics "
+                "(losing their data), or use a new TRACEJUDGE_TOPIC_PREFIX and TRACEJUDGE_APP_ID"
+            )
+        missing = [s for s in specs if s.name not in existing]
+        if missing:
+            new = [
+                NewTopic(
+                    s.name,
+                    s.partitions,
+                    settings.replication_factor,
+                    topic_configs={"cleanup.policy": "compact"} if s.compacted else {},
+                )
+                for s in missing
+            ]
+            try:
+                await admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass  # another worker created them first
+            log.info("created topics: %s", ", ".join(s.name for s in missing))
+        return [s.name for s in missing]
+    finally:
+        await admin.close()
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient) -> dict[str, int]:
+    names = await admin.list_topics()
+    if not names:
+        return {}
+    described = await admin.describe_topics(list(names))
+    return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}
