@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Creates .venv and installs tracejudge with the given extras (default: demo).
+# Idempotent: reinstalls only when pyproject.toml changed since the last install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-demo}"
+py="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+stamp=".venv/.installed-$extras-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[$extras]"
+  touch "$stamp"
+fi

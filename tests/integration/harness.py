@@ -1,0 +1,186 @@
+"""A real `tracejudge worker` process and plain Kafka clients to drive it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+
+from streams.settings import Settings
+from tests.realservices import ROOT, free_port
+
+Headers = list[tuple[str, bytes]]
+
+
+@dataclass
+class WorkerProcess:
+    env: dict[str, str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    settings: Settings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.settings = Settings(**{k[len("TRACEJUDGE_"):].lower(): v for k, v in self.env.items()
+                                    if k.startswith("TRACEJUDGE_")})
+
+    def topic(self, name: str) -> str:
+        return self.settings.topic(name)
+
+    def start(self, wait: bool = True, timeout_s: float = 120.0) -> WorkerProcess:
+        self.starts += 1
+        env = {**os.environ, **self.env}
+        with self.log.open("ab") as out:
+            out.write(f"\n==== start #{self.starts} ====\n".encode())
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker"],
+            cwd=ROOT, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+        )
+        if wait:
+            self.wait_healthy(timeout_s)
+        return self
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        url = f"http://127.0.0.1:{self.settings.web_port}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except (urllib.error.URLError, OSError, ValueError):
+            return 0, {}
+
+    def wait_healthy(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited {self.process.returncode}:\n{self.tail()}")
+            code, body = self.health()
+            if code == 200:
+                return body
+            time.sleep(0.3)
+        raise AssertionError(f"worker not healthy after {timeout_s}s:\n{self.tail()}")
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def worker_env(kafka: str, redis: str, data_dir: Path, name: str, **overrides: Any) -> dict[str, str]:
+    unique = f"it-{name}-{uuid.uuid4().hex[:6]}"
+    env = {
+        "TRACEJUDGE_KAFKA_BOOTSTRAP": kafka,
+        "TRACEJUDGE_REDIS_URL": redis,
+        "TRACEJUDGE_TOPIC_PREFIX": f"{unique}.",
+        "TRACEJUDGE_APP_ID": unique,
+        "TRACEJUDGE_PARTITIONS": "3",
+        "TRACEJUDGE_WEB_HOST": "127.0.0.1",
+        "TRACEJUDGE_WEB_PORT": str(free_port()),
+        "TRACEJUDGE_DATA_DIR": str(data_dir / unique),
+        "TRACEJUDGE_IDLE_CHECK_INTERVAL_S": "0.5",
+        "TRACEJUDGE_LOG_LEVEL": "info",
+    }
+    env.update({f"TRACEJUDGE_{k.upper()}": str(v) for k, v in overrides.items()})
+    return env
+
+
+def encode_event(event: dict[str, Any] | bytes) -> tuple[bytes | None, bytes]:
+    if isinstance(event, bytes):
+        return None, event
+    return event["request_id"].encode(), json.dumps(event).encode()
+
+
+async def produce(
+    bootstrap: str,
+    topic: str,
+    messages: Iterable[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, int]],
+) -> int:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    sent = 0
+    try:
+        futures = []
+        for message in messages:
+            key, value, *partition = message
+            futures.append(await producer.send(
+                topic, key=key, value=value, partition=partition[0] if partition else None))
+            sent += 1
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def produce_events(bootstrap: str, topic: str, events: Iterable[dict[str, Any]]) -> int:
+    return await produce(bootstrap, topic, (encode_event(e) for e in events))
+
+
+async def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    until: Callable[[list[ConsumerRecord]], bool],
+    timeout_s: float = 60.0,
+    settle_s: float = 0.0,
+) -> list[ConsumerRecord]:
+    """Every record of a topic from the beginning, until `until(records)` (then `settle_s` more,
+    to catch unexpected extras) or the timeout."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+        metadata_max_age_ms=1000,
+    )
+    await consumer.start()
+    records: list[ConsumerRecord] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        settled_at: float | None = None
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            records += [r for rs in batch.values() for r in rs]
+            if settled_at is None and until(records):
+                settled_at = time.monotonic() + settle_s
+            if settled_at is not None and time.monotonic() >= settled_at:
+                break
+    finally:
+        await consumer.stop()
+    return records
+
+
+def values(records: Iterable[ConsumerRecord]) -> list[dict[str, Any]]:
+    return [json.loads(r.value) for r in records]
+
+
+def key_value_lines(path: Path) -> list[tuple[bytes | None, bytes | None]]:
+    """A JSONL file as messages keyed by request_id, the way `tracejudge publish` sends them."""
+    from streams.kafka_io import key_of
+
+    lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+    return [(key_of(line), line) for line in lines]

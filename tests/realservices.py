@@ -1,0 +1,157 @@
+"""Start the real Apache Kafka (KRaft) and Redis the integration tests talk to.
+
+Both run on free loopback ports in a temporary directory and are stopped at the end. Running
+services are reused when TRACEJUDGE_KAFKA_BOOTSTRAP / TRACEJUDGE_REDIS_URL point at them.
+Installation is scripts/ensure-services.sh's job.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def reachable(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def kafka_libs() -> Path:
+    pom = (ROOT / "scripts" / "kafka" / "pom.xml").read_text()
+    found = re.search(r"<kafka.version>(.+?)</kafka.version>", pom)
+    assert found, "kafka.version missing from scripts/kafka/pom.xml"
+    cache = Path(os.environ.get("TRACEJUDGE_CACHE", Path.home() / ".cache" / "tracejudge"))
+    libs = cache / f"kafka-{found.group(1)}" / "libs"
+    if not (libs / ".complete").exists():
+        subprocess.run(["bash", str(ROOT / "scripts" / "ensure-services.sh")], check=True)
+    return libs
+
+
+@dataclass
+class Service:
+    address: str
+    process: subprocess.Popen[bytes] | None
+    log: Path | None = None
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def _wait_port(port: int, process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"service exited with {process.returncode}; see {log}")
+        if reachable("127.0.0.1", port):
+            return
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"service not listening on {port} after {timeout_s}s; see {log}")
+
+
+KAFKA_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{cport}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data}
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.retention.hours=2
+"""
+
+LOG4J = """\
+log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+def start_kafka(workdir: Path, timeout_s: float = 90.0) -> Service:
+    """A single-node KRaft broker on loopback, auto-creation off like production should be."""
+    existing = os.environ.get("TRACEJUDGE_KAFKA_BOOTSTRAP")
+    if existing:
+        host, _, port = existing.split(",")[0].rpartition(":")
+        if reachable(host, int(port)):
+            return Service(existing, None)
+    libs = kafka_libs()
+    java = shutil.which("java")
+    assert java, "java not found: run scripts/ensure-services.sh"
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, cport = free_port(), free_port()
+    props = workdir / "server.properties"
+    props.write_text(KAFKA_PROPERTIES.format(port=port, cport=cport, data=workdir / "data"))
+    (workdir / "log4j.properties").write_text(LOG4J)
+    classpath = f"{libs}/*"
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    subprocess.run(
+        [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+         "-c", str(props)],
+        check=True, capture_output=True,
+    )
+    log = workdir / "kafka.log"
+    process = subprocess.Popen(
+        [java, "-Xmx768m", "-XX:+UseG1GC",
+         f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
+         "-cp", classpath, "kafka.Kafka", str(props)],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    _wait_port(port, process, log, timeout_s)
+    return Service(f"127.0.0.1:{port}", process, log)
+
+
+def start_redis(workdir: Path, timeout_s: float = 30.0) -> Service:
+    existing = os.environ.get("TRACEJUDGE_REDIS_URL")
+    if existing:
+        url = urlparse(existing)
+        if reachable(url.hostname or "127.0.0.1", url.port or 6379):
+            return Service(existing, None)
+    server = shutil.which("redis-server")
+    assert server, "redis-server not found: run scripts/ensure-services.sh"
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = workdir / "redis.log"
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    _wait_port(port, process, log, timeout_s)
+    return Service(f"redis://127.0.0.1:{port}/0", process, log)
