@@ -151,7 +151,7 @@ class RuleJudge:
             reasons.append(f"final output is brief ({len(output)} characters)")
         filler = first_match(output, FILLER_RE)
         if filler:
-            score -= 40
+            score -= 60
             reasons.append(f"final output is filler rather than a result ('{filler}')")
             suggestions.append("answer with the result of the task, not a stock phrase")
         left = first_match(output, REMAINING_WORK_RE)

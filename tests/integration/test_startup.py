@@ -1,0 +1,62 @@
+"""The worker creates its own topics and refuses a partition mismatch with one clear line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from streams.topics import topic_specs
+from tests.integration.harness import WorkerProcess, worker_env
+from tests.realservices import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+async def partition_counts(bootstrap: str, names: list[str]) -> dict[str, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(names)
+        return {t["topic"]: len(t["partitions"]) for t in described if not t["error_code"]}
+    finally:
+        await admin.close()
+
+
+async def test_worker_creates_every_topic_with_the_configured_partitions(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    worker = WorkerProcess(worker_env(kafka_bootstrap, redis_url, tmp_path, "topics",
+                                      partitions=5), tmp_path / "worker.log")
+    worker.start()
+    try:
+        names = [s.name for s in topic_specs(worker.settings)]
+        counts = await partition_counts(kafka_bootstrap, names)
+        assert counts == {name: 5 for name in names}
+    finally:
+        worker.stop()
+
+
+async def test_partition_mismatch_stops_the_worker_with_one_clear_line(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    env = worker_env(kafka_bootstrap, redis_url, tmp_path, "mismatch", partitions=3)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    events = env["TRACEJUDGE_TOPIC_PREFIX"] + "events"
+    try:
+        await admin.create_topics([NewTopic(events, 2, 1)])
+    finally:
+        await admin.close()
+    result = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "worker"], cwd=ROOT, env={**os.environ, **env},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if "partition mismatch" in line]
+    assert len(lines) == 1, result.stderr
+    assert f"{events} has 2" in lines[0] and "TRACEJUDGE_PARTITIONS" in lines[0]

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+
+from models.schemas import SCHEMA_DIR, contract_schemas, render_schema
+from streams.samples import sample_traces
+
+
+def test_published_schemas_are_current() -> None:
+    for name, schema in contract_schemas().items():
+        path = SCHEMA_DIR / name
+        assert path.read_text(encoding="utf-8") == render_schema(schema), (
+            f"{path} is stale: run `tracejudge schema --out models/schemas`")
+
+
+def test_sample_events_validate_against_the_published_event_schema() -> None:
+    schema = json.loads((SCHEMA_DIR / "event.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for trace in sample_traces("schema"):
+        for event in trace.events:
+            validator.validate(event)
+    bad = {"type": "tool_call", "request_id": "r", "step_index": "one", "tool": "x",
+           "success": True}
+    assert list(validator.iter_errors(bad))
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streams.cli", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_help_lists_every_setting() -> None:
+    out = run_cli("--help").stdout
+    for name in ("KAFKA_BOOTSTRAP", "REDIS_URL", "TOPIC_PREFIX", "PARTITIONS", "WEB_PORT",
+                 "IDLE_TIMEOUT_S", "MAX_TRACE_STEPS", "WARN_THRESHOLD", "ENABLE_REFLECTION",
+                 "MAX_REFLECTION_ROUNDS", "EVALUATION_TTL_S"):
+        assert f"TRACEJUDGE_{name}" in out
+
+
+def test_settings_from_a_file_and_environment_wins(tmp_path: Path, monkeypatch: object) -> None:
+    from streams.settings import load_settings
+
+    config = tmp_path / "tracejudge.env"
+    config.write_text("TRACEJUDGE_WARN_THRESHOLD=75\nTRACEJUDGE_TOPIC_PREFIX=acme.\n")
+    settings = load_settings(str(config))
+    assert settings.warn_threshold == 75 and settings.topic("events") == "acme.events"
+    import os
+
+    os.environ["TRACEJUDGE_WARN_THRESHOLD"] = "40"
+    try:
+        assert load_settings(str(config)).warn_threshold == 40
+    finally:
+        del os.environ["TRACEJUDGE_WARN_THRESHOLD"]
+
+
+def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
+    result = run_cli("--config", str(tmp_path / "missing.env"), "schema")
+    assert result.returncode == 2 and "config file not found" in result.stderr
+    import os
+
+    env = {**os.environ, "TRACEJUDGE_PARTITIONS": "zero"}
+    result = run_cli("schema", env=env)
+    assert result.returncode == 2 and "partitions" in result.stderr.lower()

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from models.events import parse_event
+from streams.windows import WindowStore
+
+
+class ChangelogDict(MutableMapping[str, Any]):
+    """A dict that counts the bytes a Faust changelog would carry for each write."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.bytes_written = 0
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.bytes_written += len(key) + len(json.dumps(value))
+        self.data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        self.bytes_written += len(key)
+        del self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def store(max_steps: int = 50) -> WindowStore:
+    return WindowStore(ChangelogDict(), ChangelogDict(), ChangelogDict(), max_steps=max_steps)
+
+
+def tool(rid: str, i: int, ok: bool = True) -> dict[str, Any]:
+    return {"type": "tool_call", "request_id": rid, "step_index": i, "tool": f"t{i % 3}",
+            "success": ok, "args_summary": "x" * 300, "result_preview": "y" * 300}
+
+
+def changelog_bytes(steps: int) -> tuple[int, int]:
+    s = store(max_steps=10_000)
+    events = [tool("r", i) for i in range(steps)] + [
+        {"type": "final_response", "request_id": "r", "output": "done, all booked"}]
+    input_bytes = sum(len(json.dumps(e)) for e in events)
+    for e in events:
+        s.add(parse_event(e), 0, 1.0)
+    s.collect("r", "final_response")
+    s.close("r", "final_response", 2.0)
+    written = sum(t.bytes_written for t in (s.meta, s.steps, s.seen))  # type: ignore[attr-defined]
+    return input_bytes, written
+
+
+def test_changelog_bytes_grow_linearly_with_the_trace() -> None:
+    small_in, small_out = changelog_bytes(20)
+    large_in, large_out = changelog_bytes(400)
+    # same bytes-per-input-byte ratio at 20x the length: linear, not quadratic
+    assert large_out / large_in < 1.1 * (small_out / small_in)
+    assert large_out < 2 * large_in
+
+
+def test_duplicates_late_events_and_order() -> None:
+    s = store()
+    assert s.add(parse_event(tool("r", 2)), 1, 1.0) == "added"
+    assert s.add(parse_event(tool("r", 2)), 1, 1.0) == "duplicate"
+    assert s.add(parse_event(tool("r", 0, ok=False)), 1, 1.5) == "added"
+    window = s.collect("r", "final_response")
+    assert [c.step_index for c in window.tool_calls] == [0, 2]
+    s.close("r", "final_response", 2.0)
+    assert not s.steps and not s.seen  # details forgotten on close
+    assert s.add(parse_event(tool("r", 3)), 1, 3.0) == "late"
+    assert s.meta["r"]["late"] == 1 and not s.is_open("r")
+
+
+def test_steps_beyond_limit_become_stubs_that_keep_tool_outcomes() -> None:
+    s = store(max_steps=2)
+    for i in range(5):
+        s.add(parse_event(tool("r", i, ok=i != 4)), 0, 1.0)
+    window = s.collect("r", "final_response")
+    assert window.step_count == 5 and window.steps_dropped == 3
+    assert [c.success for c in window.tool_calls] == [True, True, True, True, False]
+    assert window.tool_calls[2].args_summary is None  # details dropped
+
+
+def test_idle_and_purge_markers_are_due_and_rechecked() -> None:
+    s = store()
+    s.add(parse_event(tool("a", 0)), 2, 100.0)
+    assert list(s.due(100.0 + 299, 300, 3600)) == []
+    assert list(s.due(100.0 + 300, 300, 3600)) == [("a", 2, "idle_close")]
+    assert s.marker_applies("a", "idle_close", 400.0, 300, 3600)
+    s.add(parse_event(tool("a", 1)), 2, 399.0)  # activity after the marker was sent
+    assert not s.marker_applies("a", "idle_close", 400.0, 300, 3600)
+    s.close("a", "idle_timeout", 500.0)
+    assert list(s.due(500.0 + 3600, 300, 3600)) == [("a", 2, "purge")]
+    s.purge("a")
+    assert "a" not in s.meta
