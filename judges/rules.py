@@ -79,8 +79,10 @@ class RuleJudge:
         rule_score = _clamp(
             w.completeness * completeness + w.execution_health * health + w.efficiency * efficiency
         )
-        blocked = window.final is not None and window.final.validation is not None and (
-            window.final.validation.verdict == "block"
+        blocked = (
+            window.final is not None
+            and window.final.validation is not None
+            and (window.final.validation.verdict == "block")
         )
         success = not failed and not blocked
         incomplete = window.final is None or bool(remaining)

@@ -83,8 +83,7 @@ def decide(window: Window, rules: RuleJudge, policy: Policy, now: float) -> Deci
                 request_id=window.request_id,
                 evaluation_id=evaluation_id,
                 message=(
-                    f"score {overall} below threshold {policy.warn_threshold}: "
-                    f"{evaluation.summary}"
+                    f"score {overall} below threshold {policy.warn_threshold}: {evaluation.summary}"
                 ),
                 ts=now,
             )

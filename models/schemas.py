@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from models.events import EVENT_ADAPTER, CONTRACT_VERSION
+from models.events import CONTRACT_VERSION, EVENT_ADAPTER
 from models.outputs import Alert, Evaluation, ReflectionRequest
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"

@@ -172,7 +172,10 @@ def create_app(settings: Any) -> faust.App:
         state.counters[f"dead_lettered_{code}"] += 1
         log.warning(
             "dead-lettered %s[%d]@%d: %s",
-            message.topic, message.partition, message.offset, code,
+            message.topic,
+            message.partition,
+            message.offset,
+            code,
         )
 
     @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
@@ -193,7 +196,7 @@ def create_app(settings: Any) -> faust.App:
                     log.exception("unexpected error on an event; dead-lettering it")
                 await dead_letter(event, exc)
 
-    @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[misc]
+    @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
     async def find_idle_windows() -> None:
         # Tables can only change inside stream iteration, so the timer only sends a marker
         # keyed (and partitioned) like the window; the agent closes it in-stream.
@@ -210,19 +213,14 @@ def create_app(settings: Any) -> faust.App:
                 headers=[(MARKER_HEADER, marker.encode())],
             )
 
-    @app.on_rebalance_complete.connect  # type: ignore[misc]
+    @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _assigned(sender: Any, **_: Any) -> None:
         state.assigned = True
 
     @app.page("/health")  # type: ignore[misc]
     async def health(web: Any, request: Any) -> Any:
-        recovered = app.tables.recovery.completed.is_set()
-        ready = (
-            state.assigned
-            and recovered
-            and not app.rebalancing
-            and not state.crashed
-        )
+        recovered = app.tables.recovery.completed.is_set()  # type: ignore[attr-defined]
+        ready = state.assigned and recovered and not app.rebalancing and not state.crashed
         body = {
             "status": "ok" if ready else "starting" if not state.crashed else "crashed",
             "assigned": state.assigned,

@@ -34,8 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--json", action="store_true", help="print the raw JSON values")
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest event")
     tail.add_argument("--limit", type=int, default=None, help="stop after N events")
-    tail.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
-                      help="stop after SECONDS without an event (default: follow until Ctrl-C)")
+    tail.add_argument(
+        "--idle-exit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop after SECONDS without an event (default: follow until Ctrl-C)",
+    )
     publish = sub.add_parser("publish", help="send contract events from a JSONL file ('-': stdin)")
     publish.add_argument("file")
     publish.add_argument("--topic", default=None, help="topic (default: <prefix>events)")
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 return asyncio.run(_tail(settings, args))
             return 0
         if args.command == "publish":
-            return asyncio.run(_publish(settings, args.file, args.topic))
+            return _publish(settings, args.file, args.topic)
         if args.command == "schema":
             return _schema(args.out)
     except ConfigurationError as exc:
@@ -117,7 +122,7 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _publish(settings: Settings, file: str, topic: str | None) -> int:
+def _publish(settings: Settings, file: str, topic: str | None) -> int:
     from streams.kafka_io import publish_lines
 
     target = topic or settings.topic("events")
@@ -129,13 +134,13 @@ async def _publish(settings: Settings, file: str, topic: str | None) -> int:
         except OSError as exc:
             print(f"tracejudge: cannot read {file}: {exc.strerror}", file=sys.stderr)
             return 1
-    report = await publish_lines(settings, target, lines)
+    report = asyncio.run(publish_lines(settings, target, lines))
     print(f"sent {report.sent} events to {report.topic} ({report.skipped} blank lines skipped)")
     return 0
 
 
 def _schema(out: Path | None) -> int:
-    from models.schemas import contract_schemas, render_schema, write_schemas
+    from models.schemas import contract_schemas, write_schemas
 
     if out is None:
         print(json.dumps(contract_schemas(), indent=2, ensure_ascii=False))

@@ -69,8 +69,10 @@ def describe_settings() -> str:
     """One line per setting, for --help."""
     lines = []
     for name, info in Settings.model_fields.items():
-        default = info.default.get_secret_value() if isinstance(info.default, SecretStr) else (
-            info.default
+        default = (
+            info.default.get_secret_value()
+            if isinstance(info.default, SecretStr)
+            else (info.default)
         )
         shown = "(secret)" if name.endswith("api_key") else repr(default)
         lines.append(f"  TRACEJUDGE_{name.upper():<28} {info.description} Default: {shown}")

@@ -40,9 +40,7 @@ class Emitter:
             await self.evaluations.send(key=key, value=encode(decision.evaluation))
         ]
         if decision.reflection is not None:
-            pending.append(
-                await self.reflections.send(key=key, value=encode(decision.reflection))
-            )
+            pending.append(await self.reflections.send(key=key, value=encode(decision.reflection)))
         for alert in decision.alerts:
             pending.append(await self.alerts.send(key=key, value=encode(alert)))
         await asyncio.gather(*pending)

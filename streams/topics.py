@@ -7,6 +7,7 @@ count than the table changelogs makes Faust crash with PartitionsMismatch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -84,10 +85,8 @@ async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str
                 )
                 for s in missing
             ]
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):  # another worker was first
                 await admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass  # another worker created them first
             log.info("created topics: %s", ", ".join(s.name for s in missing))
         return [s.name for s in missing]
     finally:

@@ -124,8 +124,9 @@ class WindowStore:
             elif now - meta.get("last", now) >= idle_timeout_s:
                 yield rid, meta["p"], "idle_close"
 
-    def marker_applies(self, request_id: str, marker: Marker, now: float, idle_timeout_s: float,
-                       retention_s: float) -> bool:
+    def marker_applies(
+        self, request_id: str, marker: Marker, now: float, idle_timeout_s: float, retention_s: float
+    ) -> bool:
         """Re-check in-stream: an event may have arrived since the marker was sent."""
         meta = self.meta.get(request_id)
         if meta is None:

@@ -108,8 +108,8 @@ def start_kafka(workdir: Path, timeout_s: float = 90.0) -> Service:
     """A single-node KRaft broker on loopback, auto-creation off like production should be."""
     existing = os.environ.get("TRACEJUDGE_KAFKA_BOOTSTRAP")
     if existing:
-        host, _, port = existing.split(",")[0].rpartition(":")
-        if reachable(host, int(port)):
+        host, _, port_text = existing.split(",")[0].rpartition(":")
+        if reachable(host, int(port_text)):
             return Service(existing, None)
     libs = kafka_libs()
     java = shutil.which("java")
@@ -122,16 +122,34 @@ def start_kafka(workdir: Path, timeout_s: float = 90.0) -> Service:
     classpath = f"{libs}/*"
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     subprocess.run(
-        [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-         "-c", str(props)],
-        check=True, capture_output=True,
+        [
+            java,
+            "-cp",
+            classpath,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(props),
+        ],
+        check=True,
+        capture_output=True,
     )
     log = workdir / "kafka.log"
     process = subprocess.Popen(
-        [java, "-Xmx768m", "-XX:+UseG1GC",
-         f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
-         "-cp", classpath, "kafka.Kafka", str(props)],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            java,
+            "-Xmx768m",
+            "-XX:+UseG1GC",
+            f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(props),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     _wait_port(port, process, log, timeout_s)
     return Service(f"127.0.0.1:{port}", process, log)
@@ -149,9 +167,21 @@ def start_redis(workdir: Path, timeout_s: float = 30.0) -> Service:
     port = free_port()
     log = workdir / "redis.log"
     process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir)],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     _wait_port(port, process, log, timeout_s)
     return Service(f"redis://127.0.0.1:{port}/0", process, log)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from models.schemas import SCHEMA_DIR, contract_schemas, render_schema
 from streams.samples import sample_traces
@@ -15,7 +16,8 @@ def test_published_schemas_are_current() -> None:
     for name, schema in contract_schemas().items():
         path = SCHEMA_DIR / name
         assert path.read_text(encoding="utf-8") == render_schema(schema), (
-            f"{path} is stale: run `tracejudge schema --out models/schemas`")
+            f"{path} is stale: run `tracejudge schema --out models/schemas`"
+        )
 
 
 def test_sample_events_validate_against_the_published_event_schema() -> None:
@@ -24,38 +26,56 @@ def test_sample_events_validate_against_the_published_event_schema() -> None:
     for trace in sample_traces("schema"):
         for event in trace.events:
             validator.validate(event)
-    bad = {"type": "tool_call", "request_id": "r", "step_index": "one", "tool": "x",
-           "success": True}
+    bad = {
+        "type": "tool_call",
+        "request_id": "r",
+        "step_index": "one",
+        "tool": "x",
+        "success": True,
+    }
     assert list(validator.iter_errors(bad))
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_help_lists_every_setting() -> None:
     out = run_cli("--help").stdout
-    for name in ("KAFKA_BOOTSTRAP", "REDIS_URL", "TOPIC_PREFIX", "PARTITIONS", "WEB_PORT",
-                 "IDLE_TIMEOUT_S", "MAX_TRACE_STEPS", "WARN_THRESHOLD", "ENABLE_REFLECTION",
-                 "MAX_REFLECTION_ROUNDS", "EVALUATION_TTL_S"):
+    for name in (
+        "KAFKA_BOOTSTRAP",
+        "REDIS_URL",
+        "TOPIC_PREFIX",
+        "PARTITIONS",
+        "WEB_PORT",
+        "IDLE_TIMEOUT_S",
+        "MAX_TRACE_STEPS",
+        "WARN_THRESHOLD",
+        "ENABLE_REFLECTION",
+        "MAX_REFLECTION_ROUNDS",
+        "EVALUATION_TTL_S",
+    ):
         assert f"TRACEJUDGE_{name}" in out
 
 
-def test_settings_from_a_file_and_environment_wins(tmp_path: Path, monkeypatch: object) -> None:
+def test_settings_from_a_file_and_environment_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from streams.settings import load_settings
 
     config = tmp_path / "tracejudge.env"
     config.write_text("TRACEJUDGE_WARN_THRESHOLD=75\nTRACEJUDGE_TOPIC_PREFIX=acme.\n")
+    monkeypatch.delenv("TRACEJUDGE_WARN_THRESHOLD", raising=False)
     settings = load_settings(str(config))
     assert settings.warn_threshold == 75 and settings.topic("events") == "acme.events"
-    import os
-
-    os.environ["TRACEJUDGE_WARN_THRESHOLD"] = "40"
-    try:
-        assert load_settings(str(config)).warn_threshold == 40
-    finally:
-        del os.environ["TRACEJUDGE_WARN_THRESHOLD"]
+    monkeypatch.setenv("TRACEJUDGE_WARN_THRESHOLD", "40")
+    assert load_settings(str(config)).warn_threshold == 40
 
 
 def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:

@@ -17,39 +17,65 @@ from models.events import (
 
 
 def test_tool_call_round_trip_and_derived_event_id() -> None:
-    event = parse_event(json.dumps({
-        "type": "tool_call", "request_id": "r1", "step_index": 3, "tool": "search",
-        "success": True, "latency_ms": 12,
-    }).encode())
+    event = parse_event(
+        json.dumps(
+            {
+                "type": "tool_call",
+                "request_id": "r1",
+                "step_index": 3,
+                "tool": "search",
+                "success": True,
+                "latency_ms": 12,
+            }
+        ).encode()
+    )
     assert isinstance(event, ToolCall)
     assert event.resolved_event_id() == "r1:tool_call:3"
     assert parse_event({"type": "final_response", "request_id": "r1"}).resolved_event_id() == (
-        "r1:final_response:-")
+        "r1:final_response:-"
+    )
     given = parse_event({"type": "final_response", "request_id": "r1", "event_id": "e9"})
     assert given.resolved_event_id() == "e9"
 
 
 def test_unknown_fields_are_dropped_so_no_chain_of_thought_is_kept() -> None:
-    event = parse_event({
-        "type": "reasoning_step", "request_id": "r", "step_index": 0, "phase": "plan",
-        "intent_summary": "plan the booking", "chain_of_thought": "secret long thinking",
-    })
+    event = parse_event(
+        {
+            "type": "reasoning_step",
+            "request_id": "r",
+            "step_index": 0,
+            "phase": "plan",
+            "intent_summary": "plan the booking",
+            "chain_of_thought": "secret long thinking",
+        }
+    )
     assert isinstance(event, ReasoningStep)
     assert "chain_of_thought" not in event.model_dump()
     assert "secret" not in event.model_dump_json()
 
 
 def test_long_texts_are_clipped_and_flagged() -> None:
-    event = parse_event({
-        "type": "task_started", "request_id": "r", "goal": "g" * (LONG_TEXT_LIMIT + 500),
-    })
+    event = parse_event(
+        {
+            "type": "task_started",
+            "request_id": "r",
+            "goal": "g" * (LONG_TEXT_LIMIT + 500),
+        }
+    )
     assert isinstance(event, TaskStarted)
     assert len(event.goal) == LONG_TEXT_LIMIT and event.goal.endswith("[clipped]")
     assert event.clipped == ["goal"]
-    call = parse_event({
-        "type": "tool_call", "request_id": "r", "step_index": 1, "tool": "t", "success": False,
-        "error": "e" * 5000, "result_preview": "short",
-    })
+    call = parse_event(
+        {
+            "type": "tool_call",
+            "request_id": "r",
+            "step_index": 1,
+            "tool": "t",
+            "success": False,
+            "error": "e" * 5000,
+            "result_preview": "short",
+        }
+    )
     assert isinstance(call, ToolCall)
     assert call.error is not None and len(call.error) == SUMMARY_LIMIT
     assert call.clipped == ["error"]
@@ -65,19 +91,39 @@ def test_long_texts_are_clipped_and_flagged() -> None:
         (b"[1, 2]", "not_object", "list"),
         (b'{"request_id": "r"}', "missing_type", "type"),
         (b'{"type": "telepathy", "request_id": "r"}', "unknown_type", "telepathy"),
-        (b'{"type": "tool_call", "step_index": 1, "tool": "t", "success": true}',
-         "invalid_fields", "request_id"),
-        (b'{"type": "tool_call", "request_id": "r", "step_index": "1", "tool": "t", '
-         b'"success": "true"}', "invalid_fields", "success"),
-        (b'{"type": "tool_call", "request_id": "r", "tool": "t", "success": true}',
-         "invalid_fields", "step_index"),
-        (b'{"type": "reasoning_step", "request_id": "r", "step_index": 0, "phase": "dream"}',
-         "invalid_fields", "phase"),
-        (b'{"type": "reasoning_step", "request_id": "r", "step_index": 0, "phase": "plan", '
-         b'"confidence": 1.5}', "invalid_fields", "confidence"),
+        (
+            b'{"type": "tool_call", "step_index": 1, "tool": "t", "success": true}',
+            "invalid_fields",
+            "request_id",
+        ),
+        (
+            b'{"type": "tool_call", "request_id": "r", "step_index": "1", "tool": "t", '
+            b'"success": "true"}',
+            "invalid_fields",
+            "success",
+        ),
+        (
+            b'{"type": "tool_call", "request_id": "r", "tool": "t", "success": true}',
+            "invalid_fields",
+            "step_index",
+        ),
+        (
+            b'{"type": "reasoning_step", "request_id": "r", "step_index": 0, "phase": "dream"}',
+            "invalid_fields",
+            "phase",
+        ),
+        (
+            b'{"type": "reasoning_step", "request_id": "r", "step_index": 0, "phase": "plan", '
+            b'"confidence": 1.5}',
+            "invalid_fields",
+            "confidence",
+        ),
         (b'{"type": "final_response", "request_id": ""}', "invalid_fields", "request_id"),
-        (b'{"type": "final_response", "request_id": "r", "validation": {"verdict": "maybe"}}',
-         "invalid_fields", "verdict"),
+        (
+            b'{"type": "final_response", "request_id": "r", "validation": {"verdict": "maybe"}}',
+            "invalid_fields",
+            "verdict",
+        ),
     ],
 )
 def test_bad_input_says_why(raw: bytes, code: str, mentions: str) -> None:

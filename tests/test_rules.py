@@ -14,20 +14,37 @@ from streams.samples import sample_traces
 def window_of(events: list[dict[str, Any]], closed_by: str = "final_response") -> Window:
     records = [parse_event(e).model_dump(mode="json", exclude_none=True) for e in events]
     steps = sum(1 for e in events if e["type"] not in {"task_started", "final_response"})
-    return assemble_window(events[0]["request_id"], records, closed_by=closed_by,  # type: ignore[arg-type]
-                           step_count=steps, steps_dropped=0)
+    return assemble_window(
+        events[0]["request_id"],
+        records,
+        closed_by=closed_by,  # type: ignore[arg-type]
+        step_count=steps,
+        steps_dropped=0,
+    )
 
 
-def trace(output: str | None, calls: list[tuple[str, bool]], planned: list[str] | None = None,
-          validation: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def trace(
+    output: str | None,
+    calls: list[tuple[str, bool]],
+    planned: list[str] | None = None,
+    validation: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     rid = "r"
     events: list[dict[str, Any]] = [
         {"type": "task_started", "request_id": rid, "goal": "do it", "planned_steps": planned or []}
     ]
     for i, (tool, ok) in enumerate(calls):
-        events.append({"type": "tool_call", "request_id": rid, "step_index": i + 1, "tool": tool,
-                       "success": ok, "args_summary": f"{{\"i\": {i}}}",
-                       "error": None if ok else f"{tool} broke"})
+        events.append(
+            {
+                "type": "tool_call",
+                "request_id": rid,
+                "step_index": i + 1,
+                "tool": tool,
+                "success": ok,
+                "args_summary": f'{{"i": {i}}}',
+                "error": None if ok else f"{tool} broke",
+            }
+        )
     if output is not None:
         final: dict[str, Any] = {"type": "final_response", "request_id": rid, "output": output}
         if validation:
@@ -43,8 +60,10 @@ judge = RuleJudge()
 @pytest.mark.parametrize("sample", sample_traces("unit"), ids=lambda s: s.name)
 def test_sample_cases_get_their_verdicts(sample: Any) -> None:
     verdict = judge.judge(window_of(sample.events, sample.expect_closed_by))
-    assert (verdict.success, verdict.incomplete) == (sample.expect_success,
-                                                     sample.expect_incomplete)
+    assert (verdict.success, verdict.incomplete) == (
+        sample.expect_success,
+        sample.expect_incomplete,
+    )
 
 
 def test_clean_run_scores_high() -> None:
@@ -60,49 +79,66 @@ def test_failure_redone_later_is_success_but_costs_health() -> None:
     unrecovered = judge.judge(window_of(trace(GOOD, [("book", True), ("pay", False)])))
     assert not unrecovered.success
     assert [(f.index, f.tool, f.reason) for f in unrecovered.failed_steps] == [
-        (2, "pay", "pay broke")]
+        (2, "pay", "pay broke")
+    ]
     assert unrecovered.execution_health < redone.execution_health
 
 
 def test_validator_block_is_failure_and_warn_costs_health() -> None:
-    blocked = judge.judge(window_of(trace(GOOD, [], validation={"verdict": "block",
-                                                                 "reasons": ["PII"]})))
+    blocked = judge.judge(
+        window_of(trace(GOOD, [], validation={"verdict": "block", "reasons": ["PII"]}))
+    )
     assert not blocked.success and blocked.execution_health <= 20
     warned = judge.judge(window_of(trace(GOOD, [], validation={"verdict": "warn"})))
     assert warned.success and warned.execution_health == 85
 
 
-@pytest.mark.parametrize("output", [
-    "Booked the flight. Remaining steps: email the receipt.",
-    "I booked the flight but still need to email the receipt.",
-    "The refund has not been completed yet.",
-    "航班已预订。剩余步骤：发送确认邮件。",
-    "退款尚未处理，需要人工审核。",
-    "订单已创建，还需要完成付款。",
-])
+@pytest.mark.parametrize(
+    "output",
+    [
+        "Booked the flight. Remaining steps: email the receipt.",
+        "I booked the flight but still need to email the receipt.",
+        "The refund has not been completed yet.",
+        "航班已预订。剩余步骤：发送确认邮件。",
+        "退款尚未处理，需要人工审核。",
+        "订单已创建，还需要完成付款。",
+    ],
+)
 def test_output_saying_work_remains_is_incomplete(output: str) -> None:
     verdict = judge.judge(window_of(trace(output, [("book", True)])))
     assert verdict.incomplete and verdict.success
     assert verdict.remaining_steps and verdict.remaining_steps[0] in output
 
 
-@pytest.mark.parametrize("output", [
-    GOOD,
-    "All steps are complete: the flight is booked and the receipt was emailed.",
-    "航班已预订，确认邮件已发送。",
-])
+@pytest.mark.parametrize(
+    "output",
+    [
+        GOOD,
+        "All steps are complete: the flight is booked and the receipt was emailed.",
+        "航班已预订，确认邮件已发送。",
+    ],
+)
 def test_finished_output_is_not_incomplete(output: str) -> None:
     assert not judge.judge(window_of(trace(output, [("book", True)]))).incomplete
 
 
 def test_planned_steps_not_executed_are_remaining() -> None:
-    verdict = judge.judge(window_of(trace(GOOD, [("search_flights", True)],
-                                          planned=["search_flights", "book_reservation"])))
+    verdict = judge.judge(
+        window_of(
+            trace(GOOD, [("search_flights", True)], planned=["search_flights", "book_reservation"])
+        )
+    )
     assert verdict.incomplete and verdict.remaining_steps == ["book_reservation"]
     # a failed planned call is not an executed one
-    failed = judge.judge(window_of(trace(GOOD, [("search_flights", True),
-                                                ("book_reservation", False)],
-                                         planned=["search_flights", "book_reservation"])))
+    failed = judge.judge(
+        window_of(
+            trace(
+                GOOD,
+                [("search_flights", True), ("book_reservation", False)],
+                planned=["search_flights", "book_reservation"],
+            )
+        )
+    )
     assert failed.incomplete and not failed.success
 
 
@@ -140,13 +176,15 @@ def test_decide_builds_deterministic_ids_and_alerts() -> None:
     assert first.reflection is not None and first.reflection.reflection_round == 1
     other = window.model_copy(update={"request_id": "other"})
     assert decide(other, judge, Policy(), 1.0).evaluation.evaluation_id != (
-        first.evaluation.evaluation_id)
+        first.evaluation.evaluation_id
+    )
 
 
-@pytest.mark.parametrize(("success", "incomplete", "reflect"), [
-    (True, False, False), (True, True, True), (False, True, True), (False, False, False)])
-def test_reflection_follows_incomplete_only(success: bool, incomplete: bool,
-                                            reflect: bool) -> None:
+@pytest.mark.parametrize(
+    ("success", "incomplete", "reflect"),
+    [(True, False, False), (True, True, True), (False, True, True), (False, False, False)],
+)
+def test_reflection_follows_incomplete_only(success: bool, incomplete: bool, reflect: bool) -> None:
     calls = [("book", True)] + ([] if success else [("notify", False)])
     output = GOOD + (" Remaining steps: email the receipt." if incomplete else "")
     window = window_of(trace(output, calls))

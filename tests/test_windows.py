@@ -38,14 +38,22 @@ def store(max_steps: int = 50) -> WindowStore:
 
 
 def tool(rid: str, i: int, ok: bool = True) -> dict[str, Any]:
-    return {"type": "tool_call", "request_id": rid, "step_index": i, "tool": f"t{i % 3}",
-            "success": ok, "args_summary": "x" * 300, "result_preview": "y" * 300}
+    return {
+        "type": "tool_call",
+        "request_id": rid,
+        "step_index": i,
+        "tool": f"t{i % 3}",
+        "success": ok,
+        "args_summary": "x" * 300,
+        "result_preview": "y" * 300,
+    }
 
 
 def changelog_bytes(steps: int) -> tuple[int, int]:
     s = store(max_steps=10_000)
     events = [tool("r", i) for i in range(steps)] + [
-        {"type": "final_response", "request_id": "r", "output": "done, all booked"}]
+        {"type": "final_response", "request_id": "r", "output": "done, all booked"}
+    ]
     input_bytes = sum(len(json.dumps(e)) for e in events)
     for e in events:
         s.add(parse_event(e), 0, 1.0)

@@ -34,8 +34,13 @@ class WorkerProcess:
     settings: Settings = field(init=False)
 
     def __post_init__(self) -> None:
-        self.settings = Settings(**{k[len("TRACEJUDGE_"):].lower(): v for k, v in self.env.items()
-                                    if k.startswith("TRACEJUDGE_")})
+        self.settings = Settings.model_validate(
+            {
+                k[len("TRACEJUDGE_") :].lower(): v
+                for k, v in self.env.items()
+                if k.startswith("TRACEJUDGE_")
+            }
+        )
 
     def topic(self, name: str) -> str:
         return self.settings.topic(name)
@@ -47,7 +52,10 @@ class WorkerProcess:
             out.write(f"\n==== start #{self.starts} ====\n".encode())
         self.process = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
-            cwd=ROOT, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
         )
         if wait:
             self.wait_healthy(timeout_s)
@@ -94,7 +102,9 @@ class WorkerProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def worker_env(kafka: str, redis: str, data_dir: Path, name: str, **overrides: Any) -> dict[str, str]:
+def worker_env(
+    kafka: str, redis: str, data_dir: Path, name: str, **overrides: Any
+) -> dict[str, str]:
     unique = f"it-{name}-{uuid.uuid4().hex[:6]}"
     env = {
         "TRACEJUDGE_KAFKA_BOOTSTRAP": kafka,
@@ -130,8 +140,11 @@ async def produce(
         futures = []
         for message in messages:
             key, value, *partition = message
-            futures.append(await producer.send(
-                topic, key=key, value=value, partition=partition[0] if partition else None))
+            futures.append(
+                await producer.send(
+                    topic, key=key, value=value, partition=partition[0] if partition else None
+                )
+            )
             sent += 1
         await asyncio.gather(*futures)
     finally:
@@ -154,7 +167,10 @@ async def consume(
     """Every record of a topic from the beginning, until `until(records)` (then `settle_s` more,
     to catch unexpected extras) or the timeout."""
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
         metadata_max_age_ms=1000,
     )
     await consumer.start()

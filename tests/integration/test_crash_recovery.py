@@ -24,8 +24,9 @@ pytestmark = pytest.mark.integration
 async def test_kill_9_mid_replay_then_restart(
     kafka_bootstrap: str, redis_url: str, tau_events: Path, tmp_path: Path
 ) -> None:
-    worker = WorkerProcess(worker_env(kafka_bootstrap, redis_url, tmp_path, "crash"),
-                           tmp_path / "worker.log").start()
+    worker = WorkerProcess(
+        worker_env(kafka_bootstrap, redis_url, tmp_path, "crash"), tmp_path / "worker.log"
+    ).start()
     messages = key_value_lines(tau_events)
     expected = {json.loads(v)["request_id"] for _, v in messages if v}
     chunks = [messages[i : i + 250] for i in range(0, len(messages), 250)]
@@ -43,9 +44,11 @@ async def test_kill_9_mid_replay_then_restart(
         assert killed_at is not None and 0 < killed_at < len(expected)
         worker.start(timeout_s=180)
         records = await consume(
-            kafka_bootstrap, worker.topic("evaluations"),
+            kafka_bootstrap,
+            worker.topic("evaluations"),
             until=lambda rs: {json.loads(r.value)["request_id"] for r in rs} >= expected,
-            timeout_s=180, settle_s=2.0,
+            timeout_s=180,
+            settle_s=2.0,
         )
     finally:
         worker.stop()

@@ -23,13 +23,21 @@ async def test_bad_messages_are_dead_lettered_and_consumption_goes_on(
         "not_utf8": b'{"type": "tool_call", "request_id": "\xff\xfe"}',
         "not_object": b'[{"type": "tool_call"}]',
         "invalid_fields:request_id": json.dumps(
-            {"type": "tool_call", "step_index": 1, "tool": "x", "success": True}).encode(),
+            {"type": "tool_call", "step_index": 1, "tool": "x", "success": True}
+        ).encode(),
         "unknown_type": json.dumps({"type": "telepathy", "request_id": rid}).encode(),
         "invalid_fields:types": json.dumps(
-            {"type": "tool_call", "request_id": rid, "step_index": "one", "tool": "x",
-             "success": "yes"}).encode(),
+            {
+                "type": "tool_call",
+                "request_id": rid,
+                "step_index": "one",
+                "tool": "x",
+                "success": "yes",
+            }
+        ).encode(),
         "invalid_fields:long_id": json.dumps(
-            {"type": "final_response", "request_id": "r" * 257, "output": "x"}).encode(),
+            {"type": "final_response", "request_id": "r" * 257, "output": "x"}
+        ).encode(),
         "missing_type": json.dumps({"request_id": rid}).encode(),
         "empty": None,
     }
@@ -47,9 +55,11 @@ async def test_bad_messages_are_dead_lettered_and_consumption_goes_on(
     await produce(bootstrap, pipeline_worker.topic("events"), messages)
 
     dead = await consume(
-        bootstrap, pipeline_worker.topic("dlq"),
+        bootstrap,
+        pipeline_worker.topic("dlq"),
         until=lambda records: len([r for r in records if r.key == rid.encode()]) >= len(bad),
-        timeout_s=60, settle_s=1.0,
+        timeout_s=60,
+        settle_s=1.0,
     )
     dead = [r for r in dead if r.key == rid.encode()]
     assert [r.value for r in dead] == list(bad.values())  # unchanged, in order
@@ -66,7 +76,8 @@ async def test_bad_messages_are_dead_lettered_and_consumption_goes_on(
     assert "success" in reasons[bad["invalid_fields:types"]]
 
     evaluations = await consume(
-        bootstrap, pipeline_worker.topic("evaluations"),
+        bootstrap,
+        pipeline_worker.topic("evaluations"),
         until=lambda rs: any(json.loads(r.value)["request_id"] == good.request_id for r in rs),
     )
     assert any(json.loads(r.value)["request_id"] == good.request_id for r in evaluations)

@@ -23,14 +23,18 @@ def by_request(records: list[dict[str, Any]], rids: set[str]) -> dict[str, list[
     return found
 
 
-async def evaluations_for(worker: WorkerProcess, rids: set[str], settle_s: float = 1.0,
-                          timeout_s: float = 60.0) -> dict[str, list[dict[str, Any]]]:
+async def evaluations_for(
+    worker: WorkerProcess, rids: set[str], settle_s: float = 1.0, timeout_s: float = 60.0
+) -> dict[str, list[dict[str, Any]]]:
     def done(records: list[Any]) -> bool:
         return rids <= {json.loads(r.value)["request_id"] for r in records}
 
     records = await consume(
-        worker.settings.kafka_bootstrap, worker.topic("evaluations"), until=done,
-        timeout_s=timeout_s, settle_s=settle_s,
+        worker.settings.kafka_bootstrap,
+        worker.topic("evaluations"),
+        until=done,
+        timeout_s=timeout_s,
+        settle_s=settle_s,
     )
     return by_request(values(records), rids)
 
@@ -47,7 +51,8 @@ async def test_four_cases_idle_timeout_reflections_alerts_and_redis(
 ) -> None:
     traces = sample_traces(f"cases-{uuid.uuid4().hex[:6]}")
     await produce_events(
-        pipeline_worker.settings.kafka_bootstrap, pipeline_worker.topic("events"),
+        pipeline_worker.settings.kafka_bootstrap,
+        pipeline_worker.topic("events"),
         [e for t in traces for e in t.events],
     )
     rids = {t.request_id for t in traces}
@@ -58,7 +63,9 @@ async def test_four_cases_idle_timeout_reflections_alerts_and_redis(
     for trace in traces:
         [evaluation] = evaluations[trace.request_id]
         assert (evaluation["success"], evaluation["incomplete"]) == (
-            trace.expect_success, trace.expect_incomplete), (trace.name, evaluation)
+            trace.expect_success,
+            trace.expect_incomplete,
+        ), (trace.name, evaluation)
         assert evaluation["closed_by"] == trace.expect_closed_by
         assert evaluation["judge_status"] == "disabled" and evaluation["llm_score"] is None
         assert evaluation["passed"] == (evaluation["overall_score"] >= 60)
@@ -89,7 +96,8 @@ async def test_reflection_round_limit(pipeline_worker: WorkerProcess) -> None:
     at_limit = sample_traces(run + "-r2", reflection_round=2)[1]  # success, steps remain
     below = sample_traces(run + "-r1", reflection_round=1)[1]
     await produce_events(
-        pipeline_worker.settings.kafka_bootstrap, pipeline_worker.topic("events"),
+        pipeline_worker.settings.kafka_bootstrap,
+        pipeline_worker.topic("events"),
         at_limit.events + below.events,
     )
     rids = {at_limit.request_id, below.request_id}
@@ -105,18 +113,43 @@ async def test_reflection_round_limit(pipeline_worker: WorkerProcess) -> None:
 
 async def test_duplicates_out_of_order_and_late_events(pipeline_worker: WorkerProcess) -> None:
     rid = f"order-{uuid.uuid4().hex[:6]}"
-    start = {"type": "task_started", "request_id": rid, "goal": "Look up order 7 and refund it",
-             "planned_steps": ["lookup_order", "refund_payment"]}
-    fail = {"type": "tool_call", "request_id": rid, "step_index": 1, "tool": "refund_payment",
-            "success": False, "error": "HTTP 503"}
-    lookup = {"type": "tool_call", "request_id": rid, "step_index": 0, "tool": "lookup_order",
-              "success": True, "args_summary": "{\"order\": 7}"}
-    redo = {"type": "tool_call", "request_id": rid, "step_index": 2, "tool": "refund_payment",
-            "success": True, "result_preview": "refund R-7 issued"}
-    final = {"type": "final_response", "request_id": rid,
-             "output": "Order 7 was refunded in full (refund R-7); it reaches your card in 3 days."}
+    start = {
+        "type": "task_started",
+        "request_id": rid,
+        "goal": "Look up order 7 and refund it",
+        "planned_steps": ["lookup_order", "refund_payment"],
+    }
+    fail = {
+        "type": "tool_call",
+        "request_id": rid,
+        "step_index": 1,
+        "tool": "refund_payment",
+        "success": False,
+        "error": "HTTP 503",
+    }
+    lookup = {
+        "type": "tool_call",
+        "request_id": rid,
+        "step_index": 0,
+        "tool": "lookup_order",
+        "success": True,
+        "args_summary": '{"order": 7}',
+    }
+    redo = {
+        "type": "tool_call",
+        "request_id": rid,
+        "step_index": 2,
+        "tool": "refund_payment",
+        "success": True,
+        "result_preview": "refund R-7 issued",
+    }
+    final = {
+        "type": "final_response",
+        "request_id": rid,
+        "output": "Order 7 was refunded in full (refund R-7); it reaches your card in 3 days.",
+    }
     # the retry arrives before the failure it redoes; everything is sent twice
-    arrival = [start, redo, lookup, redo, fail, start, fail, lookup, final]
+    arrival: list[dict[str, Any]] = [start, redo, lookup, redo, fail, start, fail, lookup, final]
     await produce_events(
         pipeline_worker.settings.kafka_bootstrap, pipeline_worker.topic("events"), arrival
     )
@@ -127,7 +160,8 @@ async def test_duplicates_out_of_order_and_late_events(pipeline_worker: WorkerPr
     _, before = pipeline_worker.health()
     late_before = before["counters"].get("events_late", 0)
     await produce_events(
-        pipeline_worker.settings.kafka_bootstrap, pipeline_worker.topic("events"),
+        pipeline_worker.settings.kafka_bootstrap,
+        pipeline_worker.topic("events"),
         [final, {**lookup, "step_index": 9}],
     )
     again = await evaluations_for(pipeline_worker, {rid}, settle_s=2.0)
@@ -139,14 +173,27 @@ async def test_duplicates_out_of_order_and_late_events(pipeline_worker: WorkerPr
 async def test_steps_beyond_the_limit_are_counted_not_kept(pipeline_worker: WorkerProcess) -> None:
     rid = f"long-{uuid.uuid4().hex[:6]}"
     events: list[dict[str, Any]] = [
-        {"type": "task_started", "request_id": rid, "goal": "Audit twelve invoices"}]
+        {"type": "task_started", "request_id": rid, "goal": "Audit twelve invoices"}
+    ]
     for i in range(12):
-        events.append({"type": "tool_call", "request_id": rid, "step_index": i,
-                       "tool": "fetch_invoice" if i < 11 else "archive_invoices",
-                       "args_summary": f"{{\"n\": {i}}}", "success": i < 11,
-                       "error": None if i < 11 else "archive is read-only"})
-    events.append({"type": "final_response", "request_id": rid,
-                   "output": "Audited 11 invoices, all totals match; archiving failed."})
+        events.append(
+            {
+                "type": "tool_call",
+                "request_id": rid,
+                "step_index": i,
+                "tool": "fetch_invoice" if i < 11 else "archive_invoices",
+                "args_summary": f'{{"n": {i}}}',
+                "success": i < 11,
+                "error": None if i < 11 else "archive is read-only",
+            }
+        )
+    events.append(
+        {
+            "type": "final_response",
+            "request_id": rid,
+            "output": "Audited 11 invoices, all totals match; archiving failed.",
+        }
+    )
     await produce_events(
         pipeline_worker.settings.kafka_bootstrap, pipeline_worker.topic("events"), events
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -30,8 +31,10 @@ async def partition_counts(bootstrap: str, names: list[str]) -> dict[str, int]:
 async def test_worker_creates_every_topic_with_the_configured_partitions(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
-    worker = WorkerProcess(worker_env(kafka_bootstrap, redis_url, tmp_path, "topics",
-                                      partitions=5), tmp_path / "worker.log")
+    worker = WorkerProcess(
+        worker_env(kafka_bootstrap, redis_url, tmp_path, "topics", partitions=5),
+        tmp_path / "worker.log",
+    )
     worker.start()
     try:
         names = [s.name for s in topic_specs(worker.settings)]
@@ -52,9 +55,14 @@ async def test_partition_mismatch_stops_the_worker_with_one_clear_line(
         await admin.create_topics([NewTopic(events, 2, 1)])
     finally:
         await admin.close()
-    result = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "worker"], cwd=ROOT, env={**os.environ, **env},
-        capture_output=True, text=True, timeout=60,
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "streams.cli", "worker"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if "partition mismatch" in line]

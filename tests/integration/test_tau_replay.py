@@ -29,15 +29,19 @@ def request_ids(path: Path) -> set[str]:
 async def test_replay_gives_one_valid_evaluation_per_run_also_in_redis(
     kafka_bootstrap: str, redis_url: str, tau_events: Path, tmp_path: Path
 ) -> None:
-    worker = WorkerProcess(worker_env(kafka_bootstrap, redis_url, tmp_path, "tau"),
-                           tmp_path / "worker.log").start()
+    worker = WorkerProcess(
+        worker_env(kafka_bootstrap, redis_url, tmp_path, "tau"), tmp_path / "worker.log"
+    ).start()
     try:
         expected = request_ids(tau_events)
         assert len(expected) == 200
         await produce(kafka_bootstrap, worker.topic("events"), key_value_lines(tau_events))
         records = await consume(
-            kafka_bootstrap, worker.topic("evaluations"),
-            until=lambda rs: len(rs) >= len(expected), timeout_s=120, settle_s=2.0,
+            kafka_bootstrap,
+            worker.topic("evaluations"),
+            until=lambda rs: len(rs) >= len(expected),
+            timeout_s=120,
+            settle_s=2.0,
         )
     finally:
         worker.stop()

