@@ -26,7 +26,7 @@ libs="${TRACEJUDGE_CACHE:-$HOME/.cache/tracejudge}/kafka-$version/libs"
 if [ ! -f "$libs/.complete" ]; then
   echo "fetching Apache Kafka $version from Maven Central into $libs"
   rm -rf "$libs"
-  mvn -q -B -f scripts/kafka/pom.xml dependency:copy-dependencies \
+  mvn -q -B -Dstyle.color=never --no-transfer-progress -f scripts/kafka/pom.xml dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$libs"
   touch "$libs/.complete"
 fi

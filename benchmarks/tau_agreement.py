@@ -1,0 +1,78 @@
+"""How the rule verdicts agree with tau-bench's ground truth (no broker needed).
+
+    python -m benchmarks.tau_agreement [--data DIR]
+
+Builds each run's window the way the worker does (steps after final_response are late and not
+part of the window), judges it with the rule judge, and compares with labels.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from judges.rules import RuleJudge
+from models.events import STEP_TYPES, parse_event
+from models.window import assemble_window
+from tests.conftest import SHARED_DATA
+
+
+def windows(path: Path) -> dict[str, Any]:
+    events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        events[event["request_id"]].append(event)
+    result = {}
+    for rid, evs in events.items():
+        records = []
+        for e in evs:
+            records.append(parse_event(e).model_dump(mode="json", exclude_none=True))
+            if e["type"] == "final_response":
+                break
+        steps = sum(1 for r in records if r["type"] in STEP_TYPES)
+        dropped = max(0, steps - 50)
+        result[rid] = assemble_window(
+            rid, records, closed_by="final_response", step_count=steps, steps_dropped=dropped
+        )
+    return result
+
+
+def report(name: str, predicted: dict[str, bool], actual: dict[str, bool]) -> None:
+    tp = sum(1 for r in actual if predicted[r] and actual[r])
+    fp = sum(1 for r in actual if predicted[r] and not actual[r])
+    fn = sum(1 for r in actual if not predicted[r] and actual[r])
+    tn = len(actual) - tp - fp - fn
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    print(
+        f"{name:<48} tp={tp:<3} fp={fp:<3} fn={fn:<3} tn={tn:<3} "
+        f"precision={precision:.2f} recall={recall:.2f} accuracy={(tp + tn) / len(actual):.2f}"
+    )
+
+
+def main(data: Path) -> None:
+    labels = json.loads((data / "labels.json").read_text())
+    judge = RuleJudge()
+    verdicts = {rid: judge.judge(w) for rid, w in windows(data / "events.jsonl").items()}
+    failed_run = {rid: lab["reward"] < 1.0 for rid, lab in labels.items()}
+    missing = {rid: bool(lab["missing_expected_write_actions"]) for rid, lab in labels.items()}
+    print(f"{len(verdicts)} runs; {sum(failed_run.values())} with reward 0")
+    report(
+        "incomplete vs missing expected write action",
+        {r: v.incomplete for r, v in verdicts.items()},
+        missing,
+    )
+    report("incomplete vs reward 0", {r: v.incomplete for r, v in verdicts.items()}, failed_run)
+    report("not success vs reward 0", {r: not v.success for r, v in verdicts.items()}, failed_run)
+    report(
+        "score < 60 vs reward 0", {r: v.rule_score < 60 for r, v in verdicts.items()}, failed_run
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
+    main(parser.parse_args().data)
