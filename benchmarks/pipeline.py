@@ -122,7 +122,7 @@ async def verdict_latency(worker: WorkerProcess, lines: list[tuple[Any, Any]]) -
 
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 async def main(events: Path) -> None:
