@@ -146,7 +146,7 @@ async def main(events: Path) -> None:
                 log_bytes += b
         finally:
             worker.stop()
-        naive = naive_changelog_bytes([v for _, v in raw])
+        naive = naive_changelog_bytes([v for _, v in raw if v is not None])
         requests = len({k for k, _ in raw})
         print(f"replay: {len(raw)} events, {requests} requests")
         print(
