@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help="settings file (dotenv syntax)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("worker", help="run the evaluation worker")
+    sub.add_parser("topics", help="create every topic (the worker also does it at start)")
     demo = sub.add_parser("demo", help="run the demo on an embedded broker and print verdicts")
     demo.add_argument("--timeout", type=float, default=180.0, help="give up after SECONDS")
     tail = sub.add_parser("tail", help="print an output topic, one line per event")
@@ -60,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "worker":
             return _worker(settings)
+        if args.command == "topics":
+            from streams.topics import ensure_topics
+
+            created = asyncio.run(ensure_topics(settings))
+            print(f"created {len(created)} topics: {', '.join(created) or '(all existed)'}")
+            return 0
         if args.command == "demo":
             from streams.demo import run_demo
 

@@ -86,3 +86,19 @@ def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
     env = {**os.environ, "TRACEJUDGE_PARTITIONS": "zero"}
     result = run_cli("schema", env=env)
     assert result.returncode == 2 and "partitions" in result.stderr.lower()
+
+
+def test_docker_compose_matches_the_tested_kafka_and_settings() -> None:
+    import re
+
+    from streams.settings import Settings
+
+    root = Path(__file__).resolve().parent.parent
+    compose = (root / "docker-compose.yml").read_text()
+    pom = (root / "scripts" / "kafka" / "pom.xml").read_text()
+    version = re.search(r"<kafka.version>(.+?)</kafka.version>", pom)
+    assert version and f"image: apache/kafka:{version.group(1)}" in compose
+    known = {f"TRACEJUDGE_{name.upper()}" for name in Settings.model_fields}
+    used = set(re.findall(r"\b(TRACEJUDGE_[A-Z_]+)\b", compose))
+    assert used and used <= known
+    assert 'KAFKA_AUTO_CREATE_TOPICS_ENABLE: "false"' in compose
