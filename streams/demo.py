@@ -97,10 +97,14 @@ def _run(settings: Settings, workdir: Path, children: list[Child], timeout_s: fl
         if (verdicts[t.request_id]["success"], verdicts[t.request_id]["incomplete"])
         != (t.expect_success, t.expect_incomplete)
     ]
-    _say(
-        f"done in {time.monotonic() - started:.1f}s. "
-        "Try: tracejudge tail evaluations --from-beginning (against your own broker)."
-    )
+    _say(f"done in {time.monotonic() - started:.1f}s.")
+    if wrong:
+        _say(f"unexpected verdicts for: {', '.join(wrong)}")
+    else:
+        _say(
+            "Next: point TRACEJUDGE_KAFKA_BOOTSTRAP at your Kafka, run `tracejudge worker`, "
+            "publish with `tracejudge publish FILE.jsonl`, watch `tracejudge tail evaluations`."
+        )
     return 1 if wrong else 0
 
 
