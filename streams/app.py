@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import faust
 from aiokafka.errors import KafkaError
@@ -31,9 +32,20 @@ MARKER_RESEND_S = 30.0
 @dataclass
 class WorkerState:
     assigned: bool = False
-    crashed: str | None = None
     counters: Counter[str] = field(default_factory=Counter)
     markers_sent: dict[str, float] = field(default_factory=dict)
+
+
+def _die(reason: str, exc: BaseException) -> NoReturn:
+    """Stop the process at once, committing nothing more.
+
+    An exception escaping the agent would kill it while the worker looks healthy (Faust
+    #175, #523); a graceful stop could commit the offset of the event that failed. Exiting
+    hard lets the supervisor restart the worker and the event be delivered again.
+    """
+    log.critical("%s; exiting so that the event is redelivered after restart: %r", reason, exc)
+    logging.shutdown()
+    os._exit(70)
 
 
 def _broker_urls(bootstrap: str) -> list[str]:
@@ -185,33 +197,36 @@ def create_app(settings: Any) -> faust.App:
             try:
                 await handle(event)
             except KafkaError as exc:
-                # The broker is unusable: crash loudly so the supervisor restarts us; the
-                # uncommitted offset makes the event come back.
-                state.crashed = repr(exc)
-                log.error("kafka failure while handling an event; stopping: %r", exc)
-                await app.crash(exc)
-                raise
+                _die("kafka failure while handling an event", exc)
             except Exception as exc:  # error policy: dead-letter and go on
                 if not isinstance(exc, InvalidEvent):
                     log.exception("unexpected error on an event; dead-lettering it")
-                await dead_letter(event, exc)
+                try:
+                    await dead_letter(event, exc)
+                except Exception as dlq_exc:
+                    _die("cannot dead-letter a message", dlq_exc)
 
     @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
     async def find_idle_windows() -> None:
         # Tables can only change inside stream iteration, so the timer only sends a marker
         # keyed (and partitioned) like the window; the agent closes it in-stream.
         now = time.time()
-        due = list(store.due(now, settings.idle_timeout_s, settings.closed_retention_s))
-        for request_id, partition, marker in due:
-            if now - state.markers_sent.get(request_id, 0.0) < MARKER_RESEND_S:
-                continue
-            state.markers_sent[request_id] = now
-            await events_topic.send(
-                key=request_id.encode("utf-8"),
-                value=json.dumps({"request_id": request_id}).encode(),
-                partition=partition,
-                headers=[(MARKER_HEADER, marker.encode())],
-            )
+        try:
+            due = list(store.due(now, settings.idle_timeout_s, settings.closed_retention_s))
+            for request_id, partition, marker in due:
+                if now - state.markers_sent.get(request_id, 0.0) < MARKER_RESEND_S:
+                    continue
+                state.markers_sent[request_id] = now
+                await events_topic.send(
+                    key=request_id.encode("utf-8"),
+                    value=json.dumps({"request_id": request_id}).encode(),
+                    partition=partition,
+                    headers=[(MARKER_HEADER, marker.encode())],
+                )
+        except Exception:
+            # the next tick retries: markers are idempotent and re-checked in-stream
+            state.counters["timer_errors"] += 1
+            log.exception("idle-window scan failed")
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _assigned(sender: Any, **_: Any) -> None:
@@ -220,9 +235,9 @@ def create_app(settings: Any) -> faust.App:
     @app.page("/health")  # type: ignore[misc]
     async def health(web: Any, request: Any) -> Any:
         recovered = app.tables.recovery.completed.is_set()  # type: ignore[attr-defined]
-        ready = state.assigned and recovered and not app.rebalancing and not state.crashed
+        ready = state.assigned and recovered and not app.rebalancing
         body = {
-            "status": "ok" if ready else "starting" if not state.crashed else "crashed",
+            "status": "ok" if ready else "starting",
             "assigned": state.assigned,
             "recovered": recovered,
             "rebalancing": bool(app.rebalancing),

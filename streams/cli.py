@@ -121,7 +121,7 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> int:
                     ensure_ascii=False,
                 )
         else:
-            line = render(args.kind, record.value, headers)
+            line = render(args.kind, record.value, headers, record.key)
         print(line, flush=True)
         count += 1
         if args.limit is not None and count >= args.limit:

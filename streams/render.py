@@ -18,13 +18,16 @@ def _short(text: Any, limit: int = 90) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def render(kind: str, value: bytes | None, headers: dict[str, bytes]) -> str:
+def render(
+    kind: str, value: bytes | None, headers: dict[str, bytes], key: bytes | None = None
+) -> str:
     if kind == "dlq":
         h = {k: v.decode("utf-8", "replace") for k, v in headers.items()}
         return (
             f"{h.get('tracejudge-error-class', '?')}: {_short(h.get('tracejudge-error'), 120)} "
             f"(from {h.get('tracejudge-original-topic')}[{h.get('tracejudge-original-partition')}]"
-            f"@{h.get('tracejudge-original-offset')}) value={_short(repr(value), 60)}"
+            f"@{h.get('tracejudge-original-offset')}) key={_short(repr(key), 60)} "
+            f"value={_short(repr(value), 60)}"
         )
     try:
         event = json.loads(value or b"")

@@ -31,6 +31,7 @@ class WorkerProcess:
     log: Path
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    health_codes: list[int] = field(default_factory=list)  # distinct codes seen while starting
     settings: Settings = field(init=False)
 
     def __post_init__(self) -> None:
@@ -78,9 +79,11 @@ class WorkerProcess:
             if self.process.poll() is not None:
                 raise AssertionError(f"worker exited {self.process.returncode}:\n{self.tail()}")
             code, body = self.health()
+            if code and (not self.health_codes or self.health_codes[-1] != code):
+                self.health_codes.append(code)
             if code == 200:
                 return body
-            time.sleep(0.3)
+            time.sleep(0.05)
         raise AssertionError(f"worker not healthy after {timeout_s}s:\n{self.tail()}")
 
     def kill9(self) -> None:

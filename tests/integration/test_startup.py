@@ -28,7 +28,7 @@ async def partition_counts(bootstrap: str, names: list[str]) -> dict[str, int]:
         await admin.close()
 
 
-async def test_worker_creates_every_topic_with_the_configured_partitions(
+async def test_worker_creates_its_topics_and_reports_ready_only_when_ready(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
     worker = WorkerProcess(
@@ -36,6 +36,8 @@ async def test_worker_creates_every_topic_with_the_configured_partitions(
         tmp_path / "worker.log",
     )
     worker.start()
+    # the web server answers before the worker is ready, and says so
+    assert worker.health_codes == [503, 200]
     try:
         names = [s.name for s in topic_specs(worker.settings)]
         counts = await partition_counts(kafka_bootstrap, names)

@@ -1,0 +1,103 @@
+"""`tracejudge publish` and `tracejudge tail` against a running worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from streams.samples import sample_traces
+from tests.integration.harness import WorkerProcess
+from tests.realservices import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def cli(worker: WorkerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **worker.env},
+        timeout=120,
+    )
+
+
+async def test_publish_then_tail_every_output(
+    pipeline_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    traces = sample_traces(f"cli-{uuid.uuid4().hex[:6]}")[:3]
+    path = tmp_path / "traces.jsonl"
+    lines = [json.dumps(e) for t in traces for e in t.events]
+    path.write_text("\n".join(lines) + "\n\n")
+    published = await asyncio.to_thread(cli, pipeline_worker, "publish", str(path))
+    assert published.returncode == 0, published.stderr
+    assert f"sent {len(lines)} events to {pipeline_worker.topic('events')}" in published.stdout
+    rids = {t.request_id for t in traces}
+
+    tailed = await asyncio.to_thread(
+        cli, pipeline_worker, "tail", "evaluations", "--from-beginning", "--idle-exit", "5"
+    )
+    mine = [line for line in tailed.stdout.splitlines() if any(r in line for r in rids)]
+    assert len(mine) == 3, tailed.stdout + tailed.stderr
+    assert any("score=" in line and "success=False incomplete=True" in line for line in mine)
+
+    as_json = await asyncio.to_thread(
+        cli,
+        pipeline_worker,
+        "tail",
+        "evaluations",
+        "--json",
+        "--from-beginning",
+        "--idle-exit",
+        "3",
+    )
+    values = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert rids <= {v["request_id"] for v in values}
+
+    reflections = await asyncio.to_thread(
+        cli, pipeline_worker, "tail", "reflections", "--from-beginning", "--idle-exit", "3"
+    )
+    assert (
+        sum(
+            1
+            for line in reflections.stdout.splitlines()
+            if "round=1" in line and any(r in line for r in rids)
+        )
+        == 2
+    )
+    alerts = await asyncio.to_thread(
+        cli, pipeline_worker, "tail", "alerts", "--from-beginning", "--idle-exit", "3"
+    )
+    assert any(
+        "low_score" in line for line in alerts.stdout.splitlines() if any(r in line for r in rids)
+    )
+
+
+async def test_tail_dlq_shows_the_reason(pipeline_worker: WorkerProcess, tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    path = tmp_path / "bad.jsonl"
+    path.write_text(f'{{"type": "tool_call", "request_id": "{marker}"}}\n')
+    assert (await asyncio.to_thread(cli, pipeline_worker, "publish", str(path))).returncode == 0
+    for _ in range(10):
+        tailed = await asyncio.to_thread(
+            cli, pipeline_worker, "tail", "dlq", "--from-beginning", "--idle-exit", "2"
+        )
+        mine = [line for line in tailed.stdout.splitlines() if marker in line]
+        if mine:
+            break
+    assert len(mine) == 1
+    assert mine[0].startswith("invalid_fields: ") and "step_index" in mine[0]
+    assert f"from {pipeline_worker.topic('events')}[" in mine[0]
+
+
+def test_publish_reports_a_missing_file(pipeline_worker: WorkerProcess) -> None:
+    result = cli(pipeline_worker, "publish", "/nonexistent/traces.jsonl")
+    assert result.returncode == 1 and "cannot read" in result.stderr
