@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from importlib import metadata
 
 from judges.rules import RuleJudge, RuleVerdict
 from models.outputs import Alert, DimensionScores, Evaluation, ReflectionRequest
 from models.window import Window
 
-PACKAGE_VERSION = "0.1.0"
+
+def _package_version() -> str:
+    try:
+        return metadata.version("tracejudge")
+    except metadata.PackageNotFoundError:  # running from a source tree without install
+        return "0+unknown"
+
+
+PACKAGE_VERSION = _package_version()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -91,6 +92,7 @@ def _worker(settings: Settings) -> int:
     from streams.app import create_app
     from streams.topics import ensure_topics
 
+    logging.getLogger(__name__).info("settings: %s", settings.masked())
     asyncio.run(ensure_topics(settings))
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)

@@ -54,14 +54,19 @@ class Service:
     log: Path | None = None
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited after `timeout_s`."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def _wait_port(port: int, process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
 from streams.settings import Settings
-from tests.realservices import ROOT, free_port
+from tests.realservices import ROOT, free_port, stop_process
 
 Headers = list[tuple[str, bytes]]
 
@@ -92,14 +92,7 @@ class WorkerProcess:
         self.process.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
