@@ -6,7 +6,9 @@ Pure and deterministic: the same window always gets the same verdict.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from judges.phrases import FILLER_RE, REMAINING_WORK_RE, first_match
 from models.outputs import FailedStep
@@ -24,8 +26,9 @@ class RuleWeights:
     efficiency: float = 0.20
 
 
-@dataclass(frozen=True)
-class RuleVerdict:
+class RuleVerdict(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     completeness: int
     execution_health: int
     efficiency: int
@@ -35,8 +38,8 @@ class RuleVerdict:
     failed_steps: list[FailedStep]
     remaining_steps: list[str]
     summary: str
-    reasons: list[str] = field(default_factory=list)
-    suggestions: list[str] = field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)
+    suggestions: list[str] = Field(default_factory=list)
 
 
 def _clamp(value: float) -> int:

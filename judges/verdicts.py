@@ -1,4 +1,8 @@
-"""From a closed window to the events tracejudge emits: evaluation, reflection, alerts."""
+"""From a closed window to the events tracejudge emits: evaluation, reflection, alerts.
+
+The rule verdict is always computed; a judge outcome (the LLM's answer, or why there is none)
+decides the verdicts when it is valid and is blended into the score.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,21 @@ import hashlib
 from dataclasses import dataclass, field
 from importlib import metadata
 
-from judges.rules import RuleJudge, RuleVerdict
-from models.outputs import Alert, DimensionScores, Evaluation, ReflectionRequest
-from models.window import Window
+from pydantic import BaseModel
+
+from judges.llm.answer import JudgeAnswer
+from judges.redact import mask
+from judges.rules import RuleVerdict
+from models.outputs import (
+    Alert,
+    DimensionScores,
+    Evaluation,
+    FailedStep,
+    JudgeErrorCode,
+    JudgeStatus,
+    ReflectionRequest,
+)
+from models.window import ClosedBy, Window
 
 
 def _package_version() -> str:
@@ -26,6 +42,55 @@ class Policy:
     warn_threshold: int = 60
     enable_reflection: bool = True
     max_reflection_rounds: int = 2
+    rule_weight: float = 0.6
+
+
+@dataclass(frozen=True)
+class JudgeOutcome:
+    status: JudgeStatus
+    error: JudgeErrorCode | None = None
+    answer: JudgeAnswer | None = None
+
+
+DISABLED = JudgeOutcome("disabled")
+SKIPPED = JudgeOutcome("skipped")
+
+
+class WindowFacts(BaseModel):
+    """What an evaluation needs to know about its window besides the verdicts."""
+
+    request_id: str
+    session_key: str | None = None
+    agent_name: str | None = None
+    task_id: str | None = None
+    goal: str = ""
+    reflection_round: int = 0
+    closed_by: ClosedBy
+    step_count: int = 0
+    steps_dropped: int = 0
+
+    @classmethod
+    def of(cls, window: Window) -> WindowFacts:
+        return cls(
+            request_id=window.request_id,
+            session_key=window.first("session_key"),
+            agent_name=window.first("agent_name"),
+            task_id=window.first("task_id"),
+            goal=window.task.goal if window.task else "",
+            reflection_round=window.task.reflection_round if window.task else 0,
+            closed_by=window.closed_by,
+            step_count=window.step_count,
+            steps_dropped=window.steps_dropped,
+        )
+
+
+class JudgeJob(BaseModel):
+    """A closed request waiting for the LLM judge (the internal judge-requests topic)."""
+
+    facts: WindowFacts
+    rules: RuleVerdict
+    content: str
+    closed_at: float
 
 
 @dataclass(frozen=True)
@@ -40,64 +105,104 @@ def stable_id(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]
 
 
-def evaluator_version(rules: RuleJudge) -> str:
-    return f"tracejudge-{PACKAGE_VERSION}/{rules.version}"
+def evaluator_version(rules_version: str, judge_version: str | None = None) -> str:
+    """Names the rules and, when the judge is on, its prompt and model; never its outcome, so a
+    re-judged request (after a crash, or a fallback) keeps its evaluation_id."""
+    version = f"tracejudge-{PACKAGE_VERSION}/{rules_version}"
+    return f"{version}+{judge_version}" if judge_version else version
 
 
-def decide(window: Window, rules: RuleJudge, policy: Policy, now: float) -> Decision:
-    """Judge a closed window and plan everything that must be emitted for it."""
-    verdict: RuleVerdict = rules.judge(window)
-    version = evaluator_version(rules)
-    evaluation_id = stable_id("evaluation", version, window.request_id)
-    round_ = window.task.reflection_round if window.task else 0
-    overall = verdict.rule_score
+def _masked_steps(steps: list[FailedStep]) -> list[FailedStep]:
+    return [s.model_copy(update={"reason": mask(s.reason)}) for s in steps]
+
+
+def decide(
+    facts: WindowFacts,
+    rules: RuleVerdict,
+    outcome: JudgeOutcome,
+    policy: Policy,
+    version: str,
+    now: float,
+) -> Decision:
+    """Blend, decide the verdicts, and plan everything to emit for one closed request."""
+    evaluation_id = stable_id("evaluation", version, facts.request_id)
+    answer = outcome.answer if outcome.status == "ok" else None
+    dimensions = DimensionScores(
+        completeness=rules.completeness,
+        execution_health=rules.execution_health,
+        efficiency=rules.efficiency,
+    )
+    if answer is not None:
+        llm_score: int | None = answer.llm_score
+        overall = round(
+            policy.rule_weight * rules.rule_score + (1 - policy.rule_weight) * answer.llm_score
+        )
+        dimensions = dimensions.model_copy(
+            update={
+                "correctness": answer.correctness,
+                "relevance": answer.relevance,
+                "actionability": answer.actionability,
+            }
+        )
+        verdict: RuleVerdict | JudgeAnswer = answer
+        reasons = answer.reasons + [f"rules: {r}" for r in rules.reasons]
+        suggestions = answer.suggestions or rules.suggestions
+    else:
+        llm_score = None
+        overall = rules.rule_score  # a fallback never invents a score
+        verdict = rules
+        reasons = list(rules.reasons)
+        suggestions = list(rules.suggestions)
     evaluation = Evaluation(
         evaluation_id=evaluation_id,
         evaluator_version=version,
-        request_id=window.request_id,
-        session_key=window.first("session_key"),
-        agent_name=window.first("agent_name"),
-        task_id=window.first("task_id"),
+        request_id=facts.request_id,
+        session_key=facts.session_key,
+        agent_name=facts.agent_name,
+        task_id=facts.task_id,
         overall_score=overall,
-        rule_score=verdict.rule_score,
-        llm_score=None,
-        dimension_scores=DimensionScores(
-            completeness=verdict.completeness,
-            execution_health=verdict.execution_health,
-            efficiency=verdict.efficiency,
-        ),
+        rule_score=rules.rule_score,
+        llm_score=llm_score,
+        dimension_scores=dimensions,
         passed=overall >= policy.warn_threshold,
         warn_threshold=policy.warn_threshold,
         success=verdict.success,
         incomplete=verdict.incomplete,
-        failed_steps=verdict.failed_steps,
-        remaining_steps=verdict.remaining_steps,
-        summary=verdict.summary,
-        reasons=verdict.reasons,
-        suggestions=verdict.suggestions,
-        judge_status="disabled",
-        closed_by=window.closed_by,
-        step_count=window.step_count,
-        steps_dropped=window.steps_dropped,
-        reflection_round=round_,
+        failed_steps=_masked_steps(verdict.failed_steps),
+        remaining_steps=[mask(s) for s in verdict.remaining_steps],
+        summary=mask(verdict.summary or rules.summary),
+        reasons=[mask(r) for r in reasons],
+        suggestions=[mask(s) for s in suggestions],
+        judge_status=outcome.status,
+        judge_error=outcome.error,
+        closed_by=facts.closed_by,
+        step_count=facts.step_count,
+        steps_dropped=facts.steps_dropped,
+        reflection_round=facts.reflection_round,
         ts=now,
     )
+    return _plan(evaluation, facts, policy, now)
+
+
+def _plan(evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float) -> Decision:
+    evaluation_id = evaluation.evaluation_id
     alerts: list[Alert] = []
     if not evaluation.passed:
+        overall = evaluation.overall_score
         alerts.append(
             Alert(
                 alert_id=stable_id("alert", "low_score", evaluation_id),
                 kind="low_score",
                 severity="critical" if overall < policy.warn_threshold / 2 else "warning",
-                request_id=window.request_id,
+                request_id=facts.request_id,
                 evaluation_id=evaluation_id,
-                message=(
-                    f"score {overall} below threshold {policy.warn_threshold}: {evaluation.summary}"
-                ),
+                message=f"score {overall} below threshold {policy.warn_threshold}: "
+                f"{evaluation.summary}",
                 ts=now,
             )
         )
     reflection = None
+    round_ = facts.reflection_round
     if policy.enable_reflection and evaluation.incomplete:
         if round_ >= policy.max_reflection_rounds:
             alerts.append(
@@ -105,12 +210,10 @@ def decide(window: Window, rules: RuleJudge, policy: Policy, now: float) -> Deci
                     alert_id=stable_id("alert", "reflection_exhausted", evaluation_id),
                     kind="reflection_exhausted",
                     severity="warning",
-                    request_id=window.request_id,
+                    request_id=facts.request_id,
                     evaluation_id=evaluation_id,
-                    message=(
-                        f"still incomplete after {round_} reflection round(s) "
-                        f"(limit {policy.max_reflection_rounds}); no further reflection"
-                    ),
+                    message=f"still incomplete after {round_} reflection round(s) "
+                    f"(limit {policy.max_reflection_rounds}); no further reflection",
                     ts=now,
                 )
             )
@@ -118,11 +221,11 @@ def decide(window: Window, rules: RuleJudge, policy: Policy, now: float) -> Deci
             reflection = ReflectionRequest(
                 reflection_id=stable_id("reflection", evaluation_id),
                 evaluation_id=evaluation_id,
-                request_id=window.request_id,
+                request_id=facts.request_id,
                 session_key=evaluation.session_key,
                 agent_name=evaluation.agent_name,
                 task_id=evaluation.task_id,
-                goal=window.task.goal if window.task else "",
+                goal=mask(facts.goal),
                 summary=evaluation.summary,
                 failed_steps=evaluation.failed_steps,
                 remaining_steps=evaluation.remaining_steps,

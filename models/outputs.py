@@ -8,6 +8,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Score = int
 JudgeStatus = Literal["ok", "fallback", "disabled", "skipped"]
+JudgeErrorCode = Literal[
+    "timeout",
+    "connect",
+    "http_5xx",
+    "http_4xx",
+    "rate_limited",
+    "invalid_output",
+    "circuit_open",
+    "budget",
+    "internal",
+]
 
 
 class _Output(BaseModel):
@@ -24,6 +35,9 @@ class DimensionScores(_Output):
     completeness: Score = Field(ge=0, le=100)
     execution_health: Score = Field(ge=0, le=100)
     efficiency: Score = Field(ge=0, le=100)
+    correctness: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
+    relevance: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
+    actionability: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
 
 
 class Evaluation(_Output):
@@ -50,7 +64,9 @@ class Evaluation(_Output):
     reasons: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
     judge_status: JudgeStatus
-    judge_error: str | None = None
+    judge_error: JudgeErrorCode | None = Field(
+        default=None, description="Why the judge gave no valid answer (judge_status fallback)."
+    )
     closed_by: Literal["final_response", "idle_timeout"]
     step_count: int = Field(ge=0)
     steps_dropped: int = Field(ge=0)
@@ -77,7 +93,7 @@ class ReflectionRequest(_Output):
 class Alert(_Output):
     type: Literal["alert"] = "alert"
     alert_id: str
-    kind: Literal["low_score", "reflection_exhausted"]
+    kind: Literal["low_score", "reflection_exhausted", "judge_unavailable"]
     severity: Literal["info", "warning", "critical"]
     request_id: str
     evaluation_id: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -13,13 +14,26 @@ from typing import Any, NoReturn
 import faust
 from aiokafka.errors import KafkaError
 
+from judges.llm.prompt import build_input
 from judges.rules import RuleJudge
-from judges.verdicts import Policy, decide
+from judges.sampling import sampled
+from judges.verdicts import (
+    DISABLED,
+    SKIPPED,
+    Decision,
+    JudgeJob,
+    Policy,
+    WindowFacts,
+    decide,
+    evaluator_version,
+)
 from models.errors import InvalidEvent
 from models.events import parse_event
 from models.window import ClosedBy
+from prompts import final_judge_prompt
 from streams import topics
-from streams.sinks import Emitter, RedisSink
+from streams.judging import JudgeStage, judge_version
+from streams.sinks import Emitter, RedisSink, encode, redis_client
 from streams.windows import Marker, WindowStore, is_terminal
 
 log = logging.getLogger(__name__)
@@ -99,6 +113,7 @@ def create_app(settings: Any) -> faust.App:
         )
 
     events_topic = raw_topic(topics.INPUT)
+    judge_topic = raw_topic(topics.JUDGE_REQUESTS)
     dlq_topic = raw_topic("dlq")
     emitter = Emitter(raw_topic("evaluations"), raw_topic("reflections"), raw_topic("alerts"))
 
@@ -116,29 +131,56 @@ def create_app(settings: Any) -> faust.App:
         warn_threshold=settings.warn_threshold,
         enable_reflection=settings.enable_reflection,
         max_reflection_rounds=settings.max_reflection_rounds,
+        rule_weight=settings.rule_weight,
     )
-    redis_sink = RedisSink(settings.redis_url, settings.evaluation_ttl_s)
+    redis = redis_client(settings.redis_url)
+    redis_sink = RedisSink(redis, settings.evaluation_ttl_s)
+    judge: JudgeStage | None = None
+    version = evaluator_version(rules.version)
+    if settings.llm_judge_enabled:
+        version = evaluator_version(rules.version, judge_version(settings, final_judge_prompt()))
+        judge = JudgeStage(settings, redis, policy, version)
 
-    async def close_window(request_id: str, closed_by: ClosedBy) -> None:
-        now = time.time()
-        window = store.collect(request_id, closed_by)
-        decision = decide(window, rules, policy, now)
+    async def publish(decision: Decision) -> None:
         await emitter.emit(decision)
         await redis_sink.put(decision.evaluation)
-        store.close(request_id, closed_by, now)
+        evaluation = decision.evaluation
         state.counters["evaluations"] += 1
-        state.counters[f"closed_by_{closed_by}"] += 1
+        state.counters[f"judge_{evaluation.judge_status}"] += 1
         if decision.reflection is not None:
             state.counters["reflections"] += 1
         state.counters["alerts"] += len(decision.alerts)
         log.info(
-            "evaluated %s score=%d success=%s incomplete=%s closed_by=%s",
-            request_id,
-            decision.evaluation.overall_score,
-            decision.evaluation.success,
-            decision.evaluation.incomplete,
-            closed_by,
+            "evaluated %s score=%d success=%s incomplete=%s closed_by=%s judge=%s",
+            evaluation.request_id,
+            evaluation.overall_score,
+            evaluation.success,
+            evaluation.incomplete,
+            evaluation.closed_by,
+            evaluation.judge_status,
         )
+
+    async def close_window(request_id: str, closed_by: ClosedBy) -> None:
+        now = time.time()
+        window = store.collect(request_id, closed_by)
+        verdict = rules.judge(window)
+        facts = WindowFacts.of(window)
+        if judge is not None and sampled(request_id, settings.llm_sample_rate):
+            # The judge runs in its own agent: this one goes on closing windows meanwhile.
+            job = JudgeJob(
+                facts=facts,
+                rules=verdict,
+                content=build_input(window, settings.llm_max_input_chars).content,
+                closed_at=now,
+            )
+            sent = await judge_topic.send(key=request_id.encode("utf-8"), value=encode(job))
+            await sent
+            state.counters["judge_queued"] += 1
+        else:
+            outcome = SKIPPED if judge is not None else DISABLED
+            await publish(decide(facts, verdict, outcome, policy, version, now))
+        store.close(request_id, closed_by, now)
+        state.counters[f"closed_by_{closed_by}"] += 1
 
     async def handle_marker(request_id: str, marker: Marker) -> None:
         now = time.time()
@@ -205,6 +247,29 @@ def create_app(settings: Any) -> faust.App:
                     await dead_letter(event, exc)
                 except Exception as dlq_exc:
                     _die("cannot dead-letter a message", dlq_exc)
+
+    if judge is not None:
+        stage = judge
+
+        @app.agent(judge_topic, concurrency=1)  # type: ignore[misc]
+        async def judging(stream: Any) -> None:
+            # concurrency=1 (faust-streaming #606): calls run concurrently inside a batch, and
+            # the batch is acknowledged only once every verdict in it has been delivered.
+            async for batch in stream.take_events(settings.llm_concurrency, within=0.2):
+                await asyncio.gather(*(judge_event(stage, event) for event in batch))
+
+    async def judge_event(stage: JudgeStage, event: Any) -> None:
+        try:
+            job = JudgeJob.model_validate_json(event.value)
+            await publish(await stage.judge(job))
+        except KafkaError as exc:
+            _die("kafka failure while publishing a judged verdict", exc)
+        except Exception as exc:
+            log.exception("cannot judge a job; dead-lettering it")
+            try:
+                await dead_letter(event, exc)
+            except Exception as dlq_exc:
+                _die("cannot dead-letter a message", dlq_exc)
 
     @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
     async def find_idle_windows() -> None:

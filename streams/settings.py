@@ -43,6 +43,55 @@ class Settings(BaseSettings):
         False, description="Short group timeouts for the embedded demo broker (Tansu) only."
     )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    rule_weight: float = Field(
+        0.6, ge=0, le=1, description="Weight w of the rule score: overall = w*rule + (1-w)*llm."
+    )
+    llm_judge_enabled: bool = Field(False, description="Judge closed requests with an LLM.")
+    llm_base_url: str = Field(
+        "https://api.openai.com/v1", description="OpenAI-compatible API base URL (…/v1)."
+    )
+    llm_model: str = Field("gpt-4o-mini", description="Model name sent to the API.")
+    llm_api_key: SecretStr = Field(
+        SecretStr(""), description="API key (secret; never logged). Empty: no auth header."
+    )
+    llm_timeout_s: float = Field(60.0, gt=0, description="Overall deadline per judged request.")
+    llm_connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout.")
+    llm_max_attempts: int = Field(3, ge=1, description="Attempts per request (retries + 1).")
+    llm_concurrency: int = Field(4, ge=1, description="Judge calls in flight per worker.")
+    llm_rpm: int = Field(
+        0, ge=0, description="Requests per minute shared by all workers via Redis; 0: no limit."
+    )
+    llm_sample_rate: float = Field(
+        1.0, ge=0, le=1, description="Share of requests judged (deterministic per request id)."
+    )
+    llm_max_input_chars: int = Field(
+        24000, ge=2000, description="Judge input limit; long traces lose middle steps first."
+    )
+    llm_tool_choice: str = Field(
+        "named",
+        pattern="^(named|required|auto|none)$",
+        description="tool_choice: named (OpenAI, vLLM), required, auto (Ollama), none.",
+    )
+    llm_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
+    llm_max_tokens: int = Field(1024, ge=64, description="Max tokens of the judge's answer.")
+    llm_breaker_failures: int = Field(
+        5, ge=1, description="Consecutive failures that open the circuit breaker."
+    )
+    llm_breaker_cooldown_s: float = Field(
+        30.0, gt=0, description="Open-circuit time before one probe call."
+    )
+    llm_cache_ttl_s: int = Field(
+        7 * 86400, ge=1, description="TTL of cached verdicts in Redis (by input hash)."
+    )
+    llm_alert_fallback_rate: float = Field(
+        0.5, ge=0, le=1, description="Fallback share over the window that raises an alert."
+    )
+    llm_alert_window_s: float = Field(
+        300.0, gt=0, description="Window of the judge_unavailable alert."
+    )
+    llm_alert_min_requests: int = Field(
+        10, ge=1, description="Judged requests in the window before the alert can fire."
+    )
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}{name}"

@@ -18,6 +18,13 @@ from models.outputs import Evaluation
 log = logging.getLogger(__name__)
 
 
+def redis_client(url: str, timeout_s: float = 1.0) -> aioredis.Redis | None:
+    """One client per worker, short timeouts: Redis must never hold the stream up."""
+    if not url:
+        return None
+    return aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+
 def encode(model: BaseModel) -> bytes:
     return model.model_dump_json().encode("utf-8")
 
@@ -55,15 +62,11 @@ class RedisSink:
 
     KEY = "tracejudge:evaluation:{request_id}"
 
-    def __init__(self, url: str, ttl_s: int, timeout_s: float = 1.0) -> None:
+    def __init__(self, client: aioredis.Redis | None, ttl_s: int) -> None:
         self.ttl_s = ttl_s
         self.errors = 0
         self._last_log = 0.0
-        self._client: aioredis.Redis | None = (
-            aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-            if url
-            else None
-        )
+        self._client = client
 
     @property
     def enabled(self) -> bool:
@@ -83,7 +86,3 @@ class RedisSink:
                 self._last_log = now
                 log.warning("redis write failed (%d so far): %r", self.errors, exc)
             return False
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()

@@ -20,7 +20,8 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 INPUT = "events"
-OUTPUTS = ("evaluations", "reflections", "alerts", "dlq")
+JUDGE_REQUESTS = "judge-requests"  # internal: closed requests waiting for the LLM judge
+OUTPUTS = ("evaluations", "reflections", "alerts", "dlq", JUDGE_REQUESTS)
 TABLES = ("window-meta", "window-steps", "window-seen")
 
 

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from judges.rules import RuleJudge
-from judges.verdicts import Policy, decide
+from judges.verdicts import DISABLED, Decision, Policy, WindowFacts, decide, evaluator_version
 from models.events import parse_event
 from models.window import Window, assemble_window
 from streams.samples import sample_traces
@@ -51,6 +51,17 @@ def trace(
             final["validation"] = validation
         events.append(final)
     return events
+
+
+def rule_decision(window: Window, policy: Policy | None = None, now: float = 0.0) -> Decision:
+    return decide(
+        WindowFacts.of(window),
+        judge.judge(window),
+        DISABLED,
+        policy or Policy(),
+        evaluator_version(judge.version),
+        now,
+    )
 
 
 GOOD = "Your reservation ABC123 is booked for May 20; the total of $320 was charged."
@@ -168,14 +179,14 @@ def test_repeated_identical_calls_and_budget_cost_efficiency() -> None:
 
 def test_decide_builds_deterministic_ids_and_alerts() -> None:
     window = window_of(trace(None, [("pay", False)]), "idle_timeout")
-    first = decide(window, judge, Policy(warn_threshold=60), now=1.0)
-    second = decide(window, judge, Policy(warn_threshold=60), now=2.0)
+    first = rule_decision(window, Policy(warn_threshold=60), 1.0)
+    second = rule_decision(window, Policy(warn_threshold=60), 2.0)
     assert first.evaluation.evaluation_id == second.evaluation.evaluation_id
     assert not first.evaluation.passed
     assert [a.kind for a in first.alerts] == ["low_score"]
     assert first.reflection is not None and first.reflection.reflection_round == 1
     other = window.model_copy(update={"request_id": "other"})
-    assert decide(other, judge, Policy(), 1.0).evaluation.evaluation_id != (
+    assert rule_decision(other, Policy(), 1.0).evaluation.evaluation_id != (
         first.evaluation.evaluation_id
     )
 
@@ -188,7 +199,7 @@ def test_reflection_follows_incomplete_only(success: bool, incomplete: bool, ref
     calls = [("book", True)] + ([] if success else [("notify", False)])
     output = GOOD + (" Remaining steps: email the receipt." if incomplete else "")
     window = window_of(trace(output, calls))
-    decision = decide(window, judge, Policy(), 0.0)
+    decision = rule_decision(window, Policy(), 0.0)
     assert (decision.evaluation.success, decision.evaluation.incomplete) == (success, incomplete)
     assert (decision.reflection is not None) == reflect
 
@@ -196,8 +207,8 @@ def test_reflection_follows_incomplete_only(success: bool, incomplete: bool, ref
 def test_reflection_limit_turns_into_an_alert() -> None:
     events = trace(GOOD + " Remaining steps: email it.", [("book", True)])
     events[0]["reflection_round"] = 2
-    decision = decide(window_of(events), judge, Policy(max_reflection_rounds=2), 0.0)
+    decision = rule_decision(window_of(events), Policy(max_reflection_rounds=2), 0.0)
     assert decision.reflection is None
     assert "reflection_exhausted" in [a.kind for a in decision.alerts]
-    disabled = decide(window_of(events), judge, Policy(enable_reflection=False), 0.0)
+    disabled = rule_decision(window_of(events), Policy(enable_reflection=False), 0.0)
     assert disabled.reflection is None and not disabled.alerts

@@ -1,0 +1,193 @@
+"""The judge's answer: one pydantic model, parsed from any of the three accepted forms.
+
+(a) an OpenAI `tool_calls` entry for `final_judge` with JSON arguments;
+(b) the text form `<sentra-tools><invoke name="final_judge"><parameter name="…">…</parameter>
+    </invoke></sentra-tools>`;
+(c) a bare JSON object in the content (optionally in a ``` fence).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from models.errors import TracejudgeError
+from models.outputs import FailedStep
+
+TOOL_NAME = "final_judge"
+_TRUE, _FALSE = "true", "false"
+
+
+class InvalidAnswer(TracejudgeError):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in (_TRUE, _FALSE):
+        return value.strip().lower() == _TRUE
+    raise ValueError(f"expected a boolean or 'true'/'false', got {value!r}")
+
+
+def _to_score(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a score")
+    if isinstance(value, str):
+        value = value.strip()
+        if not re.fullmatch(r"-?\d+(?:\.\d+)?", value):
+            raise ValueError(f"not a number: {value!r}")
+        value = float(value)
+    if not isinstance(value, int | float):
+        raise ValueError(f"expected a number, got {type(value).__name__}")
+    score = round(value)
+    if not 0 <= score <= 100:
+        raise ValueError(f"score {score} outside 0-100")
+    return score
+
+
+def _to_str_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return [str(v) for v in value]
+    raise ValueError("expected a list of strings")
+
+
+class JudgeAnswer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    success: bool
+    incomplete: bool
+    failed_steps: list[FailedStep] = Field(default_factory=list)
+    remaining_steps: list[str] = Field(default_factory=list)
+    summary: str = ""
+    correctness: int
+    relevance: int
+    actionability: int
+    reasons: list[str] = Field(default_factory=list)
+    suggestions: list[str] = Field(default_factory=list)
+
+    _bools = field_validator("success", "incomplete", mode="before")(_to_bool)
+    _scores = field_validator("correctness", "relevance", "actionability", mode="before")(_to_score)
+    _lists = field_validator("remaining_steps", "reasons", "suggestions", mode="before")(
+        _to_str_list
+    )
+
+    @field_validator("failed_steps", mode="before")
+    @classmethod
+    def _failed(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise ValueError("failed_steps must be a list")
+        steps = []
+        for item in value:
+            if not isinstance(item, dict):
+                raise ValueError("each failed step must be an object")
+            index = item.get("index")
+            if isinstance(index, str) and index.strip().lstrip("-").isdigit():
+                index = int(index)
+            steps.append(
+                {"index": index, "tool": item.get("tool"), "reason": str(item.get("reason") or "")}
+            )
+        return steps
+
+    @property
+    def llm_score(self) -> int:
+        return round((self.correctness + self.relevance + self.actionability) / 3)
+
+
+_SENTRA = re.compile(r"<sentra-tools>(.*?)</sentra-tools>", re.DOTALL | re.IGNORECASE)
+_INVOKE = re.compile(
+    r"<invoke\s+name\s*=\s*[\"']([^\"']+)[\"']\s*>(.*?)</invoke>", re.DOTALL | re.IGNORECASE
+)
+_PARAM = re.compile(
+    r"<parameter\s+name\s*=\s*[\"']([^\"']+)[\"']\s*>(.*?)</parameter>", re.DOTALL | re.IGNORECASE
+)
+_FENCE = re.compile(r"```(?:json)?\s*(\{.*\})\s*```", re.DOTALL)
+
+
+def parse_answer(response: dict[str, Any]) -> JudgeAnswer:
+    """A Chat Completions response body -> JudgeAnswer, or InvalidAnswer saying why."""
+    try:
+        message = response["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise InvalidAnswer("response has no choices[0].message") from exc
+    if not isinstance(message, dict):
+        raise InvalidAnswer("choices[0].message is not an object")
+    arguments = _from_tool_calls(message.get("tool_calls"))
+    content = message.get("content")
+    if arguments is None and isinstance(content, str):
+        arguments = _from_sentra(content)
+        if arguments is None:
+            arguments = _from_json_content(content)
+    if arguments is None:
+        raise InvalidAnswer("no final_judge call, <sentra-tools> block or JSON object found")
+    try:
+        return JudgeAnswer.model_validate(arguments)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidAnswer(f"invalid final_judge arguments: {where}: {first['msg']}") from exc
+
+
+def _from_tool_calls(tool_calls: Any) -> dict[str, Any] | None:
+    if not isinstance(tool_calls, list):
+        return None
+    for call in tool_calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or function.get("name") != TOOL_NAME:
+            continue
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError as exc:
+                raise InvalidAnswer(f"final_judge arguments are not JSON: {exc.msg}") from exc
+        if not isinstance(arguments, dict):
+            raise InvalidAnswer("final_judge arguments are not an object")
+        return arguments
+    return None
+
+
+def _from_sentra(content: str) -> dict[str, Any] | None:
+    for block in _SENTRA.findall(content):
+        for name, body in _INVOKE.findall(block):
+            if name.strip() != TOOL_NAME:
+                continue
+            arguments: dict[str, Any] = {}
+            for param, raw in _PARAM.findall(body):
+                text = raw.strip()
+                try:
+                    arguments[param.strip()] = json.loads(text)
+                except json.JSONDecodeError:
+                    arguments[param.strip()] = text
+            return arguments
+    return None
+
+
+def _from_json_content(content: str) -> dict[str, Any] | None:
+    text = content.strip()
+    fenced = _FENCE.search(text)
+    if fenced:
+        text = fenced.group(1)
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        value = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if value.get("name") == TOOL_NAME and isinstance(value.get("arguments"), dict):
+        return dict(value["arguments"])
+    return value

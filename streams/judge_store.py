@@ -1,0 +1,118 @@
+"""Redis adapters of the judge: verdict cache and the rate limit shared by all workers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from judges.llm.answer import JudgeAnswer
+
+log = logging.getLogger(__name__)
+
+
+class JudgeCache:
+    """Verdicts by a hash of judge input, prompt version and model: a replay costs no call."""
+
+    def __init__(self, client: aioredis.Redis | None, ttl_s: int) -> None:
+        self._client = client
+        self.ttl_s = ttl_s
+        self.errors = 0
+
+    async def get(self, key: str) -> JudgeAnswer | None:
+        if self._client is None:
+            return None
+        try:
+            raw = await self._client.get(key)
+        except (RedisError, OSError):
+            self.errors += 1
+            return None
+        return JudgeAnswer.model_validate_json(raw) if raw else None
+
+    async def put(self, key: str, answer: JudgeAnswer) -> None:
+        if self._client is None:
+            return
+        try:
+            await self._client.set(key, answer.model_dump_json(), ex=self.ttl_s)
+        except (RedisError, OSError):
+            self.errors += 1
+
+
+class SharedRateLimiter:
+    """A per-minute request budget shared through Redis.
+
+    Each worker also keeps a heartbeat in a sorted set, so it knows how many workers share the
+    budget; while Redis is down it falls back to its fair share (rpm / workers last seen),
+    counted locally over a sliding minute.
+    """
+
+    COUNTER = "tracejudge:llm:rpm:{minute}"
+    WORKERS = "tracejudge:llm:workers"
+
+    def __init__(self, client: aioredis.Redis | None, rpm: int) -> None:
+        self._client = client
+        self.rpm = rpm
+        self.worker_id = uuid.uuid4().hex[:12]
+        self.workers_seen = 1
+        self._heartbeat_at = 0.0
+        self._local: deque[float] = deque()
+        self.redis_failures = 0
+
+    async def acquire(self, deadline: float) -> bool:
+        if self.rpm <= 0:
+            return True
+        loop = asyncio.get_running_loop()
+        while True:
+            granted, wait_s = await self._try_once()
+            if granted:
+                return True
+            if loop.time() + wait_s >= deadline:
+                return False
+            await asyncio.sleep(wait_s)
+
+    async def _try_once(self) -> tuple[bool, float]:
+        now = time.time()
+        if self._client is not None:
+            try:
+                await self._heartbeat(now)
+                minute = int(now // 60)
+                key = self.COUNTER.format(minute=minute)
+                async with self._client.pipeline(transaction=True) as pipe:
+                    pipe.incr(key)
+                    pipe.expire(key, 120)
+                    count, _ = await pipe.execute()
+                if int(count) <= self.rpm:
+                    return True, 0.0
+                return False, 60.0 - now % 60 + 0.01
+            except (RedisError, OSError) as exc:
+                self.redis_failures += 1
+                if self.redis_failures == 1 or self.redis_failures % 100 == 0:
+                    log.warning("rate limit via Redis failed, using a fair share: %r", exc)
+        return self._local_try(time.monotonic())
+
+    async def _heartbeat(self, now: float) -> None:
+        if self._client is None or now - self._heartbeat_at < 10:
+            return
+        self._heartbeat_at = now
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.zadd(self.WORKERS, {self.worker_id: now})
+            pipe.zremrangebyscore(self.WORKERS, 0, now - 30)
+            pipe.zcard(self.WORKERS)
+            *_, count = await pipe.execute()
+        self.workers_seen = max(1, int(count))
+
+    def fair_share(self) -> int:
+        return max(1, self.rpm // self.workers_seen)
+
+    def _local_try(self, now: float) -> tuple[bool, float]:
+        while self._local and self._local[0] <= now - 60:
+            self._local.popleft()
+        if len(self._local) < self.fair_share():
+            self._local.append(now)
+            return True, 0.0
+        return False, self._local[0] + 60 - now + 0.01

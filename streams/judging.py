@@ -1,0 +1,103 @@
+"""The judge stage: closed requests in, blended decisions out, never stalling the windows."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis.asyncio as aioredis
+
+from judges.llm.breaker import CircuitBreaker
+from judges.llm.client import JudgeError, LLMClient, LLMConfig
+from judges.llm.monitor import FallbackMonitor
+from judges.llm.prompt import cache_key
+from judges.verdicts import Decision, JudgeJob, JudgeOutcome, Policy, decide, stable_id
+from models.outputs import Alert
+from prompts import JudgePrompt, final_judge_prompt
+from streams.judge_store import JudgeCache, SharedRateLimiter
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def judge_version(settings: Settings, prompt: JudgePrompt) -> str:
+    return f"judge-{prompt.version}:{settings.llm_model}"
+
+
+class JudgeStage:
+    def __init__(
+        self, settings: Settings, redis: aioredis.Redis | None, policy: Policy, version: str
+    ) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.version = version
+        self.prompt = final_judge_prompt()
+        self.limiter = SharedRateLimiter(redis, settings.llm_rpm)
+        self.cache = JudgeCache(redis, settings.llm_cache_ttl_s)
+        self.breaker = CircuitBreaker(
+            settings.llm_breaker_failures, settings.llm_breaker_cooldown_s
+        )
+        self.monitor = FallbackMonitor(
+            settings.llm_alert_window_s,
+            settings.llm_alert_fallback_rate,
+            settings.llm_alert_min_requests,
+        )
+        self.client = LLMClient(
+            LLMConfig(
+                base_url=settings.llm_base_url,
+                model=settings.llm_model,
+                api_key=settings.llm_api_key.get_secret_value(),
+                timeout_s=settings.llm_timeout_s,
+                connect_timeout_s=settings.llm_connect_timeout_s,
+                max_attempts=settings.llm_max_attempts,
+                concurrency=settings.llm_concurrency,
+                tool_choice=settings.llm_tool_choice,
+                temperature=settings.llm_temperature,
+                max_tokens=settings.llm_max_tokens,
+            ),
+            self.prompt,
+            breaker=self.breaker,
+            limiter=self.limiter,
+        )
+
+    async def outcome(self, job: JudgeJob) -> JudgeOutcome:
+        key = cache_key(job.content, self.prompt, self.settings.llm_model)
+        cached = await self.cache.get(key)
+        if cached is not None:
+            return JudgeOutcome("ok", answer=cached)
+        try:
+            answer = await self.client.judge(job.content)
+        except JudgeError as exc:
+            log.info("judge fallback for %s: %s", job.facts.request_id, exc.code)
+            return JudgeOutcome("fallback", error=exc.code)  # type: ignore[arg-type]
+        except Exception:
+            log.exception("unexpected judge failure for %s", job.facts.request_id)
+            return JudgeOutcome("fallback", error="internal")
+        await self.cache.put(key, answer)
+        return JudgeOutcome("ok", answer=answer)
+
+    async def judge(self, job: JudgeJob) -> Decision:
+        outcome = await self.outcome(job)
+        now = time.time()
+        decision = decide(job.facts, job.rules, outcome, self.policy, self.version, now)
+        if self.monitor.record(outcome.status == "ok", time.monotonic()):
+            evaluation = decision.evaluation
+            decision.alerts.append(
+                Alert(
+                    alert_id=stable_id("alert", "judge_unavailable", evaluation.evaluation_id),
+                    kind="judge_unavailable",
+                    severity="critical",
+                    request_id=evaluation.request_id,
+                    evaluation_id=evaluation.evaluation_id,
+                    message=(
+                        f"LLM judge fell back to rules for {self.monitor.rate():.0%} of requests "
+                        f"in the last {self.settings.llm_alert_window_s:g}s "
+                        f"(latest: {outcome.error}); verdicts are rule-only meanwhile"
+                    ),
+                    ts=now,
+                )
+            )
+        return decision
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
