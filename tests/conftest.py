@@ -5,11 +5,30 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.realservices import start_kafka, start_redis
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "tau_airline"
+
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@pytest.fixture(autouse=True)
+def _no_real_model_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests play the model with a loopback server; any other host fails the test."""
+    send = httpx.AsyncClient.send
+
+    async def loopback_only(
+        self: httpx.AsyncClient, request: httpx.Request, **kw: object
+    ) -> object:
+        if request.url.host not in LOOPBACK:
+            raise AssertionError(f"a test tried to reach a real model: {request.url}")
+        return await send(self, request, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", loopback_only)
 
 
 @pytest.fixture(scope="session")
