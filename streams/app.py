@@ -74,7 +74,7 @@ def _headers(event: Any) -> dict[str, bytes]:
 
 def create_app(settings: Any) -> faust.App:
     """Build the worker's Faust app from settings; nothing is created at import time."""
-    timing: dict[str, Any] = {}
+    timing: dict[str, Any] = {"broker_session_timeout": settings.broker_session_timeout_s}
     if settings.embedded_broker_timing:
         # Tansu waits the whole rebalance timeout on every group join: 6 s instead of 32 s.
         timing = dict(
@@ -206,7 +206,9 @@ def create_app(settings: Any) -> faust.App:
         parsed = parse_event(event.value)
         status = store.add(parsed, event.message.partition, time.time())
         state.counters[f"events_{status}"] += 1
-        if status == "added" and is_terminal(parsed):
+        # A duplicate terminal event on an open window means the close it triggered never
+        # finished (the worker died in between): finish it now.
+        if is_terminal(parsed) and status != "late" and store.is_open(parsed.request_id):
             await close_window(parsed.request_id, "final_response")
 
     async def dead_letter(event: Any, exc: Exception) -> None:

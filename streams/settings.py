@@ -39,6 +39,12 @@ class Settings(BaseSettings):
     max_reflection_rounds: int = Field(2, ge=0, description="Reflection rounds before giving up.")
     evaluation_ttl_s: int = Field(86400, ge=1, description="TTL of evaluations kept in Redis.")
     tool_call_budget: int = Field(25, ge=1, description="Tool calls before efficiency drops.")
+    broker_session_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Kafka group session timeout: how soon a dead worker's "
+        "partitions move to the others.",
+    )
     embedded_broker_timing: bool = Field(
         False, description="Short group timeouts for the embedded demo broker (Tansu) only."
     )

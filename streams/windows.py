@@ -62,7 +62,15 @@ class WindowStore:
             self.meta[rid] = {**meta, "late": meta.get("late", 0) + 1}
             return "late"
         event_id = event.resolved_event_id()
-        if seen_key(rid, event_id) in self.seen:
+        seq_seen = self.seen.get(seen_key(rid, event_id))
+        # The three tables' changelogs are separate topics, so a crash can persist one write
+        # and not another: an event counts as seen only when its record is really there.
+        if (
+            seq_seen is not None
+            and meta is not None
+            and seq_seen < meta["n"]
+            and step_key(rid, seq_seen) in self.steps
+        ):
             return "duplicate"
         if meta is None:
             meta = {"p": partition, "n": 0, "steps": 0, "dropped": 0, "first": now, "late": 0}

@@ -106,3 +106,12 @@ def test_idle_and_purge_markers_are_due_and_rechecked() -> None:
     assert list(s.due(500.0 + 3600, 300, 3600)) == [("a", 2, "purge")]
     s.purge("a")
     assert "a" not in s.meta
+
+
+def test_a_seen_entry_without_its_record_does_not_count_as_seen() -> None:
+    # a crash persisted the `seen` write but not the step record or the counters
+    s = store()
+    s.seen["r\x1fr:tool_call:0"] = 0
+    assert s.add(parse_event(tool("r", 0)), 0, 1.0) == "added"
+    assert s.add(parse_event(tool("r", 0)), 0, 1.0) == "duplicate"
+    assert s.collect("r", "final_response").step_count == 1

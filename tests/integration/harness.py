@@ -113,6 +113,8 @@ def worker_env(
         "TRACEJUDGE_DATA_DIR": str(data_dir / unique),
         "TRACEJUDGE_IDLE_CHECK_INTERVAL_S": "0.5",
         "TRACEJUDGE_LOG_LEVEL": "info",
+        # a killed worker's partitions come back after this, not after the default 60 s
+        "TRACEJUDGE_BROKER_SESSION_TIMEOUT_S": "10",
     }
     env.update({f"TRACEJUDGE_{k.upper()}": str(v) for k, v in overrides.items()})
     return env
