@@ -32,8 +32,11 @@ from models.events import parse_event
 from models.window import ClosedBy
 from prompts import final_judge_prompt
 from streams import topics
+from streams.debug import async_stacks
+from streams.judge_runner import JudgeRunner
 from streams.judging import JudgeStage, judge_version
 from streams.sinks import Emitter, RedisSink, encode, redis_client
+from streams.watchdog import StallWatchdog
 from streams.windows import Marker, WindowStore, is_terminal
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,7 @@ MARKER_RESEND_S = 30.0
 @dataclass
 class WorkerState:
     assigned: bool = False
+    last_progress: float = field(default_factory=time.monotonic)
     counters: Counter[str] = field(default_factory=Counter)
     markers_sent: dict[str, float] = field(default_factory=dict)
 
@@ -211,33 +215,30 @@ def create_app(settings: Any) -> faust.App:
         if is_terminal(parsed) and status != "late" and store.is_open(parsed.request_id):
             await close_window(parsed.request_id, "final_response")
 
-    async def dead_letter(event: Any, exc: Exception) -> None:
-        message = event.message
+    async def dead_letter(
+        key: bytes | None, value: bytes | None, where: tuple[str, int, int], exc: Exception
+    ) -> None:
+        topic, partition, offset = where
         reason = exc.reason if isinstance(exc, InvalidEvent) else str(exc)
         code = exc.code if isinstance(exc, InvalidEvent) else type(exc).__name__
         headers = [
             ("tracejudge-error-class", code.encode()),
             ("tracejudge-error", reason[:1000].encode("utf-8", "replace")),
-            ("tracejudge-original-topic", message.topic.encode()),
-            ("tracejudge-original-partition", str(message.partition).encode()),
-            ("tracejudge-original-offset", str(message.offset).encode()),
+            ("tracejudge-original-topic", topic.encode()),
+            ("tracejudge-original-partition", str(partition).encode()),
+            ("tracejudge-original-offset", str(offset).encode()),
         ]
-        fut = await dlq_topic.send(key=event.key, value=event.value, headers=headers)
+        fut = await dlq_topic.send(key=key, value=value, headers=headers)
         await fut
         state.counters["dead_lettered"] += 1
         state.counters[f"dead_lettered_{code}"] += 1
-        log.warning(
-            "dead-lettered %s[%d]@%d: %s",
-            message.topic,
-            message.partition,
-            message.offset,
-            code,
-        )
+        log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, code)
 
     @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
     async def windows(stream: Any) -> None:
         # Only a concurrency=1 agent may update tables (faust-streaming #606).
         async for event in stream.events():
+            state.last_progress = time.monotonic()
             try:
                 await handle(event)
             except KafkaError as exc:
@@ -245,33 +246,40 @@ def create_app(settings: Any) -> faust.App:
             except Exception as exc:  # error policy: dead-letter and go on
                 if not isinstance(exc, InvalidEvent):
                     log.exception("unexpected error on an event; dead-lettering it")
+                message = event.message
+                where = (message.topic, message.partition, message.offset)
                 try:
-                    await dead_letter(event, exc)
+                    await dead_letter(event.key, event.value, where, exc)
                 except Exception as dlq_exc:
                     _die("cannot dead-letter a message", dlq_exc)
 
     if judge is not None:
         stage = judge
 
-        @app.agent(judge_topic, concurrency=1)  # type: ignore[misc]
-        async def judging(stream: Any) -> None:
-            # concurrency=1 (faust-streaming #606): calls run concurrently inside a batch, and
-            # the batch is acknowledged only once every verdict in it has been delivered.
-            async for batch in stream.take_events(settings.llm_concurrency, within=0.2):
-                await asyncio.gather(*(judge_event(stage, event) for event in batch))
-
-    async def judge_event(stage: JudgeStage, event: Any) -> None:
-        try:
-            job = JudgeJob.model_validate_json(event.value)
-            await publish(await stage.judge(job))
-        except KafkaError as exc:
-            _die("kafka failure while publishing a judged verdict", exc)
-        except Exception as exc:
-            log.exception("cannot judge a job; dead-lettering it")
+        async def judge_record(record: Any) -> None:
             try:
-                await dead_letter(event, exc)
-            except Exception as dlq_exc:
-                _die("cannot dead-letter a message", dlq_exc)
+                job = JudgeJob.model_validate_json(record.value)
+                await publish(await stage.judge(job))
+            except KafkaError as exc:
+                _die("kafka failure while publishing a judged verdict", exc)
+            except Exception as exc:
+                log.exception("cannot judge a job; dead-lettering it")
+                where = (record.topic, record.partition, record.offset)
+                try:
+                    await dead_letter(record.key, record.value, where, exc)
+                except Exception as dlq_exc:
+                    _die("cannot dead-letter a message", dlq_exc)
+
+        runner = JudgeRunner(settings, settings.topic(topics.JUDGE_REQUESTS), judge_record)
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def judging() -> None:
+            try:
+                await runner.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                _die("the judge consumer stopped", exc)
 
     @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
     async def find_idle_windows() -> None:
@@ -295,16 +303,39 @@ def create_app(settings: Any) -> faust.App:
             state.counters["timer_errors"] += 1
             log.exception("idle-window scan failed")
 
+    watchdog = StallWatchdog(
+        settings,
+        settings.topic(topics.INPUT),
+        owned=lambda: {
+            tp.partition
+            for tp in app.consumer.assignment()
+            if tp.topic == settings.topic(topics.INPUT)
+        },
+        last_progress=lambda: state.last_progress,
+    )
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def watch_for_stalls() -> None:
+        def stalled(reason: str) -> None:
+            _die(reason, RuntimeError("no progress on owned input partitions"))
+
+        await watchdog.run(stalled)
+
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _assigned(sender: Any, **_: Any) -> None:
         state.assigned = True
 
+    @app.page("/debug/tasks")  # type: ignore[misc]
+    async def tasks(web: Any, request: Any) -> Any:
+        return web.text(async_stacks())
+
     @app.page("/health")  # type: ignore[misc]
     async def health(web: Any, request: Any) -> Any:
         recovered = app.tables.recovery.completed.is_set()  # type: ignore[attr-defined]
-        ready = state.assigned and recovered and not app.rebalancing
+        stalled = watchdog.stalled_since is not None
+        ready = state.assigned and recovered and not app.rebalancing and not stalled
         body = {
-            "status": "ok" if ready else "starting",
+            "status": "ok" if ready else "stalled" if stalled else "starting",
             "assigned": state.assigned,
             "recovered": recovered,
             "rebalancing": bool(app.rebalancing),

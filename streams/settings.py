@@ -45,6 +45,12 @@ class Settings(BaseSettings):
         description="Kafka group session timeout: how soon a dead worker's "
         "partitions move to the others.",
     )
+    stall_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Input lag with no progress this long makes the worker exit "
+        "for its supervisor to restart it.",
+    )
     embedded_broker_timing: bool = Field(
         False, description="Short group timeouts for the embedded demo broker (Tansu) only."
     )

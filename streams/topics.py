@@ -11,6 +11,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -89,9 +90,38 @@ async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker was first
                 await admin.create_topics(new)
             log.info("created topics: %s", ", ".join(s.name for s in missing))
+        await seed_group_offsets(settings, settings.topic(INPUT))
         return [s.name for s in missing]
     finally:
         await admin.close()
+
+
+async def seed_group_offsets(settings: Settings, topic: str) -> None:
+    """Commit the earliest offset for input partitions the worker group never committed.
+
+    A Faust worker killed before its group's first commit, then restarted, was seen to stall
+    after recovery (it resumes fetching before seeking to committed offsets, faust-streaming
+    #216): with an offset always committed, it seeks to it. Only possible while the group
+    has no live member; otherwise a running worker owns those commits anyway.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=settings.app_id,
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        missing = [tp for tp in tps if await consumer.committed(tp) is None]
+        if not missing:
+            return
+        earliest = await consumer.beginning_offsets(missing)
+        with contextlib.suppress(KafkaError):
+            await consumer.commit({tp: earliest[tp] for tp in missing})
+            log.info("seeded offsets of %s for group %s", topic, settings.app_id)
+    finally:
+        await consumer.stop()
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient) -> dict[str, int]:

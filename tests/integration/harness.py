@@ -86,6 +86,13 @@ class WorkerProcess:
             time.sleep(0.05)
         raise AssertionError(f"worker not healthy after {timeout_s}s:\n{self.tail()}")
 
+    def restart_if_exited(self) -> bool:
+        """What a supervisor does: start the worker again if it exited."""
+        if self.process is not None and self.process.poll() is not None:
+            self.start()
+            return True
+        return False
+
     def kill9(self) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGKILL)
@@ -115,6 +122,7 @@ def worker_env(
         "TRACEJUDGE_LOG_LEVEL": "info",
         # a killed worker's partitions come back after this, not after the default 60 s
         "TRACEJUDGE_BROKER_SESSION_TIMEOUT_S": "10",
+        "TRACEJUDGE_STALL_TIMEOUT_S": "15",
     }
     env.update({f"TRACEJUDGE_{k.upper()}": str(v) for k, v in overrides.items()})
     return env
