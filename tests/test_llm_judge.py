@@ -329,3 +329,104 @@ def test_httpx_guard_refuses_real_hosts() -> None:
 
     with pytest.raises(AssertionError, match="real model"):
         asyncio.run(call())
+
+
+def _stage(fake_url: str, **settings: Any) -> Any:
+    from streams.judging import JudgeStage
+    from streams.settings import Settings
+
+    config = Settings.model_validate(
+        {
+            "llm_judge_enabled": True,
+            "llm_base_url": fake_url,
+            "llm_timeout_s": 2.0,
+            "llm_max_attempts": 2,
+            "redis_url": "",
+            **settings,
+        }
+    )
+    return JudgeStage(config, None, Policy(), "test-version")
+
+
+def _job() -> Any:
+    from judges.verdicts import JudgeJob
+
+    window = window_of(trace(GOOD, [("book", True)]))
+    return JudgeJob(
+        facts=WindowFacts.of(window),
+        rules=RuleJudge().judge(window),
+        content=build_input(window, 24_000).content,
+        closed_at=0.0,
+    )
+
+
+def _slow(body: dict[str, Any], n: int) -> Reply:
+    return tool_call_reply(verdict(True, True), delay_s=3)
+
+
+@pytest.mark.parametrize(
+    ("script", "status", "error", "llm_score", "verdicts"),
+    [
+        (lambda b, n: tool_call_reply(verdict(True, True, 60)), "ok", None, 60, (True, True)),
+        (
+            lambda b, n: content_reply(sentra(verdict(False, True, 30))),
+            "ok",
+            None,
+            30,
+            (False, True),
+        ),
+        (
+            lambda b, n: content_reply(
+                json.dumps({**verdict(False, False, 90), "success": "false"})
+            ),
+            "ok",
+            None,
+            90,
+            (False, False),
+        ),
+        (lambda b, n: content_reply("no idea"), "fallback", "invalid_output", None, (True, False)),
+        (lambda b, n: Reply(status=500, body={}), "fallback", "http_5xx", None, (True, False)),
+        (
+            lambda b, n: Reply(status=429, body={}, headers={"Retry-After": "30"}),
+            "fallback",
+            "rate_limited",
+            None,
+            (True, False),
+        ),
+        (_slow, "fallback", "timeout", None, (True, False)),
+    ],
+    ids=["tool-call", "sentra", "json-string-bool", "invalid", "500", "429", "slow"],
+)
+async def test_each_answer_becomes_the_right_evaluation(
+    fake: FakeLLM,
+    script: Any,
+    status: str,
+    error: str | None,
+    llm_score: int | None,
+    verdicts: tuple[bool, bool],
+) -> None:
+    fake.script = script
+    stage = _stage(fake.base_url)
+    job = _job()
+    try:
+        decision = await stage.judge(job)
+    finally:
+        await stage.aclose()
+    e = decision.evaluation
+    assert (e.judge_status, e.judge_error, e.llm_score) == (status, error, llm_score)
+    assert (e.success, e.incomplete) == verdicts  # the rules say (True, False) here
+    expected = e.rule_score if llm_score is None else round(0.6 * e.rule_score + 0.4 * llm_score)
+    assert e.overall_score == expected
+    assert (decision.reflection is not None) == verdicts[1]
+
+
+async def test_server_down_and_open_circuit_become_fallbacks() -> None:
+    stage = _stage(f"http://127.0.0.1:{free_port()}/v1", llm_breaker_failures=1)
+    try:
+        first = (await stage.judge(_job())).evaluation
+        second = (await stage.judge(_job())).evaluation
+    finally:
+        await stage.aclose()
+    assert (first.judge_status, first.judge_error) == ("fallback", "connect")
+    assert (second.judge_status, second.judge_error) == ("fallback", "circuit_open")
+    assert second.overall_score == second.rule_score
