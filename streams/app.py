@@ -104,7 +104,6 @@ def create_app(settings: Any) -> faust.App:
         **timing,
     )
     state = WorkerState()
-    app.tracejudge_state = state  # type: ignore[attr-defined]
 
     def raw_topic(name: str) -> Any:
         return app.topic(
@@ -170,7 +169,7 @@ def create_app(settings: Any) -> faust.App:
         verdict = rules.judge(window)
         facts = WindowFacts.of(window)
         if judge is not None and sampled(request_id, settings.llm_sample_rate):
-            # The judge runs in its own agent: this one goes on closing windows meanwhile.
+            # The judge runs in its own consumer: this agent goes on closing windows meanwhile.
             job = JudgeJob(
                 facts=facts,
                 rules=verdict,
