@@ -29,24 +29,12 @@ REMAINING_WORK: tuple[str, ...] = (
     r"接下来(?:需要|还要|将)",
 )
 
-# Stock filler that says nothing about the task (seam for the generic-answer classifier).
-FILLER: tuple[str, ...] = (
-    r"^\s*(?:i am |i'm )?ready to (?:assist|help)\b",
-    r"^\s*how can i (?:help|assist)(?: you)?(?: today)?\s*[?？.!]*\s*$",
-    r"^\s*(?:sure|ok(?:ay)?|certainly)[.!]?\s*$",
-    r"^\s*i can see this is\b",
-    r"^\s*setting up the context\b",
-    r"^\s*(?:请问)?有什么可以帮(?:您|你)",
-    r"^\s*好的[。！!.]?\s*$",
-)
-
 
 def compile_family(patterns: Iterable[str]) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in patterns)
 
 
 REMAINING_WORK_RE = compile_family(REMAINING_WORK)
-FILLER_RE = compile_family(FILLER)
 
 
 def first_match(text: str, family: tuple[re.Pattern[str], ...]) -> str | None:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from judges.phrases import FILLER_RE, REMAINING_WORK_RE, first_match
+from judges.generic import decide_retry
+from judges.phrases import REMAINING_WORK_RE, first_match
 from models.outputs import FailedStep
 from models.window import Window
 
@@ -154,11 +155,21 @@ class RuleJudge:
         elif len(output) < BRIEF_OUTPUT:
             score -= 15
             reasons.append(f"final output is brief ({len(output)} characters)")
-        filler = first_match(output, FILLER_RE)
-        if filler:
+        # Same classifier as the retry stream: filler, or a question where work was asked
+        # for, is not a result (a clarifying question to a vague goal is).
+        answer = decide_retry(window.task.goal if window.task else "", output)
+        if answer.retry:
+            kind = answer.classification.response_type
+            pattern = answer.classification.detected_pattern
             score -= 60
-            reasons.append(f"final output is filler rather than a result ('{filler}')")
-            suggestions.append("answer with the result of the task, not a stock phrase")
+            reasons.append(
+                f"final output is {kind}, not a result" + (f" ('{pattern}')" if pattern else "")
+            )
+            remaining.append(
+                "answer the user's request instead of "
+                + ("a stock phrase" if kind == "generic" else "only asking for clarification")
+            )
+            suggestions.append("answer with the result of the task, not filler or a question")
         left = first_match(output, REMAINING_WORK_RE)
         if left:
             score -= 30

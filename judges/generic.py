@@ -1,0 +1,167 @@
+"""Is a model's answer generic filler, a clarifying question only, or substantive?
+
+Phrase families live in prompts/generic_patterns.json. Substance is measured on what is left
+once the sentences carrying a matched phrase are removed, so an answer that opens with a stock
+phrase and then does the work is substantive.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Literal
+
+from prompts import read_prompt
+
+ResponseType = Literal["generic", "clarification", "substantive"]
+_CJK = re.compile(r"[\u3400-\u9fff]")
+_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+_CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
+_LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
+_ENTITY = re.compile(
+    r"\d+(?:\.\d+)?|[\w-]+\.(?:py|js|ts|go|rs|java|md|json|yaml|yml|toml|txt|sql|sh)\b"
+    r"|`[^`]+`|\w+\(\)|/\w[\w/.-]+|https?://\S+|\b[a-z]+_[a-z_]+\b"
+)
+
+
+@dataclass(frozen=True)
+class Families:
+    clarification: tuple[str, ...]
+    generic: tuple[str, ...]
+    task_verbs: tuple[str, ...]
+
+
+def normalise(text: str) -> str:
+    """Lower case, punctuation and spacing folded: "Ready  to assist!" -> "ready to assist"."""
+    return " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
+
+
+@cache
+def families() -> Families:
+    data = json.loads(read_prompt("generic_patterns.json"))
+    return Families(
+        clarification=tuple(normalise(p) for p in data["clarification"]),
+        generic=tuple(normalise(p) for p in data["generic"]),
+        task_verbs=tuple(normalise(p) for p in data["task_verbs"]),
+    )
+
+
+def _contains(text: str, phrase: str) -> bool:
+    if _CJK.search(phrase):
+        return phrase in text.replace(" ", "") or phrase in text
+    return re.search(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", text) is not None
+
+
+def _first(text: str, phrases: tuple[str, ...]) -> str | None:
+    return next((p for p in phrases if _contains(text, p)), None)
+
+
+def is_chinese(text: str) -> bool:
+    return len(_CJK.findall(text)) >= max(1, len(text) // 10)
+
+
+def prompt_is_complex(prompt: str) -> bool:
+    """A real task: long, or asking for work (analyze, fix, 实现 …)."""
+    if len(prompt) >= 120 or (is_chinese(prompt) and len(prompt) >= 40):
+        return True
+    return _first(normalise(prompt), families().task_verbs) is not None
+
+
+@dataclass(frozen=True)
+class Classification:
+    response_type: ResponseType
+    detected_pattern: str | None
+    substance: int
+    reasons: list[str] = field(default_factory=list)
+
+    def should_retry(self, prompt_complex: bool) -> bool:
+        if self.response_type == "generic":
+            return True
+        return self.response_type == "clarification" and prompt_complex
+
+
+def substance(text: str) -> int:
+    """Points for content: code, lists, several lines, concrete entities, length."""
+    points = 0
+    if _CODE.search(text):
+        points += 3
+    if len(_LIST.findall(text)) >= 2:
+        points += 2
+    if sum(1 for line in text.splitlines() if line.strip()) >= 3:
+        points += 1
+    points += min(2, len(_ENTITY.findall(text)))
+    size = len(_CJK.findall(text)) * 3 + len(re.findall(r"[A-Za-z0-9]+", text)) * 5
+    points += 2 if size >= 200 else 1 if size >= 60 else 0
+    return points
+
+
+def classify(response: str) -> Classification:
+    fam = families()
+    kept: list[str] = []
+    generic_hit = clarification_hit = None
+    for sentence in _SENTENCE.findall(response):
+        norm = normalise(sentence)
+        if not norm:
+            continue
+        g = _first(norm, fam.generic)
+        c = None if g else _first(norm, fam.clarification)
+        generic_hit = generic_hit or g
+        clarification_hit = clarification_hit or c
+        if not g and not c:
+            kept.append(sentence)
+    remainder = "\n".join(s.strip() for s in kept)
+    points = substance(remainder) + (3 if _CODE.search(response) else 0)
+    meaningful = len(normalise(remainder).replace(" ", "")) >= 10
+    if not normalise(response):
+        return Classification("generic", None, 0, ["the answer is empty"])
+    if clarification_hit and points < 2:
+        reasons = [f"asks for clarification ('{clarification_hit}') without doing any work"]
+        if generic_hit:
+            reasons.append(f"and opens with a stock phrase ('{generic_hit}')")
+        return Classification("clarification", clarification_hit, points, reasons)
+    if generic_hit and not meaningful and points < 2:
+        return Classification(
+            "generic",
+            generic_hit,
+            points,
+            [f"stock phrase ('{generic_hit}') with nothing after it"],
+        )
+    if generic_hit or clarification_hit:
+        return Classification(
+            "substantive",
+            generic_hit or clarification_hit,
+            points,
+            [
+                f"opens with a stock phrase ('{generic_hit or clarification_hit}') "
+                "and then does the work"
+            ],
+        )
+    return Classification("substantive", None, points, [])
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    classification: Classification
+    prompt_complex: bool
+    retry: bool
+    reasons: list[str]
+
+
+def decide_retry(prompt: str, response: str) -> RetryDecision:
+    c = classify(response)
+    complex_ = prompt_is_complex(prompt)
+    retry = c.should_retry(complex_)
+    reasons = list(c.reasons)
+    if c.response_type == "clarification":
+        reasons.append(
+            "the prompt is a concrete task, so a question alone is not an answer"
+            if complex_
+            else "the prompt is vague, so asking what is wanted is the right answer"
+        )
+    return RetryDecision(c, complex_, retry, reasons)
+
+
+def continue_prompt(prompt: str) -> str:
+    return "继续" if is_chinese(prompt) else "Please continue and complete the task."

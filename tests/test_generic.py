@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.generic_precision import score
+from judges.generic import classify, continue_prompt, decide_retry, prompt_is_complex
+from judges.rules import RuleJudge
+from tests.test_rules import trace, window_of
+
+
+@pytest.mark.parametrize(
+    ("prompt", "response", "retry"),
+    [
+        ("hello", "How can I help you?", False),
+        ("analyze this repo", "Could you clarify?", True),
+        ("hello", "Ready to assist", True),
+        ("debug this", "I can see this is...\n\nLet me analyze...", False),
+    ],
+)
+def test_seed_cases(prompt: str, response: str, retry: bool) -> None:
+    assert decide_retry(prompt, response).retry is retry
+
+
+def test_labelled_set_precision_and_recall_of_retry() -> None:
+    result = score()
+    assert result.total >= 80
+    assert result.precision >= 0.95 and result.recall >= 0.95, result.errors
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "READY TO ASSIST!!!",
+        "ready   to\nassist",
+        "Ready-to-assist.",
+        "  ready to assist  ",
+        "有什么可以帮您？",
+        "有什么可以 帮您",
+    ],
+)
+def test_matching_ignores_case_punctuation_and_spacing(response: str) -> None:
+    c = classify(response)
+    assert c.response_type == "generic" and c.detected_pattern
+
+
+def test_classification_says_what_and_why() -> None:
+    c = classify("Could you please clarify what you mean?")
+    assert c.response_type == "clarification"
+    assert c.detected_pattern == "could you please clarify"
+    assert "clarification" in c.reasons[0]
+    opener = classify("Ready to help. The bug is on line 12: `i <= n` should be `i < n`.")
+    assert opener.response_type == "substantive" and opener.detected_pattern == "ready to help"
+    plain = classify("def f(): pass")
+    assert plain.response_type == "substantive" and plain.detected_pattern is None
+
+
+def test_prompt_complexity_and_continue_prompt_language() -> None:
+    assert not prompt_is_complex("hello") and not prompt_is_complex("你好")
+    assert prompt_is_complex("analyze this repo") and prompt_is_complex("修复登录问题")
+    assert prompt_is_complex("x " * 80)
+    assert continue_prompt("修复登录问题") == "继续"
+    assert continue_prompt("fix the login").startswith("Please continue")
+
+
+def test_generic_final_output_makes_the_request_incomplete() -> None:
+    events = trace("Ready to assist!", [("search", True)])
+    events[0]["goal"] = "Refactor the billing module"
+    verdict = RuleJudge().judge(window_of(events))
+    assert verdict.incomplete and verdict.completeness <= 40
+    asked = trace("Could you clarify which module you mean?", [])
+    asked[0]["goal"] = "Refactor the module"
+    assert RuleJudge().judge(window_of(asked)).incomplete
+    vague = trace("Hi! How can I help you today?", [])
+    vague[0]["goal"] = "hello"
+    assert not RuleJudge().judge(window_of(vague)).incomplete  # the right answer to "hello"
