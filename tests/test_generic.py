@@ -31,7 +31,7 @@ def test_labelled_set_precision_and_recall_of_retry() -> None:
     "response",
     [
         "READY TO ASSIST!!!",
-        "ready   to\nassist",
+        "ready \t to   assist",
         "Ready-to-assist.",
         "  ready to assist  ",
         "有什么可以帮您？",
