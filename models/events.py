@@ -159,7 +159,7 @@ STEP_TYPES = frozenset({"user_message", "reasoning_step", "tool_call", "iteratio
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
-def _describe(exc: ValidationError) -> str:
+def describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors(include_url=False)[:5]:
         where = ".".join(str(p) for p in err["loc"]) or "(event)"
@@ -168,8 +168,10 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
-def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
-    """Decode and validate one message value; raise InvalidEvent saying why not."""
+def decode_object(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any]:
+    """A message value as a JSON object, or InvalidEvent saying why not."""
+    if raw is None:
+        raise InvalidEvent("empty", "message has no value")
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
@@ -182,14 +184,19 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
             raise InvalidEvent("not_json", f"value is not JSON: {exc.msg} at {exc.pos}") from exc
     if not isinstance(raw, dict):
         raise InvalidEvent("not_object", f"event must be a JSON object, got {type(raw).__name__}")
-    kind = raw.get("type")
-    if kind is None:
+    if raw.get("type") is None:
         raise InvalidEvent("missing_type", "event has no 'type' field")
+    return raw
+
+
+def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
+    """Decode and validate one message value; raise InvalidEvent saying why not."""
+    value = decode_object(raw)
     try:
-        return EVENT_ADAPTER.validate_python(raw)
+        return EVENT_ADAPTER.validate_python(value)
     except ValidationError as exc:
         code = "unknown_type" if _is_unknown_type(exc) else "invalid_fields"
-        raise InvalidEvent(code, _describe(exc)) from exc
+        raise InvalidEvent(code, describe(exc)) from exc
 
 
 def _is_unknown_type(exc: ValidationError) -> bool:

@@ -93,9 +93,28 @@ class ReflectionRequest(_Output):
 class Alert(_Output):
     type: Literal["alert"] = "alert"
     alert_id: str
-    kind: Literal["low_score", "reflection_exhausted", "judge_unavailable"]
+    kind: Literal["low_score", "reflection_exhausted", "judge_unavailable", "retries_exhausted"]
     severity: Literal["info", "warning", "critical"]
-    request_id: str
-    evaluation_id: str
+    request_id: str | None
+    evaluation_id: str | None = None
+    session_id: str | None = None
     message: str
+    ts: float
+
+
+class RetryRequest(_Output):
+    type: Literal["retry_request", "retry_exhausted"] = "retry_request"
+    retry_id: str = Field(description="Deterministic per response: duplicates share it.")
+    session_id: str
+    request_id: str | None = None
+    agent: str | None = None
+    attempt: int = Field(
+        ge=0, description="retry_request: the next attempt; retry_exhausted: the last one."
+    )
+    response_type: Literal["generic", "clarification", "substantive"]
+    detected_pattern: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+    continue_prompt: str | None = Field(
+        default=None, description="What to send the agent's session (retry_request only)."
+    )
     ts: float

@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from models.events import CONTRACT_VERSION, EVENT_ADAPTER
-from models.outputs import Alert, Evaluation, ReflectionRequest
+from models.outputs import Alert, Evaluation, ReflectionRequest, RetryRequest
+from models.responses import ModelResponse
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 
@@ -25,11 +26,14 @@ def contract_schemas() -> dict[str, dict[str, Any]]:
     )
     schemas = {"event.schema.json": event}
     for name, model in (
+        ("model_response", ModelResponse),
         ("evaluation", Evaluation),
         ("reflection_request", ReflectionRequest),
         ("alert", Alert),
+        ("retry_request", RetryRequest),
     ):
-        schemas[f"{name}.schema.json"] = TypeAdapter(model).json_schema(mode="serialization")
+        mode = "validation" if model is ModelResponse else "serialization"
+        schemas[f"{name}.schema.json"] = TypeAdapter(model).json_schema(mode=mode)
     for schema in schemas.values():
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schemas

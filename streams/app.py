@@ -15,6 +15,7 @@ import faust
 from aiokafka.errors import KafkaError
 
 from judges.llm.prompt import build_input
+from judges.retries import plan_retry
 from judges.rules import RuleJudge
 from judges.sampling import sampled
 from judges.verdicts import (
@@ -29,6 +30,7 @@ from judges.verdicts import (
 )
 from models.errors import InvalidEvent
 from models.events import parse_event
+from models.responses import parse_model_response
 from models.window import ClosedBy
 from prompts import final_judge_prompt
 from streams import topics
@@ -204,8 +206,6 @@ def create_app(settings: Any) -> faust.App:
             request_id = json.loads(event.value)["request_id"]
             await handle_marker(request_id, marker.decode())  # type: ignore[arg-type]
             return
-        if event.value is None:
-            raise InvalidEvent("empty", "message has no value")
         parsed = parse_event(event.value)
         status = store.add(parsed, event.message.partition, time.time())
         state.counters[f"events_{status}"] += 1
@@ -233,24 +233,55 @@ def create_app(settings: Any) -> faust.App:
         state.counters[f"dead_lettered_{code}"] += 1
         log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, code)
 
+    async def guarded(event: Any, handler: Any) -> None:
+        """The error policy, per event: dead-letter and go on, or exit if Kafka is unusable."""
+        try:
+            await handler(event)
+        except KafkaError as exc:
+            _die("kafka failure while handling an event", exc)
+        except Exception as exc:
+            if not isinstance(exc, InvalidEvent):
+                log.exception("unexpected error on an event; dead-lettering it")
+            message = event.message
+            where = (message.topic, message.partition, message.offset)
+            try:
+                await dead_letter(event.key, event.value, where, exc)
+            except Exception as dlq_exc:
+                _die("cannot dead-letter a message", dlq_exc)
+
     @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
     async def windows(stream: Any) -> None:
         # Only a concurrency=1 agent may update tables (faust-streaming #606).
         async for event in stream.events():
             state.last_progress = time.monotonic()
-            try:
-                await handle(event)
-            except KafkaError as exc:
-                _die("kafka failure while handling an event", exc)
-            except Exception as exc:  # error policy: dead-letter and go on
-                if not isinstance(exc, InvalidEvent):
-                    log.exception("unexpected error on an event; dead-lettering it")
-                message = event.message
-                where = (message.topic, message.partition, message.offset)
-                try:
-                    await dead_letter(event.key, event.value, where, exc)
-                except Exception as dlq_exc:
-                    _die("cannot dead-letter a message", dlq_exc)
+            await guarded(event, handle)
+
+    retries_topic = raw_topic("retries")
+    retry_state = table("retry-state")
+
+    async def handle_response(event: Any) -> None:
+        response = parse_model_response(event.value)
+        plan = plan_retry(response, settings.generic_max_retries, time.time())
+        marks: list[str] = (retry_state.get(response.session_id) or {}).get("marks", [])
+        if plan.fingerprint in marks:  # a redelivered answer: it was handled already
+            state.counters["responses_duplicate"] += 1
+            return
+        key = response.session_id.encode("utf-8")
+        pending = []
+        if plan.retry is not None:
+            pending.append(await retries_topic.send(key=key, value=encode(plan.retry)))
+            state.counters[plan.retry.type] += 1
+        if plan.alert is not None:
+            pending.append(await emitter.alerts.send(key=key, value=encode(plan.alert)))
+        await asyncio.gather(*pending)
+        # written after delivery: a crash in between re-sends the same retry_id, never loses it
+        retry_state[response.session_id] = {"marks": [*marks, plan.fingerprint][-32:]}
+        state.counters["responses"] += 1
+
+    @app.agent(raw_topic(topics.RESPONSES), concurrency=1)  # type: ignore[misc]
+    async def responses(stream: Any) -> None:
+        async for event in stream.events():
+            await guarded(event, handle_response)
 
     if judge is not None:
         stage = judge

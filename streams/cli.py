@@ -14,7 +14,7 @@ from models.errors import ConfigurationError
 from streams.logs import setup_logging
 from streams.settings import Settings, describe_settings, load_settings
 
-TAIL_KINDS = ("evaluations", "alerts", "reflections", "dlq")
+TAIL_KINDS = ("evaluations", "alerts", "reflections", "retries", "dlq")
 
 
 def _parser() -> argparse.ArgumentParser:

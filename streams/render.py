@@ -36,7 +36,7 @@ def render(
     if not isinstance(event, dict):
         return _short(repr(event))
     when = _when(event.get("ts"))
-    rid = event.get("request_id")
+    rid = event.get("request_id") or event.get("session_id")
     if kind == "evaluations":
         return (
             f"{when} {rid} score={event.get('overall_score')} "
@@ -55,5 +55,15 @@ def render(
             f"failed={len(event.get('failed_steps') or [])} "
             f"remaining={_short('; '.join(event.get('remaining_steps') or []), 60)} "
             f"| goal: {_short(event.get('goal'), 60)}"
+        )
+    if kind == "retries":
+        pattern = event.get("detected_pattern")
+        follow = event.get("continue_prompt")
+        return (
+            f"{when} {event.get('session_id')} {event.get('type')} "
+            f"attempt={event.get('attempt')} {event.get('response_type')}"
+            + (f" pattern='{pattern}'" if pattern else "")
+            + (f" send={follow!r}" if follow else "")
+            + f" | {_short('; '.join(event.get('reasons') or []), 100)}"
         )
     return _short(json.dumps(event, ensure_ascii=False), 200)

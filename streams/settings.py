@@ -55,6 +55,9 @@ class Settings(BaseSettings):
         False, description="Short group timeouts for the embedded demo broker (Tansu) only."
     )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    generic_max_retries: int = Field(
+        1, ge=0, description="Retries of a generic or clarification-only answer."
+    )
     rule_weight: float = Field(
         0.6, ge=0, le=1, description="Weight w of the rule score: overall = w*rule + (1-w)*llm."
     )

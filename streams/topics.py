@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 
 INPUT = "events"
 JUDGE_REQUESTS = "judge-requests"  # internal: closed requests waiting for the LLM judge
-OUTPUTS = ("evaluations", "reflections", "alerts", "dlq", JUDGE_REQUESTS)
-TABLES = ("window-meta", "window-steps", "window-seen")
+RESPONSES = "responses"
+OUTPUTS = ("evaluations", "reflections", "alerts", "dlq", JUDGE_REQUESTS, RESPONSES, "retries")
+TABLES = ("window-meta", "window-steps", "window-seen", "retry-state")
 
 
 @dataclass(frozen=True)

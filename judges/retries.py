@@ -1,0 +1,73 @@
+"""What to do with one model answer: nothing, a retry request, or give up (and alert)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from judges.generic import continue_prompt, decide_retry
+from judges.verdicts import stable_id
+from models.outputs import Alert, RetryRequest
+from models.responses import ModelResponse
+
+
+@dataclass(frozen=True)
+class RetryPlan:
+    fingerprint: str
+    retry: RetryRequest | None = None
+    alert: Alert | None = None
+
+
+def fingerprint(response: ModelResponse) -> str:
+    """Identifies one answer: the same message delivered twice has the same fingerprint."""
+    parts = (
+        response.session_id,
+        response.request_id or "",
+        str(response.attempt),
+        response.prompt,
+        response.response,
+    )
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:24]
+
+
+def plan_retry(response: ModelResponse, max_retries: int, now: float) -> RetryPlan:
+    mark = fingerprint(response)
+    decision = decide_retry(response.prompt, response.response)
+    if not decision.retry:
+        return RetryPlan(mark)
+    c = decision.classification
+    common = dict(
+        retry_id=stable_id("retry", mark),
+        session_id=response.session_id,
+        request_id=response.request_id,
+        agent=response.agent,
+        response_type=c.response_type,
+        detected_pattern=c.detected_pattern,
+        reasons=decision.reasons,
+        ts=now,
+    )
+    if response.attempt < max_retries:
+        return RetryPlan(
+            mark,
+            RetryRequest(
+                type="retry_request",
+                attempt=response.attempt + 1,
+                continue_prompt=continue_prompt(response.prompt),
+                **common,  # type: ignore[arg-type]
+            ),
+        )
+    exhausted = RetryRequest(type="retry_exhausted", attempt=response.attempt, **common)  # type: ignore[arg-type]
+    alert = Alert(
+        alert_id=stable_id("alert", "retries_exhausted", mark),
+        kind="retries_exhausted",
+        severity="warning",
+        request_id=response.request_id,
+        session_id=response.session_id,
+        message=(
+            f"answer still {c.response_type} after {response.attempt} retr"
+            f"{'y' if response.attempt == 1 else 'ies'} (limit {max_retries}); "
+            "the caller keeps the original answer"
+        ),
+        ts=now,
+    )
+    return RetryPlan(mark, exhausted, alert)
