@@ -32,8 +32,12 @@ def contract_schemas() -> dict[str, dict[str, Any]]:
         ("alert", Alert),
         ("retry_request", RetryRequest),
     ):
-        mode = "validation" if model is ModelResponse else "serialization"
-        schemas[f"{name}.schema.json"] = TypeAdapter(model).json_schema(mode=mode)
+        adapter: TypeAdapter[Any] = TypeAdapter(model)
+        schemas[f"{name}.schema.json"] = (
+            adapter.json_schema(mode="validation")
+            if model is ModelResponse
+            else adapter.json_schema(mode="serialization")
+        )
     for schema in schemas.values():
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schemas
