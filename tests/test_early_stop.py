@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from judges.early_stop import (
+    Action,
+    EarlyStopPolicy,
+    Round,
+    decide,
+    errors_in,
+    extract_tag,
+    observation_success,
+)
+
+SCENARIOS = json.loads(
+    (Path(__file__).parent / "data" / "early_stop_scenarios.json").read_text(encoding="utf-8")
+)
+
+
+def replay(scenario: dict[str, Any]) -> list[list[Any]]:
+    """Feed rounds one by one, as the worker sees them, remembering what was emitted."""
+    policy = EarlyStopPolicy(scenario["min_iterations"], scenario["consecutive"])
+    rounds: list[Round] = []
+    emitted: set[Action] = set()
+    decisions = []
+    for raw in scenario["rounds"]:
+        rounds.append(Round(**raw))
+        decision = decide(rounds, policy, frozenset(emitted))
+        if decision is not None:
+            emitted.add(decision.action)
+            decisions.append([decision.iteration, decision.action, decision.reason])
+    return decisions
+
+
+def test_there_are_at_least_30_labelled_scenarios() -> None:
+    assert len(SCENARIOS) >= 30
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["name"] for s in SCENARIOS])
+def test_labelled_scenario(scenario: dict[str, Any]) -> None:
+    assert replay(scenario) == scenario["expected"]
+
+
+def test_tag_extraction_tolerates_case_spacing_and_an_unclosed_tag() -> None:
+    assert extract_tag("<Conclusion>a</Conclusion>", "conclusion") == "a"
+    assert extract_tag("< CONCLUSION >b< / conclusion >", "conclusion") == "b"
+    assert extract_tag("x <Conclusion> c and more", "conclusion") == "c and more"
+    assert extract_tag("no tag", "conclusion") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "errors"),
+    [
+        ("0 errors", []),
+        ("error-free run", []),
+        ("no exceptions were raised", []),
+        ("Error: boom", ["Error:"]),
+        ("Traceback (most recent call last)", ["Traceback"]),
+        ("an exception occurred", ["exception"]),
+        ("上传失败", ["失败"]),
+        ("无失败", []),
+    ],
+)
+def test_error_words_are_word_aware(text: str, errors: list[str]) -> None:
+    assert errors_in(text) == errors
+
+
+def test_evidence_is_short() -> None:
+    assert observation_success("saved successfully " + "x" * 500) == "saved successfully"
