@@ -41,12 +41,10 @@ class EarlyStop:
 def extract_tag(text: str, tag: str) -> str | None:
     """Content of <tag>…</tag>, any case and spacing; an unclosed final tag runs to the end."""
     opening = re.compile(rf"<\s*{tag}\s*>", re.IGNORECASE)
-    found = None
-    for found in opening.finditer(text):
-        pass  # the last occurrence: models restate the format before answering
-    if found is None:
+    matches = list(opening.finditer(text))
+    if not matches:
         return None
-    rest = text[found.end() :]
+    rest = text[matches[-1].end() :]  # the last: models restate the format before answering
     closing = re.search(rf"<\s*/\s*{tag}\s*>", rest, re.IGNORECASE)
     return (rest[: closing.start()] if closing else rest).strip()
 
