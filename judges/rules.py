@@ -239,6 +239,18 @@ class RuleJudge:
             score -= min(40, 8 * repeats)
             reasons.append(f"{repeats} repeated identical tool call(s)")
             suggestions.append("reuse earlier tool results instead of repeating identical calls")
+        rounds = [r.iteration for r in window.iterations]
+        stops = [(a, i) for a, i in window.early_stops if a in ("stop", "finalize")]
+        if rounds and stops:
+            action, at = stops[0]
+            extra = max(rounds) - at - (1 if action == "finalize" else 0)
+            if extra > 0:
+                score -= min(30, 10 * extra)
+                reasons.append(
+                    f"ran {extra} round(s) after tracejudge said it could {action} "
+                    f"at iteration {at}"
+                )
+                suggestions.append("check tracejudge:control:{request_id} between rounds")
         if window.steps_dropped:
             score -= 10
             reasons.append(f"trace exceeded the step limit; {window.steps_dropped} steps dropped")

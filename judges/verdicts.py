@@ -68,10 +68,21 @@ class WindowFacts(BaseModel):
     closed_by: ClosedBy
     step_count: int = 0
     steps_dropped: int = 0
+    iterations_used: int | None = None
+    max_iterations: int | None = None
+    stopped_early: bool | None = None
 
     @classmethod
     def of(cls, window: Window) -> WindowFacts:
+        rounds = window.iterations
+        used = max((r.iteration for r in rounds), default=None)
+        limit = max((r.max_iterations or 0 for r in rounds), default=0) or None
+        decided = any(action in ("stop", "finalize") for action, _ in window.early_stops)
+        stopped = None if used is None else decided and (limit is None or used < limit)
         return cls(
+            iterations_used=used,
+            max_iterations=limit,
+            stopped_early=stopped,
             request_id=window.request_id,
             session_key=window.first("session_key"),
             agent_name=window.first("agent_name"),
@@ -179,6 +190,9 @@ def decide(
         step_count=facts.step_count,
         steps_dropped=facts.steps_dropped,
         reflection_round=facts.reflection_round,
+        iterations_used=facts.iterations_used,
+        max_iterations=facts.max_iterations,
+        stopped_early=facts.stopped_early,
         ts=now,
     )
     return _plan(evaluation, facts, policy, now)

@@ -71,6 +71,11 @@ class Evaluation(_Output):
     step_count: int = Field(ge=0)
     steps_dropped: int = Field(ge=0)
     reflection_round: int = Field(default=0, ge=0)
+    iterations_used: int | None = Field(default=None, description="Iterative workflows only.")
+    max_iterations: int | None = None
+    stopped_early: bool | None = Field(
+        default=None, description="A stop/finalize decision was made and the loop ended early."
+    )
     ts: float
 
 
@@ -117,4 +122,15 @@ class RetryRequest(_Output):
     continue_prompt: str | None = Field(
         default=None, description="What to send the agent's session (retry_request only)."
     )
+    ts: float
+
+
+class EarlyStopDecision(_Output):
+    type: Literal["early_stop"] = "early_stop"
+    decision_id: str = Field(description="Deterministic per request, iteration and action.")
+    request_id: str
+    iteration: int = Field(ge=1)
+    action: Literal["stop", "finalize", "hint"]
+    reason: Literal["conclusion", "task_status", "observation_success", "consecutive_success"]
+    evidence: str
     ts: float

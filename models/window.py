@@ -30,6 +30,9 @@ class Window(BaseModel):
     closed_by: ClosedBy
     step_count: int = 0
     steps_dropped: int = 0
+    early_stops: list[tuple[str, int]] = Field(
+        default_factory=list, description="(action, iteration) decided while the window was open"
+    )
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -63,6 +66,7 @@ def assemble_window(
     closed_by: ClosedBy,
     step_count: int,
     steps_dropped: int,
+    early_stops: list[tuple[str, int]] | None = None,
 ) -> Window:
     """Build a Window from stored records (in arrival order), ordering steps by step_index.
 
@@ -93,4 +97,5 @@ def assemble_window(
         closed_by=closed_by,
         step_count=step_count,
         steps_dropped=steps_dropped,
+        early_stops=early_stops or [],
     )

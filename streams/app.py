@@ -14,6 +14,8 @@ from typing import Any, NoReturn
 import faust
 from aiokafka.errors import KafkaError
 
+from judges.early_stop import EarlyStopPolicy, Round
+from judges.early_stop import decide as decide_early
 from judges.llm.prompt import build_input
 from judges.retries import plan_retry
 from judges.rules import RuleJudge
@@ -27,13 +29,16 @@ from judges.verdicts import (
     WindowFacts,
     decide,
     evaluator_version,
+    stable_id,
 )
 from models.errors import InvalidEvent
-from models.events import parse_event
+from models.events import Iteration, parse_event
+from models.outputs import EarlyStopDecision
 from models.responses import parse_model_response
 from models.window import ClosedBy
 from prompts import final_judge_prompt
 from streams import topics
+from streams.control import KEY as CONTROL_KEY
 from streams.debug import async_stacks
 from streams.judge_runner import JudgeRunner
 from streams.judging import JudgeStage, judge_version
@@ -187,6 +192,35 @@ def create_app(settings: Any) -> faust.App:
         store.close(request_id, closed_by, now)
         state.counters[f"closed_by_{closed_by}"] += 1
 
+    control_topic = raw_topic("control")
+    early_policy = EarlyStopPolicy(settings.min_iterations, settings.early_stop_consecutive)
+
+    async def maybe_stop_early(request_id: str) -> None:
+        window = store.collect(request_id, "final_response")
+        rounds = [
+            Round(
+                r.iteration, r.max_iterations, r.response or "", r.observation or "", r.exec_success
+            )
+            for r in window.iterations
+        ]
+        found = decide_early(rounds, early_policy, store.early_actions(request_id))
+        if found is None:
+            return
+        decision = EarlyStopDecision(
+            decision_id=stable_id("early_stop", request_id, str(found.iteration), found.action),
+            request_id=request_id,
+            iteration=found.iteration,
+            action=found.action,
+            reason=found.reason,  # type: ignore[arg-type]
+            evidence=found.evidence,
+            ts=time.time(),
+        )
+        sent = await control_topic.send(key=request_id.encode("utf-8"), value=encode(decision))
+        await sent
+        await redis_sink.put_at(CONTROL_KEY.format(request_id=request_id), decision)
+        store.record_early(request_id, found.action, found.iteration)
+        state.counters[f"early_{found.action}"] += 1
+
     async def handle_marker(request_id: str, marker: Marker) -> None:
         now = time.time()
         state.markers_sent.pop(request_id, None)
@@ -209,6 +243,14 @@ def create_app(settings: Any) -> faust.App:
         parsed = parse_event(event.value)
         status = store.add(parsed, event.message.partition, time.time())
         state.counters[f"events_{status}"] += 1
+        if (
+            settings.early_stop_enabled
+            and isinstance(parsed, Iteration)
+            and status != "late"
+            and store.is_open(parsed.request_id)
+        ):
+            # also on a duplicate: a crash may have come between the event and its decision
+            await maybe_stop_early(parsed.request_id)
         # A duplicate terminal event on an open window means the close it triggered never
         # finished (the worker died in between): finish it now.
         if is_terminal(parsed) and status != "late" and store.is_open(parsed.request_id):

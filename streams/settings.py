@@ -55,6 +55,11 @@ class Settings(BaseSettings):
         False, description="Short group timeouts for the embedded demo broker (Tansu) only."
     )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    early_stop_enabled: bool = Field(True, description="Decide early stops of iterative loops.")
+    min_iterations: int = Field(2, ge=1, description="No early stop before this iteration.")
+    early_stop_consecutive: int = Field(
+        2, ge=1, description="Successful executions in a row that give a hint."
+    )
     generic_max_retries: int = Field(
         1, ge=0, description="Retries of a generic or clarification-only answer."
     )

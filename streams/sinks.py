@@ -73,11 +73,13 @@ class RedisSink:
         return self._client is not None
 
     async def put(self, evaluation: Evaluation) -> bool:
+        return await self.put_at(self.KEY.format(request_id=evaluation.request_id), evaluation)
+
+    async def put_at(self, key: str, value: BaseModel) -> bool:
         if self._client is None:
             return False
-        key = self.KEY.format(request_id=evaluation.request_id)
         try:
-            await self._client.set(key, evaluation.model_dump_json(), ex=self.ttl_s)
+            await self._client.set(key, value.model_dump_json(), ex=self.ttl_s)
             return True
         except (RedisError, OSError) as exc:
             self.errors += 1

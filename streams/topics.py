@@ -23,7 +23,16 @@ log = logging.getLogger(__name__)
 INPUT = "events"
 JUDGE_REQUESTS = "judge-requests"  # internal: closed requests waiting for the LLM judge
 RESPONSES = "responses"
-OUTPUTS = ("evaluations", "reflections", "alerts", "dlq", JUDGE_REQUESTS, RESPONSES, "retries")
+OUTPUTS = (
+    "evaluations",
+    "reflections",
+    "alerts",
+    "dlq",
+    JUDGE_REQUESTS,
+    RESPONSES,
+    "retries",
+    "control",
+)
 TABLES = ("window-meta", "window-steps", "window-seen", "retry-state")
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from judges.early_stop import Action
 from models.events import STEP_TYPES, Event, FinalResponse, ToolCall
 from models.window import ClosedBy, Window, assemble_window
 
@@ -103,6 +104,7 @@ class WindowStore:
             closed_by=closed_by,
             step_count=meta["steps"],
             steps_dropped=meta["dropped"],
+            early_stops=[tuple(e) for e in meta.get("early", [])],
         )
 
     def close(self, request_id: str, closed_by: ClosedBy, now: float) -> None:
@@ -117,6 +119,13 @@ class WindowStore:
             if record is not None:
                 self.seen.pop(seen_key(request_id, record["event_id"]), None)
                 del self.steps[key]
+
+    def early_actions(self, request_id: str) -> frozenset[Action]:
+        return frozenset(action for action, _ in self.meta[request_id].get("early", []))
+
+    def record_early(self, request_id: str, action: str, iteration: int) -> None:
+        meta = self.meta[request_id]
+        self.meta[request_id] = {**meta, "early": [*meta.get("early", []), [action, iteration]]}
 
     def purge(self, request_id: str) -> None:
         self.meta.pop(request_id, None)
