@@ -57,17 +57,15 @@ def plan_retry(response: ModelResponse, max_retries: int, now: float) -> RetryPl
             ),
         )
     exhausted = RetryRequest(type="retry_exhausted", attempt=response.attempt, **common)  # type: ignore[arg-type]
-    alert = Alert(
-        alert_id=stable_id("alert", "retries_exhausted", mark),
-        kind="retries_exhausted",
-        severity="warning",
+    alert = Alert.of(
+        "retries_exhausted",
+        mark,
+        "warning",
+        f"answer still {c.response_type} after {response.attempt} retr"
+        f"{'y' if response.attempt == 1 else 'ies'} (limit {max_retries}); "
+        "the caller keeps the original answer",
+        now,
         request_id=response.request_id,
         session_id=response.session_id,
-        message=(
-            f"answer still {c.response_type} after {response.attempt} retr"
-            f"{'y' if response.attempt == 1 else 'ies'} (limit {max_retries}); "
-            "the caller keeps the original answer"
-        ),
-        ts=now,
     )
     return RetryPlan(mark, exhausted, alert)

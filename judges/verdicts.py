@@ -6,7 +6,6 @@ decides the verdicts when it is valid and is blended into the score.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -15,6 +14,7 @@ from pydantic import BaseModel
 from judges.llm.answer import JudgeAnswer
 from judges.redact import mask
 from judges.rules import RuleVerdict
+from models.ids import stable_id
 from models.outputs import (
     Alert,
     DimensionScores,
@@ -25,6 +25,17 @@ from models.outputs import (
     ReflectionRequest,
 )
 from models.window import ClosedBy, Window
+
+__all__ = [
+    "Decision",
+    "JudgeJob",
+    "JudgeOutcome",
+    "Policy",
+    "WindowFacts",
+    "decide",
+    "evaluator_version",
+    "stable_id",
+]
 
 
 def _package_version() -> str:
@@ -109,11 +120,6 @@ class Decision:
     evaluation: Evaluation
     reflection: ReflectionRequest | None = None
     alerts: list[Alert] = field(default_factory=list)
-
-
-def stable_id(*parts: str) -> str:
-    """A deterministic id: the same inputs always give the same 32 hex characters."""
-    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]
 
 
 def evaluator_version(rules_version: str, judge_version: str | None = None) -> str:
@@ -204,15 +210,14 @@ def _plan(evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float
     if not evaluation.passed:
         overall = evaluation.overall_score
         alerts.append(
-            Alert(
-                alert_id=stable_id("alert", "low_score", evaluation_id),
-                kind="low_score",
-                severity="critical" if overall < policy.warn_threshold / 2 else "warning",
+            Alert.of(
+                "low_score",
+                evaluation_id,
+                "critical" if overall < policy.warn_threshold / 2 else "warning",
+                f"score {overall} below threshold {policy.warn_threshold}: {evaluation.summary}",
+                now,
                 request_id=facts.request_id,
                 evaluation_id=evaluation_id,
-                message=f"score {overall} below threshold {policy.warn_threshold}: "
-                f"{evaluation.summary}",
-                ts=now,
             )
         )
     reflection = None
@@ -220,15 +225,15 @@ def _plan(evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float
     if policy.enable_reflection and evaluation.incomplete:
         if round_ >= policy.max_reflection_rounds:
             alerts.append(
-                Alert(
-                    alert_id=stable_id("alert", "reflection_exhausted", evaluation_id),
-                    kind="reflection_exhausted",
-                    severity="warning",
+                Alert.of(
+                    "reflection_exhausted",
+                    evaluation_id,
+                    "warning",
+                    f"still incomplete after {round_} reflection round(s) "
+                    f"(limit {policy.max_reflection_rounds}); no further reflection",
+                    now,
                     request_id=facts.request_id,
                     evaluation_id=evaluation_id,
-                    message=f"still incomplete after {round_} reflection round(s) "
-                    f"(limit {policy.max_reflection_rounds}); no further reflection",
-                    ts=now,
                 )
             )
         else:

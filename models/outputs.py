@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.ids import stable_id
+
 Score = int
 JudgeStatus = Literal["ok", "fallback", "disabled", "skipped"]
 JudgeErrorCode = Literal[
@@ -105,6 +107,22 @@ class Alert(_Output):
     session_id: str | None = None
     message: str
     ts: float
+
+    @classmethod
+    def of(
+        cls, kind: str, basis: str, severity: str, message: str, ts: float, **ids: str | None
+    ) -> Alert:
+        """An alert whose id is derived from its kind and what it is about (`basis`)."""
+        return cls.model_validate(
+            {
+                "alert_id": stable_id("alert", kind, basis),
+                "kind": kind,
+                "severity": severity,
+                "message": message,
+                "ts": ts,
+                **ids,
+            }
+        )
 
 
 class RetryRequest(_Output):

@@ -11,7 +11,7 @@ from judges.llm.breaker import CircuitBreaker
 from judges.llm.client import JudgeError, LLMClient, LLMConfig
 from judges.llm.monitor import FallbackMonitor
 from judges.llm.prompt import cache_key
-from judges.verdicts import Decision, JudgeJob, JudgeOutcome, Policy, decide, stable_id
+from judges.verdicts import Decision, JudgeJob, JudgeOutcome, Policy, decide
 from models.outputs import Alert
 from prompts import JudgePrompt, final_judge_prompt
 from streams.judge_store import JudgeCache, SharedRateLimiter
@@ -83,18 +83,16 @@ class JudgeStage:
         if self.monitor.record(outcome.status == "ok", time.monotonic()):
             evaluation = decision.evaluation
             decision.alerts.append(
-                Alert(
-                    alert_id=stable_id("alert", "judge_unavailable", evaluation.evaluation_id),
-                    kind="judge_unavailable",
-                    severity="critical",
+                Alert.of(
+                    "judge_unavailable",
+                    evaluation.evaluation_id,
+                    "critical",
+                    f"LLM judge fell back to rules for {self.monitor.rate():.0%} of requests "
+                    f"in the last {self.settings.llm_alert_window_s:g}s "
+                    f"(latest: {outcome.error}); verdicts are rule-only meanwhile",
+                    now,
                     request_id=evaluation.request_id,
                     evaluation_id=evaluation.evaluation_id,
-                    message=(
-                        f"LLM judge fell back to rules for {self.monitor.rate():.0%} of requests "
-                        f"in the last {self.settings.llm_alert_window_s:g}s "
-                        f"(latest: {outcome.error}); verdicts are rule-only meanwhile"
-                    ),
-                    ts=now,
                 )
             )
         return decision
