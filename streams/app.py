@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import faust
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from judges.early_stop import EarlyStopPolicy, Round
@@ -323,6 +324,7 @@ def create_app(settings: Any) -> faust.App:
     @app.agent(raw_topic(topics.RESPONSES), concurrency=1)  # type: ignore[misc]
     async def responses(stream: Any) -> None:
         async for event in stream.events():
+            state.last_progress = time.monotonic()
             await guarded(event, handle_response)
 
     if judge is not None:
@@ -377,12 +379,8 @@ def create_app(settings: Any) -> faust.App:
 
     watchdog = StallWatchdog(
         settings,
-        settings.topic(topics.INPUT),
-        owned=lambda: {
-            tp.partition
-            for tp in app.consumer.assignment()
-            if tp.topic == settings.topic(topics.INPUT)
-        },
+        [settings.topic(topics.INPUT), settings.topic(topics.RESPONSES)],
+        owned=lambda: {TopicPartition(tp.topic, tp.partition) for tp in app.consumer.assignment()},
         last_progress=lambda: state.last_progress,
     )
 

@@ -26,28 +26,27 @@ class StallWatchdog:
     def __init__(
         self,
         settings: Settings,
-        topic: str,
-        owned: Callable[[], set[int]],
+        topics: list[str],
+        owned: Callable[[], set[TopicPartition]],
         last_progress: Callable[[], float],
     ) -> None:
         self.settings = settings
-        self.topic = topic
+        self.topics = topics
         self.owned = owned
         self.last_progress = last_progress
         self.stalled_since: float | None = None
-        self._previous: dict[int, int] = {}
+        self._previous: dict[TopicPartition, int] = {}
 
     async def lagging_without_progress(
         self, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer
     ) -> bool:
-        partitions = self.owned()
-        if not partitions:
+        tps = sorted(tp for tp in self.owned() if tp.topic in self.topics)
+        if not tps:
             return False
-        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         ends = await consumer.end_offsets(tps)
         offsets = await admin.list_consumer_group_offsets(self.settings.app_id)
-        committed = {tp.partition: meta.offset for tp, meta in offsets.items() if tp in ends}
-        lag = any(committed.get(tp.partition, 0) < ends[tp] for tp in tps)
+        committed = {tp: meta.offset for tp, meta in offsets.items() if tp in ends}
+        lag = any(committed.get(tp, 0) < ends[tp] for tp in tps)
         moved = committed != self._previous
         self._previous = committed
         return lag and not moved

@@ -86,7 +86,12 @@ async def test_retries_exhaustion_duplicates_and_a_restart(
         worker.start()
         # ...and duplicates delivered after it change nothing
         await produce(kafka_bootstrap, worker.topic("responses"), first + second)
-        retries = await outputs(worker, "retries", sessions)
+        for _ in range(10):  # as a supervisor would: a worker the stall watchdog stopped restarts
+            retries = await outputs(worker, "retries", sessions)
+            if any(r["type"] == "retry_exhausted" for r in retries[task]):
+                break
+            worker.restart_if_exited()
+            await asyncio.sleep(5)
         alerts = await outputs(worker, "alerts", sessions)
         tailed = await asyncio.to_thread(
             subprocess.run,
