@@ -51,11 +51,12 @@ class SharedRateLimiter:
     counted locally over a sliding minute.
     """
 
-    COUNTER = "tracejudge:llm:rpm:{minute}"
-    WORKERS = "tracejudge:llm:workers"
-
-    def __init__(self, client: aioredis.Redis | None, rpm: int) -> None:
+    def __init__(
+        self, client: aioredis.Redis | None, rpm: int, prefix: str = "tracejudge:llm"
+    ) -> None:
         self._client = client
+        self._counter = prefix + ":rpm:{minute}"
+        self._workers = prefix + ":workers"
         self.rpm = rpm
         self.worker_id = uuid.uuid4().hex[:12]
         self.workers_seen = 1
@@ -81,7 +82,7 @@ class SharedRateLimiter:
             try:
                 await self._heartbeat(now)
                 minute = int(now // 60)
-                key = self.COUNTER.format(minute=minute)
+                key = self._counter.format(minute=minute)
                 async with self._client.pipeline(transaction=True) as pipe:
                     pipe.incr(key)
                     pipe.expire(key, 120)
@@ -100,9 +101,9 @@ class SharedRateLimiter:
             return
         self._heartbeat_at = now
         async with self._client.pipeline(transaction=True) as pipe:
-            pipe.zadd(self.WORKERS, {self.worker_id: now})
-            pipe.zremrangebyscore(self.WORKERS, 0, now - 30)
-            pipe.zcard(self.WORKERS)
+            pipe.zadd(self._workers, {self.worker_id: now})
+            pipe.zremrangebyscore(self._workers, 0, now - 30)
+            pipe.zcard(self._workers)
             *_, count = await pipe.execute()
         self.workers_seen = max(1, int(count))
 

@@ -206,3 +206,35 @@ def key_value_lines(path: Path) -> list[tuple[bytes | None, bytes | None]]:
 
     lines = [line for line in path.read_bytes().splitlines() if line.strip()]
     return [(key_of(line), line) for line in lines]
+
+
+async def grouped(
+    worker: WorkerProcess,
+    topic: str,
+    keys: set[str],
+    *,
+    field: str = "request_id",
+    wait_for_all: bool = False,
+    timeout_s: float = 60.0,
+    settle_s: float = 1.0,
+) -> dict[str, list[dict[str, Any]]]:
+    """Values of an output topic whose `field` is one of `keys`, grouped by it.
+
+    With `wait_for_all`, reads until every key has a value (then `settle_s` more, to catch
+    unexpected extras); otherwise reads what arrives within `settle_s`."""
+
+    def until(records: list[ConsumerRecord]) -> bool:
+        return not wait_for_all or keys <= {json.loads(r.value).get(field) for r in records}
+
+    records = await consume(
+        worker.settings.kafka_bootstrap,
+        worker.topic(topic),
+        until=until,
+        timeout_s=timeout_s,
+        settle_s=settle_s,
+    )
+    found: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
+    for value in values(records):
+        if value.get(field) in found:
+            found[value[field]].append(value)
+    return found

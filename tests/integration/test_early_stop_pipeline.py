@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from streams.control import AsyncEarlyStopClient, EarlyStopClient
-from tests.integration.harness import WorkerProcess, consume, produce_events
+from tests.integration.harness import WorkerProcess, consume, grouped, produce_events
 
 pytestmark = pytest.mark.integration
 CONCLUSION = "<Conclusion>The cache was cold; warming it fixes the latency.</Conclusion>"
@@ -46,19 +46,7 @@ def rounds(
 async def decisions(
     worker: WorkerProcess, rids: set[str], settle_s: float = 2.0
 ) -> dict[str, list[dict[str, Any]]]:
-    records = await consume(
-        worker.settings.kafka_bootstrap,
-        worker.topic("control"),
-        until=lambda r: True,
-        timeout_s=20,
-        settle_s=settle_s,
-    )
-    found: dict[str, list[dict[str, Any]]] = {rid: [] for rid in rids}
-    for record in records:
-        value = json.loads(record.value)
-        if value["request_id"] in found:
-            found[value["request_id"]].append(value)
-    return found
+    return await grouped(worker, "control", rids, timeout_s=20, settle_s=settle_s)
 
 
 async def test_early_stop_decisions_in_kafka_and_redis(pipeline_worker: WorkerProcess) -> None:

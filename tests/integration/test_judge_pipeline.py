@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer
 from judges.sampling import sampled
 from streams.samples import sample_traces
 from tests.fake_llm import FakeLLM, data_block, tool_call_reply, verdict
-from tests.integration.harness import WorkerProcess, consume, produce_events, worker_env
+from tests.integration.harness import WorkerProcess, consume, grouped, produce_events, worker_env
 from tests.realservices import free_port
 
 pytestmark = pytest.mark.integration
@@ -54,19 +54,9 @@ def request_id_of(body: dict[str, Any]) -> str:
 async def evaluations(
     worker: WorkerProcess, rids: set[str], timeout_s: float = 90, settle_s: float = 1.0
 ) -> dict[str, list[dict[str, Any]]]:
-    records = await consume(
-        worker.settings.kafka_bootstrap,
-        worker.topic("evaluations"),
-        until=lambda rs: rids <= {json.loads(r.value)["request_id"] for r in rs},
-        timeout_s=timeout_s,
-        settle_s=settle_s,
+    return await grouped(
+        worker, "evaluations", rids, wait_for_all=True, timeout_s=timeout_s, settle_s=settle_s
     )
-    found: dict[str, list[dict[str, Any]]] = {rid: [] for rid in rids}
-    for record in records:
-        value = json.loads(record.value)
-        if value["request_id"] in found:
-            found[value["request_id"]].append(value)
-    return found
 
 
 async def topic_values(worker: WorkerProcess, name: str) -> list[dict[str, Any]]:

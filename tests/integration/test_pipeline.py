@@ -10,40 +10,21 @@ import pytest
 import redis.asyncio as aioredis
 
 from streams.samples import sample_traces
-from tests.integration.harness import WorkerProcess, consume, produce_events, values
+from tests.integration.harness import WorkerProcess, grouped, produce_events
 
 pytestmark = pytest.mark.integration
-
-
-def by_request(records: list[dict[str, Any]], rids: set[str]) -> dict[str, list[dict[str, Any]]]:
-    found: dict[str, list[dict[str, Any]]] = {rid: [] for rid in rids}
-    for value in records:
-        if value.get("request_id") in rids:
-            found[value["request_id"]].append(value)
-    return found
 
 
 async def evaluations_for(
     worker: WorkerProcess, rids: set[str], settle_s: float = 1.0, timeout_s: float = 60.0
 ) -> dict[str, list[dict[str, Any]]]:
-    def done(records: list[Any]) -> bool:
-        return rids <= {json.loads(r.value)["request_id"] for r in records}
-
-    records = await consume(
-        worker.settings.kafka_bootstrap,
-        worker.topic("evaluations"),
-        until=done,
-        timeout_s=timeout_s,
-        settle_s=settle_s,
+    return await grouped(
+        worker, "evaluations", rids, wait_for_all=True, timeout_s=timeout_s, settle_s=settle_s
     )
-    return by_request(values(records), rids)
 
 
 async def outputs(worker: WorkerProcess, name: str, rids: set[str]) -> dict[str, list[Any]]:
-    records = await consume(
-        worker.settings.kafka_bootstrap, worker.topic(name), until=lambda r: False, timeout_s=2.0
-    )
-    return by_request(values(records), rids)
+    return await grouped(worker, name, rids, settle_s=2.0)
 
 
 async def test_four_cases_idle_timeout_reflections_alerts_and_redis(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import WorkerProcess, consume, produce, worker_env
+from tests.integration.harness import WorkerProcess, grouped, produce, worker_env
 from tests.realservices import ROOT
 
 pytestmark = pytest.mark.integration
@@ -35,19 +35,9 @@ def response(session: str, prompt: str, answer: str, attempt: int = 0) -> tuple[
 async def outputs(
     worker: WorkerProcess, topic: str, sessions: set[str], settle_s: float = 3.0
 ) -> dict[str, list[dict[str, Any]]]:
-    records = await consume(
-        worker.settings.kafka_bootstrap,
-        worker.topic(topic),
-        until=lambda r: True,
-        timeout_s=30,
-        settle_s=settle_s,
+    return await grouped(
+        worker, topic, sessions, field="session_id", timeout_s=30, settle_s=settle_s
     )
-    found: dict[str, list[dict[str, Any]]] = {s: [] for s in sessions}
-    for record in records:
-        value = json.loads(record.value)
-        if value.get("session_id") in found:
-            found[value["session_id"]].append(value)
-    return found
 
 
 async def test_retries_exhaustion_duplicates_and_a_restart(

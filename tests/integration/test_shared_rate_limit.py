@@ -19,16 +19,16 @@ pytestmark = pytest.mark.integration
 async def test_two_workers_share_one_budget(redis_url: str) -> None:
     client = aioredis.from_url(redis_url)
     prefix = uuid.uuid4().hex[:6]
-    SharedRateLimiter.COUNTER = f"tracejudge:test-{prefix}:rpm:{{minute}}"
     try:
-        a, b = SharedRateLimiter(client, rpm=6), SharedRateLimiter(client, rpm=6)
+        a, b = (
+            SharedRateLimiter(client, rpm=6, prefix=f"tracejudge:test-{prefix}") for _ in range(2)
+        )
         loop = asyncio.get_running_loop()
         grants = [await (a if i % 2 else b).acquire(loop.time() + 0.2) for i in range(10)]
         # a minute boundary may fall inside the test: then the budget is counted afresh
         assert sum(grants) in (6, 10) and grants[:6] == [True] * 6
         assert a.workers_seen == 2 or b.workers_seen == 2
     finally:
-        SharedRateLimiter.COUNTER = "tracejudge:llm:rpm:{minute}"
         await client.aclose()
 
 
