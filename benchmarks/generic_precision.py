@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from judges.generic import decide_retry
+from tracejudge.judges.generic import decide_retry
 
 LABELLED = Path(__file__).resolve().parent.parent / "tests" / "data" / "generic_labelled.jsonl"
 

@@ -21,10 +21,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.topics import TABLES, changelog_topic
 from tests.conftest import SHARED_DATA
 from tests.integration.harness import WorkerProcess, key_value_lines, produce, worker_env
 from tests.realservices import start_kafka, start_redis
+from tracejudge.streams.topics import TABLES, changelog_topic
 
 
 def naive_changelog_bytes(lines: list[bytes]) -> int:

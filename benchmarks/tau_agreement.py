@@ -14,10 +14,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from judges.rules import RuleJudge
-from models.events import STEP_TYPES, parse_event
-from models.window import assemble_window
 from tests.conftest import SHARED_DATA
+from tracejudge.judges.rules import RuleJudge
+from tracejudge.models.events import STEP_TYPES, parse_event
+from tracejudge.models.window import assemble_window
 
 
 def windows(path: Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal
 
-from prompts import read_prompt
+from tracejudge.prompts import read_prompt
 
 ResponseType = Literal["generic", "clarification", "substantive"]
 _CJK = re.compile(r"[\u3400-\u9fff]")

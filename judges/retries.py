@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from judges.generic import continue_prompt, decide_retry
-from judges.verdicts import stable_id
-from models.outputs import Alert, RetryRequest
-from models.responses import ModelResponse
+from tracejudge.judges.generic import continue_prompt, decide_retry
+from tracejudge.judges.verdicts import stable_id
+from tracejudge.models.outputs import Alert, RetryRequest
+from tracejudge.models.responses import ModelResponse
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from judges.generic import decide_retry
-from judges.phrases import REMAINING_WORK_RE, first_match
-from models.outputs import FailedStep
-from models.window import Window
+from tracejudge.judges.generic import decide_retry
+from tracejudge.judges.phrases import REMAINING_WORK_RE, first_match
+from tracejudge.models.outputs import FailedStep
+from tracejudge.models.window import Window
 
 RULES_VERSION = "rules-1"
 SHORT_OUTPUT = 15

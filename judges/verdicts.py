@@ -11,11 +11,11 @@ from importlib import metadata
 
 from pydantic import BaseModel
 
-from judges.llm.answer import JudgeAnswer
-from judges.redact import mask
-from judges.rules import RuleVerdict
-from models.ids import stable_id
-from models.outputs import (
+from tracejudge.judges.llm.answer import JudgeAnswer
+from tracejudge.judges.redact import mask
+from tracejudge.judges.rules import RuleVerdict
+from tracejudge.models.ids import stable_id
+from tracejudge.models.outputs import (
     Alert,
     DimensionScores,
     Evaluation,
@@ -24,7 +24,7 @@ from models.outputs import (
     JudgeStatus,
     ReflectionRequest,
 )
-from models.window import ClosedBy, Window
+from tracejudge.models.window import ClosedBy, Window
 
 __all__ = [
     "Decision",

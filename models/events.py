@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from models.errors import InvalidEvent
+from tracejudge.models.errors import InvalidEvent
 
 CONTRACT_VERSION = 1
 SUMMARY_LIMIT = 2_000

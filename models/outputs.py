@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.ids import stable_id
+from tracejudge.models.ids import stable_id
 
 Score = int
 JudgeStatus = Literal["ok", "fallback", "disabled", "skipped"]

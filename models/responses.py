@@ -6,8 +6,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError
 
-from models.errors import InvalidEvent
-from models.events import LONG_TEXT_LIMIT, _Event, decode_object, describe
+from tracejudge.models.errors import InvalidEvent
+from tracejudge.models.events import LONG_TEXT_LIMIT, _Event, decode_object, describe
 
 
 class ModelResponse(_Event):

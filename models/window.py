@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from models.events import (
+from tracejudge.models.events import (
     EVENT_ADAPTER,
     FinalResponse,
     Iteration,

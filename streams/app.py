@@ -15,13 +15,13 @@ import faust
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from judges.early_stop import EarlyStopPolicy, Round
-from judges.early_stop import decide as decide_early
-from judges.llm.prompt import build_input
-from judges.retries import plan_retry
-from judges.rules import RuleJudge
-from judges.sampling import sampled
-from judges.verdicts import (
+from tracejudge.judges.early_stop import EarlyStopPolicy, Round
+from tracejudge.judges.early_stop import decide as decide_early
+from tracejudge.judges.llm.prompt import build_input
+from tracejudge.judges.retries import plan_retry
+from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.sampling import sampled
+from tracejudge.judges.verdicts import (
     DISABLED,
     SKIPPED,
     Decision,
@@ -32,20 +32,20 @@ from judges.verdicts import (
     evaluator_version,
     stable_id,
 )
-from models.errors import InvalidEvent
-from models.events import Iteration, parse_event
-from models.outputs import EarlyStopDecision
-from models.responses import parse_model_response
-from models.window import ClosedBy
-from prompts import final_judge_prompt
-from streams import topics
-from streams.control import KEY as CONTROL_KEY
-from streams.debug import async_stacks
-from streams.judge_runner import JudgeRunner
-from streams.judging import JudgeStage, judge_version
-from streams.sinks import Emitter, RedisSink, encode, redis_client
-from streams.watchdog import StallWatchdog
-from streams.windows import Marker, WindowStore, is_terminal
+from tracejudge.models.errors import InvalidEvent
+from tracejudge.models.events import Iteration, parse_event
+from tracejudge.models.outputs import EarlyStopDecision
+from tracejudge.models.responses import parse_model_response
+from tracejudge.models.window import ClosedBy
+from tracejudge.prompts import final_judge_prompt
+from tracejudge.streams import topics
+from tracejudge.streams.control import KEY as CONTROL_KEY
+from tracejudge.streams.debug import async_stacks
+from tracejudge.streams.judge_runner import JudgeRunner
+from tracejudge.streams.judging import JudgeStage, judge_version
+from tracejudge.streams.sinks import Emitter, RedisSink, encode, redis_client
+from tracejudge.streams.watchdog import StallWatchdog
+from tracejudge.streams.windows import Marker, WindowStore, is_terminal
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ import logging
 import sys
 from pathlib import Path
 
-from models.errors import ConfigurationError
-from streams.logs import setup_logging
-from streams.settings import Settings, describe_settings, load_settings
+from tracejudge.models.errors import ConfigurationError
+from tracejudge.streams.logs import setup_logging
+from tracejudge.streams.settings import Settings, describe_settings, load_settings
 
 TAIL_KINDS = ("evaluations", "alerts", "reflections", "retries", "dlq")
 
@@ -63,13 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "worker":
             return _worker(settings)
         if args.command == "topics":
-            from streams.topics import ensure_topics
+            from tracejudge.streams.topics import ensure_topics
 
             created = asyncio.run(ensure_topics(settings))
             print(f"created {len(created)} topics: {', '.join(created) or '(all existed)'}")
             return 0
         if args.command == "demo":
-            from streams.demo import run_demo
+            from tracejudge.streams.demo import run_demo
 
             return run_demo(settings, timeout_s=args.timeout)
         if args.command == "tail":
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 def _worker(settings: Settings) -> int:
     import faust
 
-    from streams.app import create_app
-    from streams.topics import ensure_topics
+    from tracejudge.streams.app import create_app
+    from tracejudge.streams.topics import ensure_topics
 
     logging.getLogger(__name__).info("settings: %s", settings.masked())
     asyncio.run(ensure_topics(settings))
@@ -101,8 +101,8 @@ def _worker(settings: Settings) -> int:
 
 
 async def _tail(settings: Settings, args: argparse.Namespace) -> int:
-    from streams.kafka_io import read_topic
-    from streams.render import render
+    from tracejudge.streams.kafka_io import read_topic
+    from tracejudge.streams.render import render
 
     count = 0
     async for record in read_topic(
@@ -132,7 +132,7 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _publish(settings: Settings, file: str, topic: str | None) -> int:
-    from streams.kafka_io import publish_lines
+    from tracejudge.streams.kafka_io import publish_lines
 
     target = topic or settings.topic("events")
     if file == "-":
@@ -149,7 +149,7 @@ def _publish(settings: Settings, file: str, topic: str | None) -> int:
 
 
 def _schema(out: Path | None) -> int:
-    from models.schemas import contract_schemas, write_schemas
+    from tracejudge.models.json_schemas import contract_schemas, write_schemas
 
     if out is None:
         print(json.dumps(contract_schemas(), indent=2, ensure_ascii=False))

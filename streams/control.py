@@ -1,6 +1,6 @@
 """For iterative loops: one GET between rounds says whether tracejudge thinks they may stop.
 
-from streams.control import EarlyStopClient
+from tracejudge.streams.control import EarlyStopClient
 
 client = EarlyStopClient("redis://127.0.0.1:6379/0")
 for round_ in range(1, max_rounds + 1):
@@ -19,7 +19,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from models.outputs import EarlyStopDecision
+from tracejudge.models.outputs import EarlyStopDecision
 
 KEY = "tracejudge:control:{request_id}"
 

@@ -13,11 +13,11 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
-from streams.embedded import Child, free_port, start_tansu, start_worker, wait_healthy
-from streams.kafka_io import publish_lines, read_topic
-from streams.samples import SampleTrace, sample_traces
-from streams.settings import Settings
-from streams.topics import ensure_topics
+from tracejudge.streams.embedded import Child, free_port, start_tansu, start_worker, wait_healthy
+from tracejudge.streams.kafka_io import publish_lines, read_topic
+from tracejudge.streams.samples import SampleTrace, sample_traces
+from tracejudge.streams.settings import Settings
+from tracejudge.streams.topics import ensure_topics
 
 IDLE_TIMEOUT_S = 3.0
 

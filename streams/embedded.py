@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from models.errors import ConfigurationError
+from tracejudge.models.errors import ConfigurationError
 
 
 def free_port() -> int:
@@ -88,7 +88,7 @@ def start_tansu(workdir: Path, timeout_s: float = 30.0) -> tuple[Child, str]:
 
 
 def start_worker(env: dict[str, str], log: Path) -> Child:
-    return Child([sys.executable, "-m", "streams.cli", "worker"], log, env)
+    return Child([sys.executable, "-m", "tracejudge.streams.cli", "worker"], log, env)
 
 
 def wait_healthy(worker: Child, port: int, timeout_s: float) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
-from streams.settings import Settings
+from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 

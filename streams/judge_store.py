@@ -11,7 +11,7 @@ from collections import deque
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from judges.llm.answer import JudgeAnswer
+from tracejudge.judges.llm.answer import JudgeAnswer
 
 log = logging.getLogger(__name__)
 

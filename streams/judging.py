@@ -7,15 +7,15 @@ import time
 
 import redis.asyncio as aioredis
 
-from judges.llm.breaker import CircuitBreaker
-from judges.llm.client import JudgeError, LLMClient, LLMConfig
-from judges.llm.monitor import FallbackMonitor
-from judges.llm.prompt import cache_key
-from judges.verdicts import Decision, JudgeJob, JudgeOutcome, Policy, decide
-from models.outputs import Alert
-from prompts import JudgePrompt, final_judge_prompt
-from streams.judge_store import JudgeCache, SharedRateLimiter
-from streams.settings import Settings
+from tracejudge.judges.llm.breaker import CircuitBreaker
+from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
+from tracejudge.judges.llm.monitor import FallbackMonitor
+from tracejudge.judges.llm.prompt import cache_key
+from tracejudge.judges.verdicts import Decision, JudgeJob, JudgeOutcome, Policy, decide
+from tracejudge.models.outputs import Alert
+from tracejudge.prompts import JudgePrompt, final_judge_prompt
+from tracejudge.streams.judge_store import JudgeCache, SharedRateLimiter
+from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 

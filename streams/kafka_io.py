@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
-from streams.settings import Settings
+from tracejudge.streams.settings import Settings
 
 
 @dataclass(frozen=True)

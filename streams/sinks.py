@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
-from judges.verdicts import Decision
-from models.outputs import Evaluation
+from tracejudge.judges.verdicts import Decision
+from tracejudge.models.outputs import Evaluation
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from models.errors import ConfigurationError
-from streams.settings import Settings
+from tracejudge.models.errors import ConfigurationError
+from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.settings import Settings
+from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from judges.early_stop import Action
-from models.events import STEP_TYPES, Event, FinalResponse, ToolCall
-from models.window import ClosedBy, Window, assemble_window
+from tracejudge.judges.early_stop import Action
+from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, ToolCall
+from tracejudge.models.window import ClosedBy, Window, assemble_window
 
 SEP = "\x1f"
 AddStatus = Literal["added", "duplicate", "late"]

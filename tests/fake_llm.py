@@ -15,8 +15,8 @@ from typing import Any
 
 from aiohttp import web
 
-from judges.llm.answer import TOOL_NAME
 from tests.realservices import free_port
+from tracejudge.judges.llm.answer import TOOL_NAME
 
 
 @dataclass

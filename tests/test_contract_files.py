@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from models.schemas import SCHEMA_DIR, contract_schemas, render_schema
-from streams.samples import sample_traces
+from tracejudge.models.json_schemas import SCHEMA_DIR, contract_schemas, render_schema
+from tracejudge.streams.samples import sample_traces
 
 
 def test_published_schemas_are_current() -> None:
@@ -38,7 +38,7 @@ def test_sample_events_validate_against_the_published_event_schema() -> None:
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *args],
+        [sys.executable, "-m", "tracejudge.streams.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -67,7 +67,7 @@ def test_help_lists_every_setting() -> None:
 def test_settings_from_a_file_and_environment_wins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from streams.settings import load_settings
+    from tracejudge.streams.settings import load_settings
 
     config = tmp_path / "tracejudge.env"
     config.write_text("TRACEJUDGE_WARN_THRESHOLD=75\nTRACEJUDGE_TOPIC_PREFIX=acme.\n")
@@ -91,7 +91,7 @@ def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
 def test_docker_compose_matches_the_tested_kafka_and_settings() -> None:
     import re
 
-    from streams.settings import Settings
+    from tracejudge.streams.settings import Settings
 
     root = Path(__file__).resolve().parent.parent
     compose = (root / "docker-compose.yml").read_text()

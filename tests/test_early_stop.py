@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from judges.early_stop import (
+from tracejudge.judges.early_stop import (
     Action,
     EarlyStopPolicy,
     Round,

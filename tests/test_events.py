@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from models.errors import InvalidEvent
-from models.events import (
+from tracejudge.models.errors import InvalidEvent
+from tracejudge.models.events import (
     LONG_TEXT_LIMIT,
     SUMMARY_LIMIT,
     FinalResponse,

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.generic_precision import score
-from judges.generic import classify, continue_prompt, decide_retry, prompt_is_complex
-from judges.rules import RuleJudge
 from tests.test_rules import trace, window_of
+from tracejudge.judges.generic import classify, continue_prompt, decide_retry, prompt_is_complex
+from tracejudge.judges.rules import RuleJudge
 
 
 @pytest.mark.parametrize(

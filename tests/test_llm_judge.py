@@ -10,13 +10,6 @@ from typing import Any
 import httpx
 import pytest
 
-from judges.llm.answer import InvalidAnswer, parse_answer
-from judges.llm.breaker import CircuitBreaker
-from judges.llm.client import JudgeError, LLMClient, LLMConfig
-from judges.llm.prompt import build_input
-from judges.rules import RuleJudge
-from judges.verdicts import JudgeOutcome, Policy, WindowFacts, decide
-from prompts import final_judge_prompt
 from tests.fake_llm import (
     FakeLLM,
     Reply,
@@ -29,6 +22,13 @@ from tests.fake_llm import (
 )
 from tests.realservices import free_port
 from tests.test_rules import GOOD, trace, window_of
+from tracejudge.judges.llm.answer import InvalidAnswer, parse_answer
+from tracejudge.judges.llm.breaker import CircuitBreaker
+from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
+from tracejudge.judges.llm.prompt import build_input
+from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.verdicts import JudgeOutcome, Policy, WindowFacts, decide
+from tracejudge.prompts import final_judge_prompt
 
 
 @pytest.fixture
@@ -332,8 +332,8 @@ def test_httpx_guard_refuses_real_hosts() -> None:
 
 
 def _stage(fake_url: str, **settings: Any) -> Any:
-    from streams.judging import JudgeStage
-    from streams.settings import Settings
+    from tracejudge.streams.judging import JudgeStage
+    from tracejudge.streams.settings import Settings
 
     config = Settings.model_validate(
         {
@@ -349,7 +349,7 @@ def _stage(fake_url: str, **settings: Any) -> Any:
 
 
 def _job() -> Any:
-    from judges.verdicts import JudgeJob
+    from tracejudge.judges.verdicts import JudgeJob
 
     window = window_of(trace(GOOD, [("book", True)]))
     return JudgeJob(

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from judges.redact import mask, mask_any
-from judges.rules import RuleJudge
-from judges.verdicts import DISABLED, Policy, WindowFacts, decide
 from tests.test_rules import trace, window_of
+from tracejudge.judges.redact import mask, mask_any
+from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, decide
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."

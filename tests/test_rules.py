@@ -4,11 +4,18 @@ from typing import Any
 
 import pytest
 
-from judges.rules import RuleJudge
-from judges.verdicts import DISABLED, Decision, Policy, WindowFacts, decide, evaluator_version
-from models.events import parse_event
-from models.window import Window, assemble_window
-from streams.samples import sample_traces
+from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.verdicts import (
+    DISABLED,
+    Decision,
+    Policy,
+    WindowFacts,
+    decide,
+    evaluator_version,
+)
+from tracejudge.models.events import parse_event
+from tracejudge.models.window import Window, assemble_window
+from tracejudge.streams.samples import sample_traces
 
 
 def window_of(events: list[dict[str, Any]], closed_by: str = "final_response") -> Window:

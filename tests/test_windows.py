@@ -4,8 +4,8 @@ import json
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from models.events import parse_event
-from streams.windows import WindowStore
+from tracejudge.models.events import parse_event
+from tracejudge.streams.windows import WindowStore
 
 
 class ChangelogDict(MutableMapping[str, Any]):

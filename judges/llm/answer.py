@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from models.errors import TracejudgeError
-from models.outputs import FailedStep
+from tracejudge.models.errors import TracejudgeError
+from tracejudge.models.outputs import FailedStep
 
 TOOL_NAME = "final_judge"
 _TRUE, _FALSE = "true", "false"

@@ -16,11 +16,11 @@ from typing import Any, Protocol
 
 import httpx
 
-from judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer
-from judges.llm.breaker import CircuitBreaker
-from judges.llm.prompt import request_body
-from models.errors import TracejudgeError
-from prompts import JudgePrompt
+from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer
+from tracejudge.judges.llm.breaker import CircuitBreaker
+from tracejudge.judges.llm.prompt import request_body
+from tracejudge.models.errors import TracejudgeError
+from tracejudge.prompts import JudgePrompt
 
 log = logging.getLogger(__name__)
 

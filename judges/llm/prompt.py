@@ -7,11 +7,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from judges.llm.answer import TOOL_NAME
-from judges.redact import mask_any
-from models.events import Iteration, ReasoningStep, ToolCall, UserMessage
-from models.window import Step, Window
-from prompts import JudgePrompt
+from tracejudge.judges.llm.answer import TOOL_NAME
+from tracejudge.judges.redact import mask_any
+from tracejudge.models.events import Iteration, ReasoningStep, ToolCall, UserMessage
+from tracejudge.models.window import Step, Window
+from tracejudge.prompts import JudgePrompt
 
 OPEN, CLOSE = "<data>", "</data>"
 INSTRUCTION = (

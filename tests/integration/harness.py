@@ -19,8 +19,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 
-from streams.settings import Settings
 from tests.realservices import ROOT, free_port, stop_process
+from tracejudge.streams.settings import Settings
 
 Headers = list[tuple[str, bytes]]
 
@@ -52,7 +52,7 @@ class WorkerProcess:
         with self.log.open("ab") as out:
             out.write(f"\n==== start #{self.starts} ====\n".encode())
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker"],
+            [sys.executable, "-m", "tracejudge.streams.cli", "worker"],
             cwd=ROOT,
             env=env,
             stdout=self.log.open("ab"),
@@ -202,7 +202,7 @@ def values(records: Iterable[ConsumerRecord]) -> list[dict[str, Any]]:
 
 def key_value_lines(path: Path) -> list[tuple[bytes | None, bytes | None]]:
     """A JSONL file as messages keyed by request_id, the way `tracejudge publish` sends them."""
-    from streams.kafka_io import key_of
+    from tracejudge.streams.kafka_io import key_of
 
     lines = [line for line in path.read_bytes().splitlines() if line.strip()]
     return [(key_of(line), line) for line in lines]

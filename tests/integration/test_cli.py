@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from streams.samples import sample_traces
 from tests.integration.harness import WorkerProcess
 from tests.realservices import ROOT
+from tracejudge.streams.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 
 
 def cli(worker: WorkerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *args],
+        [sys.executable, "-m", "tracejudge.streams.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

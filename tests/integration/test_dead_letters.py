@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from streams.samples import sample_traces
 from tests.integration.harness import WorkerProcess, consume, encode_event, produce
+from tracejudge.streams.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from streams.control import AsyncEarlyStopClient, EarlyStopClient
 from tests.integration.harness import WorkerProcess, consume, grouped, produce_events
+from tracejudge.streams.control import AsyncEarlyStopClient, EarlyStopClient
 
 pytestmark = pytest.mark.integration
 CONCLUSION = "<Conclusion>The cache was cold; warming it fixes the latency.</Conclusion>"

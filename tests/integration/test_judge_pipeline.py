@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from judges.sampling import sampled
-from streams.samples import sample_traces
 from tests.fake_llm import FakeLLM, data_block, tool_call_reply, verdict
 from tests.integration.harness import WorkerProcess, consume, grouped, produce_events, worker_env
 from tests.realservices import free_port
+from tracejudge.judges.sampling import sampled
+from tracejudge.streams.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 API_KEY = "sk-test-SECRETSECRETSECRET123456"

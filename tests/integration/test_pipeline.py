@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from streams.samples import sample_traces
 from tests.integration.harness import WorkerProcess, grouped, produce_events
+from tracejudge.streams.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 

@@ -88,7 +88,7 @@ async def test_retries_exhaustion_duplicates_and_a_restart(
             [
                 sys.executable,
                 "-m",
-                "streams.cli",
+                "tracejudge.streams.cli",
                 "tail",
                 "retries",
                 "--from-beginning",

@@ -9,9 +9,9 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from streams.judge_store import JudgeCache, SharedRateLimiter
 from tests.fake_llm import tool_call_reply, verdict
 from tests.realservices import free_port
+from tracejudge.streams.judge_store import JudgeCache, SharedRateLimiter
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ async def test_redis_down_falls_back_to_a_fair_share() -> None:
 
 
 async def test_verdict_cache_round_trip_and_survives_redis_down(redis_url: str) -> None:
-    from judges.llm.answer import parse_answer
+    from tracejudge.judges.llm.answer import parse_answer
 
     answer = parse_answer(tool_call_reply(verdict(True, True, 77)).body)
     client = aioredis.from_url(redis_url)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams.topics import topic_specs
 from tests.integration.harness import WorkerProcess, worker_env
 from tests.realservices import ROOT
+from tracejudge.streams.topics import topic_specs
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ async def test_partition_mismatch_stops_the_worker_with_one_clear_line(
         await admin.close()
     result = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "streams.cli", "worker"],
+        [sys.executable, "-m", "tracejudge.streams.cli", "worker"],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,

@@ -10,7 +10,6 @@ import jsonschema
 import pytest
 import redis.asyncio as aioredis
 
-from models.schemas import SCHEMA_DIR
 from tests.integration.harness import (
     WorkerProcess,
     consume,
@@ -18,6 +17,7 @@ from tests.integration.harness import (
     produce,
     worker_env,
 )
+from tracejudge.models.json_schemas import SCHEMA_DIR
 
 pytestmark = pytest.mark.integration
 

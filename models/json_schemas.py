@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from models.events import CONTRACT_VERSION, EVENT_ADAPTER
-from models.outputs import Alert, Evaluation, ReflectionRequest, RetryRequest
-from models.responses import ModelResponse
+from tracejudge.models.events import CONTRACT_VERSION, EVENT_ADAPTER
+from tracejudge.models.outputs import Alert, Evaluation, ReflectionRequest, RetryRequest
+from tracejudge.models.responses import ModelResponse
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 
