@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracejudge.judges.generic import decide_retry
+from tracejudge.judges.generic import assess_answer
 
 LABELLED = Path(__file__).resolve().parent.parent / "tests" / "data" / "generic_labelled.jsonl"
 
@@ -37,7 +37,7 @@ def score(path: Path = LABELLED) -> Score:
     errors = []
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     for row in rows:
-        decision = decide_retry(row["prompt"], row["response"])
+        decision = assess_answer(row["prompt"], row["response"])
         if decision.retry and row["retry"]:
             tp += 1
         elif decision.retry:

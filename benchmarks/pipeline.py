@@ -24,7 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from tests.conftest import SHARED_DATA
 from tests.integration.harness import WorkerProcess, key_value_lines, produce, worker_env
 from tests.realservices import start_kafka, start_redis
-from tracejudge.streams.topics import TABLES, changelog_topic
+from tracejudge.streams.names import TABLES, changelog_topic
 
 
 def naive_changelog_bytes(lines: list[bytes]) -> int:
@@ -141,7 +141,9 @@ async def main(events: Path) -> None:
             log_bytes = 0
             log_count = 0
             for table in TABLES:
-                c, b = await topic_bytes(kafka.address, changelog_topic(worker.settings, table))
+                c, b = await topic_bytes(
+                    kafka.address, changelog_topic(worker.settings.app_id, table)
+                )
                 log_count += c
                 log_bytes += b
         finally:

@@ -27,15 +27,15 @@ def windows(path: Path) -> dict[str, Any]:
         events[event["request_id"]].append(event)
     result = {}
     for rid, evs in events.items():
-        records = []
+        parsed = []
         for e in evs:
-            records.append(parse_event(e).model_dump(mode="json", exclude_none=True))
+            parsed.append(parse_event(e))
             if e["type"] == "final_response":
                 break
-        steps = sum(1 for r in records if r["type"] in STEP_TYPES)
+        steps = sum(1 for event in parsed if event.type in STEP_TYPES)
         dropped = max(0, steps - 50)
         result[rid] = assemble_window(
-            rid, records, closed_by="final_response", step_count=steps, steps_dropped=dropped
+            rid, parsed, closed_by="final_response", step_count=steps, steps_dropped=dropped
         )
     return result
 

@@ -95,7 +95,7 @@ def observation_success(observation: str) -> str | None:
     return _clip(hit.group(0))
 
 
-def decide(
+def check_early_stop(
     rounds: list[Round], policy: EarlyStopPolicy, emitted: frozenset[Action] = frozenset()
 ) -> EarlyStop | None:
     """The decision after the latest round, if any: at most one stop or finalize, one hint."""

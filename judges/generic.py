@@ -142,14 +142,14 @@ def classify(response: str) -> Classification:
 
 
 @dataclass(frozen=True)
-class RetryDecision:
+class AnswerAssessment:
     classification: Classification
     prompt_complex: bool
     retry: bool
     reasons: list[str]
 
 
-def decide_retry(prompt: str, response: str) -> RetryDecision:
+def assess_answer(prompt: str, response: str) -> AnswerAssessment:
     c = classify(response)
     complex_ = prompt_is_complex(prompt)
     retry = c.should_retry(complex_)
@@ -160,7 +160,7 @@ def decide_retry(prompt: str, response: str) -> RetryDecision:
             if complex_
             else "the prompt is vague, so asking what is wanted is the right answer"
         )
-    return RetryDecision(c, complex_, retry, reasons)
+    return AnswerAssessment(c, complex_, retry, reasons)
 
 
 def continue_prompt(prompt: str) -> str:

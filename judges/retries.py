@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from tracejudge.judges.generic import continue_prompt, decide_retry
+from tracejudge.judges.generic import assess_answer, continue_prompt
 from tracejudge.judges.verdicts import stable_id
 from tracejudge.models.outputs import Alert, RetryRequest
 from tracejudge.models.responses import ModelResponse
@@ -32,7 +32,7 @@ def fingerprint(response: ModelResponse) -> str:
 
 def plan_retry(response: ModelResponse, max_retries: int, now: float) -> RetryPlan:
     mark = fingerprint(response)
-    decision = decide_retry(response.prompt, response.response)
+    decision = assess_answer(response.prompt, response.response)
     if not decision.retry:
         return RetryPlan(mark)
     c = decision.classification

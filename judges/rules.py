@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tracejudge.judges.generic import decide_retry
+from tracejudge.judges.generic import assess_answer
 from tracejudge.judges.phrases import REMAINING_WORK_RE, first_match
 from tracejudge.models.outputs import FailedStep
 from tracejudge.models.window import Window
@@ -157,7 +157,7 @@ class RuleJudge:
             reasons.append(f"final output is brief ({len(output)} characters)")
         # Same classifier as the retry stream: filler, or a question where work was asked
         # for, is not a result (a clarifying question to a vague goal is).
-        answer = decide_retry(window.task.goal if window.task else "", output)
+        answer = assess_answer(window.task.goal if window.task else "", output)
         if answer.retry:
             kind = answer.classification.response_type
             pattern = answer.classification.detected_pattern

@@ -27,12 +27,12 @@ from tracejudge.models.outputs import (
 from tracejudge.models.window import ClosedBy, Window
 
 __all__ = [
-    "Decision",
     "JudgeJob",
     "JudgeOutcome",
     "Policy",
+    "Verdict",
     "WindowFacts",
-    "decide",
+    "conclude",
     "evaluator_version",
     "stable_id",
 ]
@@ -116,7 +116,7 @@ class JudgeJob(BaseModel):
 
 
 @dataclass(frozen=True)
-class Decision:
+class Verdict:
     evaluation: Evaluation
     reflection: ReflectionRequest | None = None
     alerts: list[Alert] = field(default_factory=list)
@@ -133,15 +133,15 @@ def _masked_steps(steps: list[FailedStep]) -> list[FailedStep]:
     return [s.model_copy(update={"reason": mask(s.reason)}) for s in steps]
 
 
-def decide(
+def conclude(
     facts: WindowFacts,
     rules: RuleVerdict,
     outcome: JudgeOutcome,
     policy: Policy,
     version: str,
     now: float,
-) -> Decision:
-    """Blend, decide the verdicts, and plan everything to emit for one closed request."""
+) -> Verdict:
+    """Blend, settle `success` and `incomplete`, and plan all that one closed request emits."""
     evaluation_id = stable_id("evaluation", version, facts.request_id)
     answer = outcome.answer if outcome.status == "ok" else None
     dimensions = DimensionScores(
@@ -204,7 +204,7 @@ def decide(
     return _plan(evaluation, facts, policy, now)
 
 
-def _plan(evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float) -> Decision:
+def _plan(evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float) -> Verdict:
     evaluation_id = evaluation.evaluation_id
     alerts: list[Alert] = []
     if not evaluation.passed:
@@ -251,4 +251,4 @@ def _plan(evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float
                 reflection_round=round_ + 1,
                 ts=now,
             )
-    return Decision(evaluation=evaluation, reflection=reflection, alerts=alerts)
+    return Verdict(evaluation=evaluation, reflection=reflection, alerts=alerts)

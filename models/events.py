@@ -189,7 +189,7 @@ def decode_object(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any]:
     return raw
 
 
-def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
+def parse_event(raw: bytes | str | dict[str, Any] | None) -> Event:
     """Decode and validate one message value; raise InvalidEvent saying why not."""
     value = decode_object(raw)
     try:

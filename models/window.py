@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from tracejudge.models.events import (
-    EVENT_ADAPTER,
+    Event,
     FinalResponse,
     Iteration,
     ReasoningStep,
@@ -61,27 +61,21 @@ class Window(BaseModel):
 
 def assemble_window(
     request_id: str,
-    records: list[dict[str, Any]],
+    events: list[Event],
     *,
     closed_by: ClosedBy,
     step_count: int,
     steps_dropped: int,
     early_stops: list[tuple[str, int]] | None = None,
 ) -> Window:
-    """Build a Window from stored records (in arrival order), ordering steps by step_index.
+    """Build a Window from validated events in arrival order, ordering steps by step_index.
 
-    Records of dropped steps carry no details; only dropped tool calls are kept (tool name and
-    outcome) because an unrecovered failure must still count.
+    The first task_started and the first final_response count; later ones are duplicates.
     """
     task: TaskStarted | None = None
     final: FinalResponse | None = None
     steps: list[tuple[int, int, Step]] = []
-    for arrival, record in enumerate(records):
-        if record.get("dropped") and record.get("type") != "tool_call":
-            continue
-        event = EVENT_ADAPTER.validate_python(
-            {k: v for k, v in record.items() if k != "dropped"}, strict=False
-        )
+    for arrival, event in enumerate(events):
         if isinstance(event, TaskStarted):
             task = task or event
         elif isinstance(event, FinalResponse):

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from tracejudge.models.json_schemas import SCHEMA_DIR, contract_schemas, render_schema
-from tracejudge.streams.samples import sample_traces
+from tracejudge.streams.demo.samples import sample_traces
 
 
 def test_published_schemas_are_current() -> None:

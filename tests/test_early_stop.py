@@ -10,7 +10,7 @@ from tracejudge.judges.early_stop import (
     Action,
     EarlyStopPolicy,
     Round,
-    decide,
+    check_early_stop,
     errors_in,
     extract_tag,
     observation_success,
@@ -29,7 +29,7 @@ def replay(scenario: dict[str, Any]) -> list[list[Any]]:
     decisions = []
     for raw in scenario["rounds"]:
         rounds.append(Round(**raw))
-        decision = decide(rounds, policy, frozenset(emitted))
+        decision = check_early_stop(rounds, policy, frozenset(emitted))
         if decision is not None:
             emitted.add(decision.action)
             decisions.append([decision.iteration, decision.action, decision.reason])

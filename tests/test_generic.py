@@ -4,7 +4,7 @@ import pytest
 
 from benchmarks.generic_precision import score
 from tests.test_rules import trace, window_of
-from tracejudge.judges.generic import classify, continue_prompt, decide_retry, prompt_is_complex
+from tracejudge.judges.generic import assess_answer, classify, continue_prompt, prompt_is_complex
 from tracejudge.judges.rules import RuleJudge
 
 
@@ -18,7 +18,7 @@ from tracejudge.judges.rules import RuleJudge
     ],
 )
 def test_seed_cases(prompt: str, response: str, retry: bool) -> None:
-    assert decide_retry(prompt, response).retry is retry
+    assert assess_answer(prompt, response).retry is retry
 
 
 def test_labelled_set_precision_and_recall_of_retry() -> None:

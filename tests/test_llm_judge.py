@@ -27,7 +27,7 @@ from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
 from tracejudge.judges.llm.prompt import build_input
 from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import JudgeOutcome, Policy, WindowFacts, decide
+from tracejudge.judges.verdicts import JudgeOutcome, Policy, WindowFacts, conclude
 from tracejudge.prompts import final_judge_prompt
 
 
@@ -307,12 +307,12 @@ def test_blending_and_fallback() -> None:
     facts = WindowFacts.of(window)
     policy = Policy(rule_weight=0.6)
     answer = parse_answer(tool_call_reply(verdict(True, True, 50)).body)
-    judged = decide(facts, rules, JudgeOutcome("ok", answer=answer), policy, "v", 0.0)
+    judged = conclude(facts, rules, JudgeOutcome("ok", answer=answer), policy, "v", 0.0)
     e = judged.evaluation
     assert e.llm_score == 50 and e.overall_score == round(0.6 * rules.rule_score + 0.4 * 50)
     assert e.dimension_scores.correctness == 50 and e.judge_status == "ok"
     assert e.incomplete is True and judged.reflection is not None  # the judge decides
-    fallback = decide(facts, rules, JudgeOutcome("fallback", "timeout"), policy, "v", 0.0)
+    fallback = conclude(facts, rules, JudgeOutcome("fallback", "timeout"), policy, "v", 0.0)
     f = fallback.evaluation
     assert f.overall_score == f.rule_score and f.llm_score is None
     assert f.dimension_scores.correctness is None
@@ -332,7 +332,7 @@ def test_httpx_guard_refuses_real_hosts() -> None:
 
 
 def _stage(fake_url: str, **settings: Any) -> Any:
-    from tracejudge.streams.judging import JudgeStage
+    from tracejudge.streams.judging.stage import JudgeStage
     from tracejudge.streams.settings import Settings
 
     config = Settings.model_validate(

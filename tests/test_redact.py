@@ -5,7 +5,7 @@ import pytest
 from tests.test_rules import trace, window_of
 from tracejudge.judges.redact import mask, mask_any
 from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, decide
+from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, conclude
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
@@ -58,7 +58,7 @@ def test_evaluations_and_reflections_carry_no_secrets() -> None:
     events[0]["goal"] = "Deploy with token ghp_1234567890abcdefghijklmnopqrstuvwxyz"
     events[1]["error"] = "auth failed for Bearer abcdefghijklmnop"
     window = window_of(events)
-    decision = decide(
+    decision = conclude(
         WindowFacts.of(window), RuleJudge().judge(window), DISABLED, Policy(), "v", 0.0
     )
     assert decision.reflection is not None

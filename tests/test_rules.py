@@ -7,23 +7,23 @@ import pytest
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import (
     DISABLED,
-    Decision,
     Policy,
+    Verdict,
     WindowFacts,
-    decide,
+    conclude,
     evaluator_version,
 )
 from tracejudge.models.events import parse_event
 from tracejudge.models.window import Window, assemble_window
-from tracejudge.streams.samples import sample_traces
+from tracejudge.streams.demo.samples import sample_traces
 
 
 def window_of(events: list[dict[str, Any]], closed_by: str = "final_response") -> Window:
-    records = [parse_event(e).model_dump(mode="json", exclude_none=True) for e in events]
+    parsed = [parse_event(e) for e in events]
     steps = sum(1 for e in events if e["type"] not in {"task_started", "final_response"})
     return assemble_window(
         events[0]["request_id"],
-        records,
+        parsed,
         closed_by=closed_by,  # type: ignore[arg-type]
         step_count=steps,
         steps_dropped=0,
@@ -60,8 +60,8 @@ def trace(
     return events
 
 
-def rule_decision(window: Window, policy: Policy | None = None, now: float = 0.0) -> Decision:
-    return decide(
+def rule_decision(window: Window, policy: Policy | None = None, now: float = 0.0) -> Verdict:
+    return conclude(
         WindowFacts.of(window),
         judge.judge(window),
         DISABLED,

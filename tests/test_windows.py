@@ -5,7 +5,7 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from tracejudge.models.events import parse_event
-from tracejudge.streams.windows import WindowStore
+from tracejudge.streams.worker.windows import WindowStore
 
 
 class ChangelogDict(MutableMapping[str, Any]):
@@ -81,7 +81,7 @@ def test_duplicates_late_events_and_order() -> None:
     s.close("r", "final_response", 2.0)
     assert not s.steps and not s.seen  # details forgotten on close
     assert s.add(parse_event(tool("r", 3)), 1, 3.0) == "late"
-    assert s.meta["r"]["late"] == 1 and not s.is_open("r")
+    assert s.meta["r"]["late_events"] == 1 and not s.is_open("r")
 
 
 def test_steps_beyond_limit_become_stubs_that_keep_tool_outcomes() -> None:

@@ -202,7 +202,7 @@ def values(records: Iterable[ConsumerRecord]) -> list[dict[str, Any]]:
 
 def key_value_lines(path: Path) -> list[tuple[bytes | None, bytes | None]]:
     """A JSONL file as messages keyed by request_id, the way `tracejudge publish` sends them."""
-    from tracejudge.streams.kafka_io import key_of
+    from tracejudge.streams.kafka.io import key_of
 
     lines = [line for line in path.read_bytes().splitlines() if line.strip()]
     return [(key_of(line), line) for line in lines]

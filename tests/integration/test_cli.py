@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.harness import WorkerProcess
 from tests.realservices import ROOT
-from tracejudge.streams.samples import sample_traces
+from tracejudge.streams.demo.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 

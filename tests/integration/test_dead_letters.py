@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.integration.harness import WorkerProcess, consume, encode_event, produce
-from tracejudge.streams.samples import sample_traces
+from tracejudge.streams.demo.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from tests.fake_llm import FakeLLM, data_block, tool_call_reply, verdict
 from tests.integration.harness import WorkerProcess, consume, grouped, produce_events, worker_env
 from tests.realservices import free_port
 from tracejudge.judges.sampling import sampled
-from tracejudge.streams.samples import sample_traces
+from tracejudge.streams.demo.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 API_KEY = "sk-test-SECRETSECRETSECRET123456"

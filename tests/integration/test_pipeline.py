@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.integration.harness import WorkerProcess, grouped, produce_events
-from tracejudge.streams.samples import sample_traces
+from tracejudge.streams.demo.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 

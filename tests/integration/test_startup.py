@@ -13,7 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.integration.harness import WorkerProcess, worker_env
 from tests.realservices import ROOT
-from tracejudge.streams.topics import topic_specs
+from tracejudge.streams.kafka.admin import topic_specs
 
 pytestmark = pytest.mark.integration
 

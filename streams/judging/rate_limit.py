@@ -1,4 +1,4 @@
-"""Redis adapters of the judge: verdict cache and the rate limit shared by all workers."""
+"""The rate limit of LLM calls, shared by all workers through Redis."""
 
 from __future__ import annotations
 
@@ -11,36 +11,9 @@ from collections import deque
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from tracejudge.judges.llm.answer import JudgeAnswer
+from tracejudge.streams.names import REDIS_LLM_PREFIX
 
 log = logging.getLogger(__name__)
-
-
-class JudgeCache:
-    """Verdicts by a hash of judge input, prompt version and model: a replay costs no call."""
-
-    def __init__(self, client: aioredis.Redis | None, ttl_s: int) -> None:
-        self._client = client
-        self.ttl_s = ttl_s
-        self.errors = 0
-
-    async def get(self, key: str) -> JudgeAnswer | None:
-        if self._client is None:
-            return None
-        try:
-            raw = await self._client.get(key)
-        except (RedisError, OSError):
-            self.errors += 1
-            return None
-        return JudgeAnswer.model_validate_json(raw) if raw else None
-
-    async def put(self, key: str, answer: JudgeAnswer) -> None:
-        if self._client is None:
-            return
-        try:
-            await self._client.set(key, answer.model_dump_json(), ex=self.ttl_s)
-        except (RedisError, OSError):
-            self.errors += 1
 
 
 class SharedRateLimiter:
@@ -52,7 +25,7 @@ class SharedRateLimiter:
     """
 
     def __init__(
-        self, client: aioredis.Redis | None, rpm: int, prefix: str = "tracejudge:llm"
+        self, client: aioredis.Redis | None, rpm: int, prefix: str = REDIS_LLM_PREFIX
     ) -> None:
         self._client = client
         self._counter = prefix + ":rpm:{minute}"

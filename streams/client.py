@@ -1,6 +1,6 @@
 """For iterative loops: one GET between rounds says whether tracejudge thinks they may stop.
 
-from tracejudge.streams.control import EarlyStopClient
+from tracejudge.streams.client import EarlyStopClient
 
 client = EarlyStopClient("redis://127.0.0.1:6379/0")
 for round_ in range(1, max_rounds + 1):
@@ -20,8 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from tracejudge.models.outputs import EarlyStopDecision
-
-KEY = "tracejudge:control:{request_id}"
+from tracejudge.streams.names import REDIS_CONTROL_KEY
 
 
 class EarlyStopClient:
@@ -34,7 +33,7 @@ class EarlyStopClient:
 
     def check(self, request_id: str) -> EarlyStopDecision | None:
         try:
-            raw = self._redis.get(KEY.format(request_id=request_id))
+            raw = self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (RedisError, OSError):
             return None
         return EarlyStopDecision.model_validate_json(raw) if raw else None  # type: ignore[arg-type]
@@ -48,7 +47,7 @@ class AsyncEarlyStopClient:
 
     async def check(self, request_id: str) -> EarlyStopDecision | None:
         try:
-            raw = await self._redis.get(KEY.format(request_id=request_id))
+            raw = await self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (RedisError, OSError):
             return None
         return EarlyStopDecision.model_validate_json(raw) if raw else None

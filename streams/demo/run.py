@@ -13,11 +13,18 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
-from tracejudge.streams.embedded import Child, free_port, start_tansu, start_worker, wait_healthy
-from tracejudge.streams.kafka_io import publish_lines, read_topic
-from tracejudge.streams.samples import SampleTrace, sample_traces
+from tracejudge.streams import names
+from tracejudge.streams.demo.embedded import (
+    Child,
+    free_port,
+    start_tansu,
+    start_worker,
+    wait_healthy,
+)
+from tracejudge.streams.demo.samples import SampleTrace, sample_traces
+from tracejudge.streams.kafka.admin import ensure_topics
+from tracejudge.streams.kafka.io import publish_lines, read_topic
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.topics import ensure_topics
 
 IDLE_TIMEOUT_S = 3.0
 
@@ -114,7 +121,9 @@ async def _publish_and_collect(
     lines = [json.dumps(e).encode() for t in traces for e in t.events]
     wanted = {t.request_id for t in traces}
     verdicts: dict[str, dict[str, object]] = {}
-    extras: dict[str, dict[str, int]] = {rid: {"reflections": 0, "alerts": 0} for rid in wanted}
+    extras: dict[str, dict[str, int]] = {
+        rid: {names.REFLECTIONS: 0, names.ALERTS: 0} for rid in wanted
+    }
 
     deadline = time.monotonic() + timeout_s
     complete_at: list[float] = []
@@ -135,13 +144,16 @@ async def _publish_and_collect(
             rid = value.get("request_id")
             if rid not in wanted:
                 continue
-            if kind == "evaluations":
+            if kind == names.EVALUATIONS:
                 verdicts[rid] = value
             else:
                 extras[rid][kind] += 1
 
-    readers = [asyncio.create_task(collect(k)) for k in ("evaluations", "reflections", "alerts")]
-    await publish_lines(settings, settings.topic("events"), lines)
+    readers = [
+        asyncio.create_task(collect(k))
+        for k in (names.EVALUATIONS, names.REFLECTIONS, names.ALERTS)
+    ]
+    await publish_lines(settings, settings.topic(names.EVENTS), lines)
     _say(
         f"published {len(lines)} events; the last trace goes quiet and closes after "
         f"{IDLE_TIMEOUT_S:.0f}s idle"

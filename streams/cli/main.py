@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 from tracejudge.models.errors import ConfigurationError
-from tracejudge.streams.logs import setup_logging
+from tracejudge.streams import names
+from tracejudge.streams.cli.logs import setup_logging
 from tracejudge.streams.settings import Settings, describe_settings, load_settings
 
-TAIL_KINDS = ("evaluations", "alerts", "reflections", "retries", "dlq")
+TAIL_KINDS = (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS, names.RETRIES, names.DLQ)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "worker":
             return _worker(settings)
         if args.command == "topics":
-            from tracejudge.streams.topics import ensure_topics
+            from tracejudge.streams.kafka.admin import ensure_topics
 
             created = asyncio.run(ensure_topics(settings))
             print(f"created {len(created)} topics: {', '.join(created) or '(all existed)'}")
             return 0
         if args.command == "demo":
-            from tracejudge.streams.demo import run_demo
+            from tracejudge.streams.demo.run import run_demo
 
             return run_demo(settings, timeout_s=args.timeout)
         if args.command == "tail":
@@ -89,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 def _worker(settings: Settings) -> int:
     import faust
 
-    from tracejudge.streams.app import create_app
-    from tracejudge.streams.topics import ensure_topics
+    from tracejudge.streams.kafka.admin import ensure_topics
+    from tracejudge.streams.worker.app import create_app
 
     logging.getLogger(__name__).info("settings: %s", settings.masked())
     asyncio.run(ensure_topics(settings))
@@ -101,8 +102,8 @@ def _worker(settings: Settings) -> int:
 
 
 async def _tail(settings: Settings, args: argparse.Namespace) -> int:
-    from tracejudge.streams.kafka_io import read_topic
-    from tracejudge.streams.render import render
+    from tracejudge.streams.cli.render import render
+    from tracejudge.streams.kafka.io import read_topic
 
     count = 0
     async for record in read_topic(
@@ -114,7 +115,7 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> int:
         headers = {k: v for k, v in (record.headers or ())}
         if args.json:
             line = (record.value or b"").decode("utf-8", "replace")
-            if args.kind == "dlq":
+            if args.kind == names.DLQ:
                 line = json.dumps(
                     {
                         "headers": {k: v.decode("utf-8", "replace") for k, v in headers.items()},
@@ -132,9 +133,9 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _publish(settings: Settings, file: str, topic: str | None) -> int:
-    from tracejudge.streams.kafka_io import publish_lines
+    from tracejudge.streams.kafka.io import publish_lines
 
-    target = topic or settings.topic("events")
+    target = topic or settings.topic(names.EVENTS)
     if file == "-":
         lines = sys.stdin.buffer.readlines()
     else:
@@ -157,7 +158,3 @@ def _schema(out: Path | None) -> int:
     for path in write_schemas(out):
         print(path)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

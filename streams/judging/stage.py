@@ -1,4 +1,4 @@
-"""The judge stage: closed requests in, blended decisions out, never stalling the windows."""
+"""The judge stage: closed requests in, blended verdicts out, never stalling the windows."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
 from tracejudge.judges.llm.monitor import FallbackMonitor
 from tracejudge.judges.llm.prompt import cache_key
-from tracejudge.judges.verdicts import Decision, JudgeJob, JudgeOutcome, Policy, decide
+from tracejudge.judges.verdicts import JudgeJob, JudgeOutcome, Policy, Verdict, conclude
 from tracejudge.models.outputs import Alert
 from tracejudge.prompts import JudgePrompt, final_judge_prompt
-from tracejudge.streams.judge_store import JudgeCache, SharedRateLimiter
+from tracejudge.streams.judging.cache import JudgeCache
+from tracejudge.streams.judging.rate_limit import SharedRateLimiter
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,13 +77,13 @@ class JudgeStage:
         await self.cache.put(key, answer)
         return JudgeOutcome("ok", answer=answer)
 
-    async def judge(self, job: JudgeJob) -> Decision:
+    async def judge(self, job: JudgeJob) -> Verdict:
         outcome = await self.outcome(job)
         now = time.time()
-        decision = decide(job.facts, job.rules, outcome, self.policy, self.version, now)
+        verdict = conclude(job.facts, job.rules, outcome, self.policy, self.version, now)
         if self.monitor.record(outcome.status == "ok", time.monotonic()):
-            evaluation = decision.evaluation
-            decision.alerts.append(
+            evaluation = verdict.evaluation
+            verdict.alerts.append(
                 Alert.of(
                     "judge_unavailable",
                     evaluation.evaluation_id,
@@ -95,7 +96,7 @@ class JudgeStage:
                     evaluation_id=evaluation.evaluation_id,
                 )
             )
-        return decision
+        return verdict
 
     async def aclose(self) -> None:
         await self.client.aclose()

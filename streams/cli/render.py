@@ -6,6 +6,8 @@ import json
 import time
 from typing import Any
 
+from tracejudge.streams import names
+
 
 def _when(ts: Any) -> str:
     if not isinstance(ts, int | float):
@@ -21,13 +23,15 @@ def _short(text: Any, limit: int = 90) -> str:
 def render(
     kind: str, value: bytes | None, headers: dict[str, bytes], key: bytes | None = None
 ) -> str:
-    if kind == "dlq":
+    if kind == names.DLQ:
         h = {k: v.decode("utf-8", "replace") for k, v in headers.items()}
+        where = (
+            f"{h.get(names.DLQ_ORIGINAL_TOPIC)}[{h.get(names.DLQ_ORIGINAL_PARTITION)}]"
+            f"@{h.get(names.DLQ_ORIGINAL_OFFSET)}"
+        )
         return (
-            f"{h.get('tracejudge-error-class', '?')}: {_short(h.get('tracejudge-error'), 120)} "
-            f"(from {h.get('tracejudge-original-topic')}[{h.get('tracejudge-original-partition')}]"
-            f"@{h.get('tracejudge-original-offset')}) key={_short(repr(key), 60)} "
-            f"value={_short(repr(value), 60)}"
+            f"{h.get(names.DLQ_ERROR_CLASS, '?')}: {_short(h.get(names.DLQ_ERROR), 120)} "
+            f"(from {where}) key={_short(repr(key), 60)} value={_short(repr(value), 60)}"
         )
     try:
         event = json.loads(value or b"")
@@ -37,26 +41,26 @@ def render(
         return _short(repr(event))
     when = _when(event.get("ts"))
     rid = event.get("request_id") or event.get("session_id")
-    if kind == "evaluations":
+    if kind == names.EVALUATIONS:
         return (
             f"{when} {rid} score={event.get('overall_score')} "
             f"{'PASS' if event.get('passed') else 'FAIL'} success={event.get('success')} "
             f"incomplete={event.get('incomplete')} closed_by={event.get('closed_by')} "
             f"judge={event.get('judge_status')} | {_short(event.get('summary'))}"
         )
-    if kind == "alerts":
+    if kind == names.ALERTS:
         return (
             f"{when} [{event.get('severity')}] {event.get('kind')} {rid}: "
             f"{_short(event.get('message'), 120)}"
         )
-    if kind == "reflections":
+    if kind == names.REFLECTIONS:
         return (
             f"{when} {rid} round={event.get('reflection_round')} "
             f"failed={len(event.get('failed_steps') or [])} "
             f"remaining={_short('; '.join(event.get('remaining_steps') or []), 60)} "
             f"| goal: {_short(event.get('goal'), 60)}"
         )
-    if kind == "retries":
+    if kind == names.RETRIES:
         pattern = event.get("detected_pattern")
         follow = event.get("continue_prompt")
         return (

@@ -1,4 +1,4 @@
-"""Every topic tracejudge reads or writes, and their creation at start.
+"""Creating every topic tracejudge reads or writes (names in `names.py`), at start.
 
 The broker's auto-creation is never relied on: a topic auto-created with another partition
 count than the table changelogs makes Faust crash with PartitionsMismatch.
@@ -16,24 +16,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from tracejudge.models.errors import ConfigurationError
+from tracejudge.streams import names
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
-
-INPUT = "events"
-JUDGE_REQUESTS = "judge-requests"  # internal: closed requests waiting for the LLM judge
-RESPONSES = "responses"
-OUTPUTS = (
-    "evaluations",
-    "reflections",
-    "alerts",
-    "dlq",
-    JUDGE_REQUESTS,
-    RESPONSES,
-    "retries",
-    "control",
-)
-TABLES = ("window-meta", "window-steps", "window-seen", "retry-state")
 
 
 @dataclass(frozen=True)
@@ -44,18 +30,13 @@ class TopicSpec:
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
-    specs = [TopicSpec(settings.topic(INPUT), settings.partitions)]
-    specs += [TopicSpec(settings.topic(name), settings.partitions) for name in OUTPUTS]
+    plain = (*names.INPUTS, *names.OUTPUTS, *names.INTERNAL)
+    specs = [TopicSpec(settings.topic(name), settings.partitions) for name in plain]
     specs += [
-        TopicSpec(changelog_topic(settings, table), settings.partitions, compacted=True)
-        for table in TABLES
+        TopicSpec(names.changelog_topic(settings.app_id, table), settings.partitions, True)
+        for table in names.TABLES
     ]
     return specs
-
-
-def changelog_topic(settings: Settings, table: str) -> str:
-    # Faust's own naming, so the worker finds the topics created here.
-    return f"{settings.app_id}-{table}-changelog"
 
 
 async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str]:
@@ -100,7 +81,7 @@ async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker was first
                 await admin.create_topics(new)
             log.info("created topics: %s", ", ".join(s.name for s in missing))
-        await seed_group_offsets(settings, settings.topic(INPUT))
+        await seed_group_offsets(settings, settings.topic(names.EVENTS))
         return [s.name for s in missing]
     finally:
         await admin.close()

@@ -3,11 +3,11 @@
 A window is never stored as one value: that value would grow with the trace and be re-sent
 to the changelog on every event, making changelog traffic quadratic in trace length. Instead
 each event is written once under its own key, and the per-request value is a small record of
-fixed size:
+fixed size (formats in `records.py`):
 
 - `steps`: `{request_id}␟{seq}` -> the validated event (or a stub when beyond the step limit)
 - `seen`:  `{request_id}␟{event_id}` -> seq, to drop duplicates in O(1)
-- `meta`:  `request_id` -> counters and timestamps (constant size)
+- `meta`:  `request_id` -> a `WindowMeta`: counters, timestamps and state
 
 Changelog bytes per event are therefore the event itself plus a constant.
 """
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tracejudge.judges.early_stop import Action
-from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, ToolCall
+from tracejudge.models.events import STEP_TYPES, Event, FinalResponse
 from tracejudge.models.window import ClosedBy, Window, assemble_window
+from tracejudge.streams.worker.records import WindowMeta, read_step, step_record
 
 SEP = "\x1f"
 AddStatus = Literal["added", "duplicate", "late"]
@@ -35,20 +36,6 @@ def seen_key(request_id: str, event_id: str) -> str:
     return f"{request_id}{SEP}{event_id}"
 
 
-def _stub(event: Event) -> dict[str, Any]:
-    """What is kept of a step beyond the limit: identity, and the outcome of a tool call."""
-    stub: dict[str, Any] = {
-        "type": event.type,
-        "request_id": event.request_id,
-        "event_id": event.resolved_event_id(),
-        "step_index": event.step,
-        "dropped": True,
-    }
-    if isinstance(event, ToolCall):
-        stub.update(tool=event.tool, success=event.success)
-    return stub
-
-
 @dataclass
 class WindowStore:
     meta: MutableMapping[str, Any]
@@ -56,11 +43,19 @@ class WindowStore:
     seen: MutableMapping[str, Any]
     max_steps: int
 
+    def _meta(self, request_id: str) -> WindowMeta | None:
+        record = self.meta.get(request_id)
+        return None if record is None else WindowMeta.of_record(record)
+
+    def _save(self, request_id: str, meta: WindowMeta) -> None:
+        self.meta[request_id] = meta.to_record()
+
     def add(self, event: Event, partition: int, now: float) -> AddStatus:
         rid = event.request_id
-        meta = self.meta.get(rid)
-        if meta is not None and meta.get("closed"):
-            self.meta[rid] = {**meta, "late": meta.get("late", 0) + 1}
+        meta = self._meta(rid)
+        if meta is not None and meta.closed:
+            meta.late_events += 1
+            self._save(rid, meta)
             return "late"
         event_id = event.resolved_event_id()
         seq_seen = self.seen.get(seen_key(rid, event_id))
@@ -69,63 +64,73 @@ class WindowStore:
         if (
             seq_seen is not None
             and meta is not None
-            and seq_seen < meta["n"]
+            and seq_seen < meta.next_seq
             and step_key(rid, seq_seen) in self.steps
         ):
             return "duplicate"
         if meta is None:
-            meta = {"p": partition, "n": 0, "steps": 0, "dropped": 0, "first": now, "late": 0}
-        meta = dict(meta)
-        record: dict[str, Any] = event.model_dump(mode="json", exclude_none=True)
-        record["event_id"] = event_id
+            meta = WindowMeta(partition=partition)
+        beyond_limit = False
         if event.type in STEP_TYPES:
-            meta["steps"] += 1
-            if meta["steps"] > self.max_steps:
-                meta["dropped"] += 1
-                record = _stub(event)
-        seq = meta["n"]
-        self.steps[step_key(rid, seq)] = record
+            meta.step_count += 1
+            if meta.step_count > self.max_steps:
+                meta.steps_dropped += 1
+                beyond_limit = True
+        seq = meta.next_seq
+        self.steps[step_key(rid, seq)] = step_record(event, beyond_limit=beyond_limit)
         self.seen[seen_key(rid, event_id)] = seq
-        meta["n"] = seq + 1
-        meta["last"] = now
-        self.meta[rid] = meta
+        meta.next_seq = seq + 1
+        meta.last_event_at = now
+        self._save(rid, meta)
         return "added"
 
     def is_open(self, request_id: str) -> bool:
-        meta = self.meta.get(request_id)
-        return meta is not None and not meta.get("closed")
+        meta = self._meta(request_id)
+        return meta is not None and not meta.closed
 
     def collect(self, request_id: str, closed_by: ClosedBy) -> Window:
-        meta = self.meta[request_id]
-        records = [self.steps.get(step_key(request_id, i)) for i in range(meta["n"])]
+        meta = self._meta(request_id)
+        assert meta is not None, "collect() of a window that does not exist"
+        events = []
+        for seq in range(meta.next_seq):
+            record = self.steps.get(step_key(request_id, seq))
+            event = None if record is None else read_step(record)
+            if event is not None:
+                events.append(event)
         return assemble_window(
             request_id,
-            [r for r in records if r is not None],
+            events,
             closed_by=closed_by,
-            step_count=meta["steps"],
-            steps_dropped=meta["dropped"],
-            early_stops=[tuple(e) for e in meta.get("early", [])],
+            step_count=meta.step_count,
+            steps_dropped=meta.steps_dropped,
+            early_stops=[(str(a), int(i)) for a, i in meta.early_stops],
         )
 
     def close(self, request_id: str, closed_by: ClosedBy, now: float) -> None:
         """Forget the steps and keep a small closed marker, so late events are only counted."""
-        meta = dict(self.meta[request_id])
+        meta = self._meta(request_id)
+        assert meta is not None, "close() of a window that does not exist"
+        written = meta.next_seq
         # The closed marker goes first: after a crash mid-close, a replayed terminal event
         # then counts as late instead of re-judging a half-deleted window.
-        self.meta[request_id] = {**meta, "closed": closed_by, "closed_at": now, "n": 0}
-        for i in range(meta["n"]):
-            key = step_key(request_id, i)
+        meta.closed_by, meta.closed_at, meta.next_seq = closed_by, now, 0
+        self._save(request_id, meta)
+        for seq in range(written):
+            key = step_key(request_id, seq)
             record = self.steps.get(key)
             if record is not None:
                 self.seen.pop(seen_key(request_id, record["event_id"]), None)
                 del self.steps[key]
 
     def early_actions(self, request_id: str) -> frozenset[Action]:
-        return frozenset(action for action, _ in self.meta[request_id].get("early", []))
+        meta = self._meta(request_id)
+        return frozenset(action for action, _ in meta.early_stops) if meta else frozenset()
 
     def record_early(self, request_id: str, action: str, iteration: int) -> None:
-        meta = self.meta[request_id]
-        self.meta[request_id] = {**meta, "early": [*meta.get("early", []), [action, iteration]]}
+        meta = self._meta(request_id)
+        assert meta is not None, "record_early() of a window that does not exist"
+        meta.early_stops = [*meta.early_stops, [action, iteration]]
+        self._save(request_id, meta)
 
     def purge(self, request_id: str) -> None:
         self.meta.pop(request_id, None)
@@ -134,23 +139,24 @@ class WindowStore:
         self, now: float, idle_timeout_s: float, retention_s: float
     ) -> Iterator[tuple[str, int, Marker]]:
         """Requests whose window is idle, or whose closed marker has outlived its retention."""
-        for rid, meta in list(self.meta.items()):
-            if meta.get("closed"):
-                if now - meta.get("closed_at", now) >= retention_s:
-                    yield rid, meta["p"], "purge"
-            elif now - meta.get("last", now) >= idle_timeout_s:
-                yield rid, meta["p"], "idle_close"
+        for rid, record in list(self.meta.items()):
+            meta = WindowMeta.of_record(record)
+            if meta.closed:
+                if now - (meta.closed_at or now) >= retention_s:
+                    yield rid, meta.partition, "purge"
+            elif now - meta.last_event_at >= idle_timeout_s:
+                yield rid, meta.partition, "idle_close"
 
     def marker_applies(
         self, request_id: str, marker: Marker, now: float, idle_timeout_s: float, retention_s: float
     ) -> bool:
         """Re-check in-stream: an event may have arrived since the marker was sent."""
-        meta = self.meta.get(request_id)
+        meta = self._meta(request_id)
         if meta is None:
             return False
         if marker == "purge":
-            return bool(meta.get("closed")) and now - meta.get("closed_at", now) >= retention_s
-        return not meta.get("closed") and now - meta.get("last", now) >= idle_timeout_s
+            return meta.closed and now - (meta.closed_at or now) >= retention_s
+        return not meta.closed and now - meta.last_event_at >= idle_timeout_s
 
 
 def is_terminal(event: Event) -> bool:

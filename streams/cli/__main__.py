@@ -1,0 +1,7 @@
+"""`python -m tracejudge.streams.cli`: the same as the `tracejudge` command."""
+
+import sys
+
+from tracejudge.streams.cli.main import main
+
+sys.exit(main())

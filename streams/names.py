@@ -1,0 +1,54 @@
+"""Every name tracejudge puts on the wire: topics, tables, changelogs, Redis keys, headers.
+
+Topic names here are suffixes: the full name is `Settings.topic_prefix` + suffix (see
+`Settings.topic`). Nothing else in the code writes one of these names as a literal.
+"""
+
+from __future__ import annotations
+
+# Inputs: what agents publish.
+EVENTS = "events"
+RESPONSES = "responses"
+INPUTS = (EVENTS, RESPONSES)
+
+# Outputs: what tracejudge publishes.
+EVALUATIONS = "evaluations"
+REFLECTIONS = "reflections"
+ALERTS = "alerts"
+RETRIES = "retries"
+CONTROL = "control"
+DLQ = "dlq"
+OUTPUTS = (EVALUATIONS, REFLECTIONS, ALERTS, RETRIES, CONTROL, DLQ)
+
+# Internal: closed requests waiting for the LLM judge, consumed by the judge stage.
+JUDGE_REQUESTS = "judge-requests"
+INTERNAL = (JUDGE_REQUESTS,)
+
+# Faust tables; their changelog topics are created at start like every other topic.
+WINDOW_META = "window-meta"
+WINDOW_STEPS = "window-steps"
+WINDOW_SEEN = "window-seen"
+RETRY_STATE = "retry-state"
+TABLES = (WINDOW_META, WINDOW_STEPS, WINDOW_SEEN, RETRY_STATE)
+
+# Consumer group of the judge stage: `{app_id}` + this suffix.
+JUDGE_GROUP_SUFFIX = "-judge"
+
+
+def changelog_topic(app_id: str, table: str) -> str:
+    """Faust's own naming, so that the worker finds the changelog topics created at start."""
+    return f"{app_id}-{table}-changelog"
+
+
+# Redis keys.
+REDIS_EVALUATION_KEY = "tracejudge:evaluation:{request_id}"
+REDIS_CONTROL_KEY = "tracejudge:control:{request_id}"
+REDIS_LLM_PREFIX = "tracejudge:llm"  # rate limit counters and worker heartbeats
+
+# Headers.
+MARKER_HEADER = "tracejudge-marker"  # on idle-close and purge markers in the events topic
+DLQ_ERROR_CLASS = "tracejudge-error-class"
+DLQ_ERROR = "tracejudge-error"
+DLQ_ORIGINAL_TOPIC = "tracejudge-original-topic"
+DLQ_ORIGINAL_PARTITION = "tracejudge-original-partition"
+DLQ_ORIGINAL_OFFSET = "tracejudge-original-offset"

@@ -1,0 +1,172 @@
+"""The Faust app factory: topics, tables, agents, timer, tasks and pages; wiring only.
+
+What happens to a record is in the handlers (`events.py`, `responses.py`, `closing.py`,
+`early_stop.py`, `judging/jobs.py`), which `context.py` builds; every consuming loop here
+hands its records to the one error policy (`errors.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import faust
+from aiokafka import TopicPartition
+
+from tracejudge.streams import names
+from tracejudge.streams.judging.consumer import JudgeRunner
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.settings import Settings
+from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
+from tracejudge.streams.worker.debug import async_stacks
+from tracejudge.streams.worker.health import health_report
+from tracejudge.streams.worker.outputs import redis_client
+from tracejudge.streams.worker.watchdog import StallWatchdog
+
+
+def _broker_urls(bootstrap: str) -> list[str]:
+    return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
+
+
+def _faust_app(settings: Settings) -> faust.App:
+    timing: dict[str, Any] = {"broker_session_timeout": settings.broker_session_timeout_s}
+    if settings.embedded_broker_timing:
+        # Tansu waits the whole rebalance timeout on every group join: 6 s instead of 32 s.
+        timing = dict(
+            broker_rebalance_timeout=5, broker_session_timeout=6, broker_heartbeat_interval=1
+        )
+    return faust.App(
+        settings.app_id,
+        broker=_broker_urls(settings.kafka_bootstrap),
+        store="memory://",
+        autodiscover=False,
+        datadir=settings.data_dir,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        topic_allow_declare=True,
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        table_standby_replicas=0,
+        web_enabled=True,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        **timing,
+    )
+
+
+def create_app(settings: Settings) -> faust.App:
+    """Build the worker's Faust app from settings; nothing is created at import time."""
+    app = _faust_app(settings)
+
+    def topic(name: str) -> Any:
+        return app.topic(
+            settings.topic(name),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+
+    def table(name: str) -> Any:
+        return app.Table(name, default=None, partitions=settings.partitions)
+
+    events_topic, responses_topic = topic(names.EVENTS), topic(names.RESPONSES)
+    channels = Channels(
+        events=events_topic,
+        judge_requests=topic(names.JUDGE_REQUESTS),
+        evaluations=topic(names.EVALUATIONS),
+        reflections=topic(names.REFLECTIONS),
+        alerts=topic(names.ALERTS),
+        retries=topic(names.RETRIES),
+        control=topic(names.CONTROL),
+        dlq=topic(names.DLQ),
+    )
+    tables = Tables(
+        window_meta=table(names.WINDOW_META),
+        window_steps=table(names.WINDOW_STEPS),
+        window_seen=table(names.WINDOW_SEEN),
+        retry_state=table(names.RETRY_STATE),
+    )
+    ctx = WorkerContext.build(settings, channels, tables, redis_client(settings.redis_url))
+
+    # Only a concurrency=1 agent may update tables (faust-streaming #606); the error policy
+    # keeps every exception out of `async for`, where it would kill the agent silently.
+    @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
+    async def windows(stream: Any) -> None:
+        async for event in stream.events():
+            ctx.liveness.last_progress = time.monotonic()
+            await ctx.errors.run(InRecord.of_faust(event), ctx.events)
+
+    @app.agent(responses_topic, concurrency=1)  # type: ignore[misc]
+    async def responses(stream: Any) -> None:
+        async for event in stream.events():
+            ctx.liveness.last_progress = time.monotonic()
+            await ctx.errors.run(InRecord.of_faust(event), ctx.responses)
+
+    @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
+    async def find_idle_windows() -> None:
+        await ctx.idle.scan()
+
+    _add_judge_stage(app, ctx)
+    _add_watchdog_and_pages(app, ctx)
+    return app
+
+
+def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> None:
+    handler = ctx.judge_jobs
+    if handler is None:
+        return
+
+    async def judge_record(record: Any) -> None:
+        await ctx.errors.run(InRecord.of_aiokafka(record), handler)
+
+    settings = ctx.settings
+    runner = JudgeRunner(settings, settings.topic(names.JUDGE_REQUESTS), judge_record)
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def judging() -> None:
+        try:
+            await runner.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            ctx.errors.exit("the judge consumer stopped", exc)
+
+
+def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext) -> None:
+    settings = ctx.settings
+    watchdog = StallWatchdog(
+        settings,
+        [settings.topic(name) for name in names.INPUTS],
+        owned=lambda: {TopicPartition(tp.topic, tp.partition) for tp in app.consumer.assignment()},
+        last_progress=lambda: ctx.liveness.last_progress,
+    )
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def watch_for_stalls() -> None:
+        def stalled(reason: str) -> None:
+            ctx.errors.exit(reason, RuntimeError("no progress on owned input partitions"))
+
+        await watchdog.run(stalled)
+
+    @app.on_rebalance_complete.connect  # type: ignore[arg-type]
+    async def _assigned(sender: Any, **_: Any) -> None:
+        ctx.liveness.assigned = True
+
+    @app.page("/debug/tasks")  # type: ignore[misc]
+    async def tasks(web: Any, request: Any) -> Any:
+        return web.text(async_stacks())
+
+    @app.page("/health")  # type: ignore[misc]
+    async def health(web: Any, request: Any) -> Any:
+        body, status = health_report(
+            ctx,
+            recovered=app.tables.recovery.completed.is_set(),  # type: ignore[attr-defined]
+            rebalancing=bool(app.rebalancing),
+            stalled=watchdog.stalled_since is not None,
+        )
+        return web.json(body, status=status)

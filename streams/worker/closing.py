@@ -1,0 +1,67 @@
+"""Closing a window: the rule verdict at once, or a job for the LLM judge stage."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tracejudge.judges.llm.prompt import build_input
+from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.sampling import sampled
+from tracejudge.judges.verdicts import (
+    DISABLED,
+    SKIPPED,
+    JudgeJob,
+    Policy,
+    WindowFacts,
+    conclude,
+)
+from tracejudge.models.window import ClosedBy
+from tracejudge.streams.worker.outputs import Channel, VerdictPublisher, deliver, encode
+from tracejudge.streams.worker.windows import WindowStore
+
+
+@dataclass(frozen=True)
+class LLMRouting:
+    """Which closed requests go to the LLM judge, and how much of them it reads."""
+
+    sample_rate: float
+    max_input_chars: int
+
+
+@dataclass
+class WindowCloser:
+    store: WindowStore
+    rules: RuleJudge
+    policy: Policy
+    version: str
+    publisher: VerdictPublisher
+    judge_requests: Channel
+    llm: LLMRouting | None  # None: the LLM judge is off
+    counters: Counter[str]
+    clock: Callable[[], float]
+
+    async def close(self, request_id: str, closed_by: ClosedBy) -> None:
+        now = self.clock()
+        window = self.store.collect(request_id, closed_by)
+        verdict = self.rules.judge(window)
+        facts = WindowFacts.of(window)
+        if self.llm is not None and sampled(request_id, self.llm.sample_rate):
+            # The judge runs in its own consumer: this agent goes on closing windows meanwhile.
+            job = JudgeJob(
+                facts=facts,
+                rules=verdict,
+                content=build_input(window, self.llm.max_input_chars).content,
+                closed_at=now,
+            )
+            await deliver(self.judge_requests, request_id.encode("utf-8"), encode(job))
+            self.counters["judge_queued"] += 1
+        else:
+            outcome = SKIPPED if self.llm is not None else DISABLED
+            await self.publisher.publish(
+                conclude(facts, verdict, outcome, self.policy, self.version, now)
+            )
+        # marked closed only now: a crash before this line re-judges it, same evaluation_id
+        self.store.close(request_id, closed_by, now)
+        self.counters[f"closed_by_{closed_by}"] += 1

@@ -1,0 +1,51 @@
+"""Early-stop decisions for iterative workflows, taken as each `iteration` event arrives."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tracejudge.judges.early_stop import EarlyStopPolicy, Round, check_early_stop
+from tracejudge.judges.verdicts import stable_id
+from tracejudge.models.outputs import EarlyStopDecision
+from tracejudge.streams.names import REDIS_CONTROL_KEY
+from tracejudge.streams.worker.outputs import Channel, Lookup, deliver, encode
+from tracejudge.streams.worker.windows import WindowStore
+
+
+@dataclass
+class EarlyStopper:
+    store: WindowStore
+    policy: EarlyStopPolicy
+    control: Channel
+    lookup: Lookup
+    counters: Counter[str]
+    clock: Callable[[], float]
+
+    async def check(self, request_id: str) -> None:
+        """Publish a decision if the rounds so far call for one not yet published."""
+        window = self.store.collect(request_id, "final_response")
+        rounds = [
+            Round(
+                r.iteration, r.max_iterations, r.response or "", r.observation or "", r.exec_success
+            )
+            for r in window.iterations
+        ]
+        found = check_early_stop(rounds, self.policy, self.store.early_actions(request_id))
+        if found is None:
+            return
+        decision = EarlyStopDecision(
+            decision_id=stable_id("early_stop", request_id, str(found.iteration), found.action),
+            request_id=request_id,
+            iteration=found.iteration,
+            action=found.action,
+            reason=found.reason,  # type: ignore[arg-type]
+            evidence=found.evidence,
+            ts=self.clock(),
+        )
+        await deliver(self.control, request_id.encode("utf-8"), encode(decision))
+        await self.lookup.put_at(REDIS_CONTROL_KEY.format(request_id=request_id), decision)
+        # recorded after delivery: a crash in between re-sends the same decision_id
+        self.store.record_early(request_id, found.action, found.iteration)
+        self.counters[f"early_{found.action}"] += 1

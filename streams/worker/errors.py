@@ -1,0 +1,90 @@
+"""The one error policy: dead-letter the record and go on, or exit for the supervisor.
+
+Every consumer of the worker (the two Faust agents and the judge stage's consumer) runs its
+handler through `ErrorPolicy.run`, so the choice is made in one place (quix-streams'
+error callbacks are the model).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, NoReturn
+
+from aiokafka.errors import KafkaError
+
+from tracejudge.models.errors import InvalidEvent
+from tracejudge.streams import names
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.worker.outputs import Channel
+
+log = logging.getLogger(__name__)
+
+Action = Literal["dead_letter", "exit"]
+Exit = Callable[[str, BaseException], NoReturn]
+
+
+def on_error(exc: BaseException) -> Action:
+    """Kafka being unusable is not the record's fault: exit so that it is delivered again.
+    Anything else is about this record: dead-letter it, so that the next one is processed."""
+    return "exit" if isinstance(exc, KafkaError) else "dead_letter"
+
+
+def exit_for_supervisor(reason: str, exc: BaseException) -> NoReturn:
+    """Stop the process at once, committing nothing more.
+
+    An exception escaping the agent would kill it while the worker looks healthy (Faust
+    #175, #523); a graceful stop could commit the offset of the record that failed. Exiting
+    hard lets the supervisor restart the worker and the record be delivered again.
+    """
+    log.critical("%s; exiting so that the event is redelivered after restart: %r", reason, exc)
+    logging.shutdown()
+    os._exit(70)
+
+
+@dataclass
+class DeadLetters:
+    """Sends a record that cannot be processed to the DLQ, whole, with the reason in headers."""
+
+    dlq: Channel
+    counters: Counter[str]
+
+    async def send(self, record: InRecord, exc: Exception) -> None:
+        reason = exc.reason if isinstance(exc, InvalidEvent) else str(exc)
+        code = exc.code if isinstance(exc, InvalidEvent) else type(exc).__name__
+        headers = [
+            (names.DLQ_ERROR_CLASS, code.encode()),
+            (names.DLQ_ERROR, reason[:1000].encode("utf-8", "replace")),
+            (names.DLQ_ORIGINAL_TOPIC, record.topic.encode()),
+            (names.DLQ_ORIGINAL_PARTITION, str(record.partition).encode()),
+            (names.DLQ_ORIGINAL_OFFSET, str(record.offset).encode()),
+        ]
+        await (await self.dlq.send(key=record.key, value=record.value, headers=headers))
+        self.counters["dead_lettered"] += 1
+        self.counters[f"dead_lettered_{code}"] += 1
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s", record.topic, record.partition, record.offset, code
+        )
+
+
+@dataclass
+class ErrorPolicy:
+    dead_letters: DeadLetters
+    exit: Exit = exit_for_supervisor
+
+    async def run(self, record: InRecord, handler: Callable[[InRecord], Awaitable[None]]) -> None:
+        """Handle one record; never lets an exception escape into the consuming loop."""
+        try:
+            await handler(record)
+        except Exception as exc:
+            if on_error(exc) == "exit":
+                self.exit(f"kafka failure while handling a record of {record.topic}", exc)
+            if not isinstance(exc, InvalidEvent):
+                log.exception("unexpected error on a record of %s; dead-lettering it", record.topic)
+            try:
+                await self.dead_letters.send(record, exc)
+            except Exception as dlq_exc:
+                self.exit("cannot dead-letter a message", dlq_exc)

@@ -1,0 +1,67 @@
+"""The window agent's handler: one record of the events topic in, window state updated."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tracejudge.models.events import Iteration, parse_event
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.names import MARKER_HEADER
+from tracejudge.streams.worker.closing import WindowCloser
+from tracejudge.streams.worker.early_stop import EarlyStopper
+from tracejudge.streams.worker.idle import MarkerLog
+from tracejudge.streams.worker.windows import Marker, WindowStore, is_terminal
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    idle_s: float  # an open window with no event for this long is closed
+    retention_s: float  # a closed window is remembered this long to count late events
+
+
+@dataclass
+class EventHandler:
+    store: WindowStore
+    closer: WindowCloser
+    early_stopper: EarlyStopper | None  # None: early stop is off
+    timeouts: Timeouts
+    markers: MarkerLog
+    counters: Counter[str]
+    clock: Callable[[], float]
+
+    async def __call__(self, record: InRecord) -> None:
+        marker = record.headers.get(MARKER_HEADER)
+        if marker is not None:
+            request_id = json.loads(record.value or b"")["request_id"]
+            await self.on_marker(request_id, marker.decode())  # type: ignore[arg-type]
+            return
+        event = parse_event(record.value)  # InvalidEvent: the error policy dead-letters it
+        status = self.store.add(event, record.partition, self.clock())
+        self.counters[f"events_{status}"] += 1
+        rid = event.request_id
+        stopper = self.early_stopper if isinstance(event, Iteration) else None
+        if stopper is not None and status != "late" and self.store.is_open(rid):
+            # also on a duplicate: a crash may have come between the event and its decision
+            await stopper.check(rid)
+        # A duplicate terminal event on an open window means the close it triggered never
+        # finished (the worker died in between): finish it now.
+        if is_terminal(event) and status != "late" and self.store.is_open(rid):
+            await self.closer.close(rid, "final_response")
+
+    async def on_marker(self, request_id: str, marker: Marker) -> None:
+        """A marker the idle scan sent through the stream; re-checked, since an event may have
+        arrived after it was sent."""
+        now = self.clock()
+        self.markers.arrived(request_id)
+        if not self.store.marker_applies(
+            request_id, marker, now, self.timeouts.idle_s, self.timeouts.retention_s
+        ):
+            return
+        if marker == "idle_close":
+            await self.closer.close(request_id, "idle_timeout")
+        else:
+            self.store.purge(request_id)
+            self.counters["purged"] += 1

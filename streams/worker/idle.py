@@ -1,0 +1,69 @@
+"""Finding idle windows and expired closed ones, from a timer.
+
+Tables can only change inside stream iteration, so the timer never touches them: it sends a
+marker keyed (and partitioned) like the window into the events topic, and the window agent
+applies it in-stream (`EventHandler.on_marker`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tracejudge.streams.names import MARKER_HEADER
+from tracejudge.streams.worker.outputs import Channel
+from tracejudge.streams.worker.windows import WindowStore
+
+log = logging.getLogger(__name__)
+
+# Re-send a marker only if the previous one has had this long to come back through the stream.
+MARKER_RESEND_S = 30.0
+
+
+@dataclass
+class MarkerLog:
+    """When a marker was last sent per request, so that a slow stream is not flooded."""
+
+    sent_at: dict[str, float] = field(default_factory=dict)
+
+    def due(self, request_id: str, now: float) -> bool:
+        return now - self.sent_at.get(request_id, 0.0) >= MARKER_RESEND_S
+
+    def sent(self, request_id: str, now: float) -> None:
+        self.sent_at[request_id] = now
+
+    def arrived(self, request_id: str) -> None:
+        self.sent_at.pop(request_id, None)
+
+
+@dataclass
+class IdleScanner:
+    store: WindowStore
+    events: Channel
+    idle_timeout_s: float
+    retention_s: float
+    markers: MarkerLog
+    counters: Counter[str]
+    clock: Callable[[], float]
+
+    async def scan(self) -> None:
+        now = self.clock()
+        try:
+            due = list(self.store.due(now, self.idle_timeout_s, self.retention_s))
+            for request_id, partition, marker in due:
+                if not self.markers.due(request_id, now):
+                    continue
+                self.markers.sent(request_id, now)
+                await self.events.send(
+                    key=request_id.encode("utf-8"),
+                    value=json.dumps({"request_id": request_id}).encode(),
+                    partition=partition,
+                    headers=[(MARKER_HEADER, marker.encode())],
+                )
+        except Exception:
+            # the next tick retries: markers are idempotent and re-checked in-stream
+            self.counters["timer_errors"] += 1
+            log.exception("idle-window scan failed")

@@ -1,0 +1,148 @@
+"""Where the worker's results go: topics (delivery awaited) and Redis (best effort).
+
+Handlers only see the `Channel` and `Lookup` protocols: in the worker they are Faust topics and
+`RedisSink`; in unit tests, `tests/memory.py` records what was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+from redis.exceptions import RedisError
+
+from tracejudge.judges.verdicts import Verdict
+from tracejudge.models.outputs import Evaluation
+from tracejudge.streams.names import REDIS_EVALUATION_KEY
+
+log = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+class Channel(Protocol):
+    """A topic to send to. `send` returns once the record is buffered; await the result for
+    the broker's acknowledgement (Faust's `Topic.send` has this shape)."""
+
+    async def send(
+        self,
+        *,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+    ) -> Awaitable[Any]: ...
+
+
+class Lookup(Protocol):
+    """The key-value store agents read verdicts and early-stop decisions from."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def errors(self) -> int: ...
+
+    async def put(self, evaluation: Evaluation) -> bool: ...
+
+    async def put_at(self, key: str, value: BaseModel) -> bool: ...
+
+
+def encode(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode("utf-8")
+
+
+async def deliver(channel: Channel, key: bytes | None, value: bytes | None) -> None:
+    """Send one record and wait until the broker has it."""
+    await (await channel.send(key=key, value=value))
+
+
+@dataclass
+class VerdictPublisher:
+    """Sends a verdict's events, waits until the broker has them, then writes Redis.
+
+    A window is marked closed only after this returns, so a crash in between re-judges the
+    request on restart (same evaluation_id) rather than losing its verdict.
+    """
+
+    evaluations: Channel
+    reflections: Channel
+    alerts: Channel
+    lookup: Lookup
+    counters: Counter[str]
+
+    async def publish(self, verdict: Verdict) -> None:
+        evaluation = verdict.evaluation
+        key = evaluation.request_id.encode("utf-8")
+        pending = [await self.evaluations.send(key=key, value=encode(evaluation))]
+        if verdict.reflection is not None:
+            pending.append(await self.reflections.send(key=key, value=encode(verdict.reflection)))
+        for alert in verdict.alerts:
+            pending.append(await self.alerts.send(key=key, value=encode(alert)))
+        await asyncio.gather(*pending)
+        await self.lookup.put(evaluation)
+        self.counters["evaluations"] += 1
+        self.counters[f"judge_{evaluation.judge_status}"] += 1
+        if verdict.reflection is not None:
+            self.counters["reflections"] += 1
+        self.counters["alerts"] += len(verdict.alerts)
+        log.info(
+            "evaluated %s score=%d success=%s incomplete=%s closed_by=%s judge=%s",
+            evaluation.request_id,
+            evaluation.overall_score,
+            evaluation.success,
+            evaluation.incomplete,
+            evaluation.closed_by,
+            evaluation.judge_status,
+        )
+
+
+def redis_client(url: str, timeout_s: float = 1.0) -> aioredis.Redis | None:
+    """One client per worker, short timeouts: Redis must never hold the stream up."""
+    if not url:
+        return None
+    return aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+
+class RedisSink:
+    """Latest evaluation per request under `tracejudge:evaluation:{request_id}`.
+
+    Redis is a look-up convenience, not the system of record: failures are counted and logged
+    (at most once a minute) and never stop the stream.
+    """
+
+    def __init__(self, client: aioredis.Redis | None, ttl_s: int) -> None:
+        self.ttl_s = ttl_s
+        self.errors = 0
+        self._last_log = 0.0
+        self._client = client
+
+    @property
+    def enabled(self) -> bool:
+        return self._client is not None
+
+    async def put(self, evaluation: Evaluation) -> bool:
+        return await self.put_at(
+            REDIS_EVALUATION_KEY.format(request_id=evaluation.request_id), evaluation
+        )
+
+    async def put_at(self, key: str, value: BaseModel) -> bool:
+        if self._client is None:
+            return False
+        try:
+            await self._client.set(key, value.model_dump_json(), ex=self.ttl_s)
+            return True
+        except (RedisError, OSError) as exc:
+            self.errors += 1
+            now = time.monotonic()
+            if now - self._last_log > 60:
+                self._last_log = now
+                log.warning("redis write failed (%d so far): %r", self.errors, exc)
+            return False

@@ -1,0 +1,105 @@
+"""What the window tables hold: one module writes and reads both record formats.
+
+Values go through Faust's JSON changelog, so they are plain dicts. A step record is the event
+as it was validated on arrival (plus its resolved `event_id`); reading it back rebuilds the
+model without validating it a second time. A window's meta record is small and of fixed size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tracejudge.models.events import (
+    Event,
+    FinalResponse,
+    Iteration,
+    ReasoningStep,
+    TaskStarted,
+    ToolCall,
+    UserMessage,
+    Validation,
+)
+
+_MODELS: dict[str, type[Any]] = {
+    "task_started": TaskStarted,
+    "user_message": UserMessage,
+    "reasoning_step": ReasoningStep,
+    "tool_call": ToolCall,
+    "iteration": Iteration,
+    "final_response": FinalResponse,
+}
+DROPPED = "dropped"  # set on the stub of a step beyond the step limit
+
+
+def step_record(event: Event, *, beyond_limit: bool) -> dict[str, Any]:
+    """The stored form of a validated event; beyond the step limit only its identity and,
+    for a tool call, its outcome (an unrecovered failure must still count)."""
+    if not beyond_limit:
+        record: dict[str, Any] = event.model_dump(mode="json", exclude_none=True)
+        record["event_id"] = event.resolved_event_id()
+        return record
+    stub: dict[str, Any] = {
+        "type": event.type,
+        "request_id": event.request_id,
+        "event_id": event.resolved_event_id(),
+        "step_index": event.step,
+        DROPPED: True,
+    }
+    if isinstance(event, ToolCall):
+        stub.update(tool=event.tool, success=event.success)
+    return stub
+
+
+def read_step(record: dict[str, Any]) -> Event | None:
+    """The event a step record holds, or None for a stub that carries nothing to judge."""
+    kind = record.get("type")
+    if record.get(DROPPED) and kind != "tool_call":
+        return None
+    fields = {k: v for k, v in record.items() if k != DROPPED}
+    if isinstance(fields.get("validation"), dict):
+        fields["validation"] = Validation.model_construct(**fields["validation"])
+    event: Event = _MODELS[str(kind)].model_construct(**fields)
+    return event
+
+
+# Keys of the meta records written before they had readable names; read for compatibility
+# with changelogs of earlier versions.
+_LEGACY_META_KEYS = {
+    "p": "partition",
+    "n": "next_seq",
+    "steps": "step_count",
+    "dropped": "steps_dropped",
+    "late": "late_events",
+    "last": "last_event_at",
+    "closed": "closed_by",
+    "early": "early_stops",
+}
+
+
+@dataclass
+class WindowMeta:
+    """Per request: where its records are, its counters and its state."""
+
+    partition: int
+    next_seq: int = 0  # sequence number of the next step record; records are 0..next_seq-1
+    step_count: int = 0  # steps received, including those beyond the limit
+    steps_dropped: int = 0  # steps beyond the limit, kept as stubs
+    late_events: int = 0  # events that arrived after the window closed
+    last_event_at: float = 0.0
+    closed_by: str | None = None
+    closed_at: float | None = None
+    early_stops: list[list[Any]] = field(default_factory=list)  # [action, iteration]
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.closed_by)
+
+    def to_record(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def of_record(cls, record: dict[str, Any]) -> WindowMeta:
+        known = cls.__dataclass_fields__
+        values = {_LEGACY_META_KEYS.get(k, k): v for k, v in record.items()}
+        return cls(**{k: v for k, v in values.items() if k in known})

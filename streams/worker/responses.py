@@ -1,0 +1,46 @@
+"""The responses agent's handler: a model answer in, a retry request (or an alert) out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from tracejudge.judges.retries import plan_retry
+from tracejudge.models.responses import parse_model_response
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.worker.outputs import Channel, encode
+
+# Fingerprints of handled answers kept per session: enough to recognise redeliveries.
+MARKS_KEPT = 32
+
+
+@dataclass
+class ResponseHandler:
+    marks: MutableMapping[str, Any]  # session_id -> {"marks": [fingerprint, ...]}
+    retries: Channel
+    alerts: Channel
+    max_retries: int
+    counters: Counter[str]
+    clock: Callable[[], float]
+
+    async def __call__(self, record: InRecord) -> None:
+        response = parse_model_response(record.value)
+        plan = plan_retry(response, self.max_retries, self.clock())
+        marks: list[str] = (self.marks.get(response.session_id) or {}).get("marks", [])
+        if plan.fingerprint in marks:  # a redelivered answer: it was handled already
+            self.counters["responses_duplicate"] += 1
+            return
+        key = response.session_id.encode("utf-8")
+        pending = []
+        if plan.retry is not None:
+            pending.append(await self.retries.send(key=key, value=encode(plan.retry)))
+            self.counters[plan.retry.type] += 1
+        if plan.alert is not None:
+            pending.append(await self.alerts.send(key=key, value=encode(plan.alert)))
+        await asyncio.gather(*pending)
+        # written after delivery: a crash in between re-sends the same retry_id, never loses it
+        self.marks[response.session_id] = {"marks": [*marks, plan.fingerprint][-MARKS_KEPT:]}
+        self.counters["responses"] += 1
