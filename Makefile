@@ -9,9 +9,10 @@ demo:  ## run the demo on the embedded broker
 test:  ## install what is needed, then lint, types, unit and integration tests
 	./scripts/test.sh
 
-check:  ## formatting, lint and types only
+check:  ## formatting, lint, types and import rules only
 	./scripts/bootstrap.sh dev,demo
 	.venv/bin/ruff format --check . && .venv/bin/ruff check . && .venv/bin/mypy
+	PYTHONPATH=build/typecheck .venv/bin/lint-imports
 
 format:  ## format and fix what ruff can
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .

@@ -61,12 +61,20 @@ def _sentence_around(text: str, snippet: str, limit: int = 200) -> str:
     return text[start:end].strip()[:limit]
 
 
+DEFAULT_TOOL_CALL_BUDGET = 25
+
+
 class RuleJudge:
     """Scores a closed window by rules alone."""
 
     version = RULES_VERSION
 
-    def __init__(self, *, tool_call_budget: int = 25, weights: RuleWeights | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        tool_call_budget: int = DEFAULT_TOOL_CALL_BUDGET,
+        weights: RuleWeights | None = None,
+    ) -> None:
         self.tool_call_budget = tool_call_budget
         self.weights = weights or RuleWeights()
 

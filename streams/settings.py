@@ -8,6 +8,12 @@ from typing import Any
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Defaults of the judges' own settings are theirs: written there once, read here.
+from tracejudge.judges.early_stop import EarlyStopPolicy
+from tracejudge.judges.llm.client import LLMConfig
+from tracejudge.judges.rules import DEFAULT_TOOL_CALL_BUDGET
+from tracejudge.judges.verdicts import Policy
+
 CONFIG_FILE_ENV = "TRACEJUDGE_CONFIG_FILE"
 
 
@@ -34,11 +40,19 @@ class Settings(BaseSettings):
         3600.0, ge=0, description="How long a closed request is remembered to drop late events."
     )
     max_trace_steps: int = Field(50, ge=1, description="Steps kept in detail per request.")
-    warn_threshold: int = Field(60, ge=0, le=100, description="Scores below it raise an alert.")
-    enable_reflection: bool = Field(True, description="Emit reflection requests.")
-    max_reflection_rounds: int = Field(2, ge=0, description="Reflection rounds before giving up.")
+    warn_threshold: int = Field(
+        Policy.warn_threshold, ge=0, le=100, description="Scores below it raise an alert."
+    )
+    enable_reflection: bool = Field(
+        Policy.enable_reflection, description="Emit reflection requests."
+    )
+    max_reflection_rounds: int = Field(
+        Policy.max_reflection_rounds, ge=0, description="Reflection rounds before giving up."
+    )
     evaluation_ttl_s: int = Field(86400, ge=1, description="TTL of evaluations kept in Redis.")
-    tool_call_budget: int = Field(25, ge=1, description="Tool calls before efficiency drops.")
+    tool_call_budget: int = Field(
+        DEFAULT_TOOL_CALL_BUDGET, ge=1, description="Tool calls before efficiency drops."
+    )
     broker_session_timeout_s: float = Field(
         60.0,
         gt=0,
@@ -56,15 +70,22 @@ class Settings(BaseSettings):
     )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
     early_stop_enabled: bool = Field(True, description="Decide early stops of iterative loops.")
-    min_iterations: int = Field(2, ge=1, description="No early stop before this iteration.")
+    min_iterations: int = Field(
+        EarlyStopPolicy.min_iterations, ge=1, description="No early stop before this iteration."
+    )
     early_stop_consecutive: int = Field(
-        2, ge=1, description="Successful executions in a row that give a hint."
+        EarlyStopPolicy.consecutive_successes,
+        ge=1,
+        description="Successful executions in a row that give a hint.",
     )
     generic_max_retries: int = Field(
         1, ge=0, description="Retries of a generic or clarification-only answer."
     )
     rule_weight: float = Field(
-        0.6, ge=0, le=1, description="Weight w of the rule score: overall = w*rule + (1-w)*llm."
+        Policy.rule_weight,
+        ge=0,
+        le=1,
+        description="Weight w of the rule score: overall = w*rule + (1-w)*llm.",
     )
     llm_judge_enabled: bool = Field(False, description="Judge closed requests with an LLM.")
     llm_base_url: str = Field(
@@ -74,10 +95,18 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr = Field(
         SecretStr(""), description="API key (secret; never logged). Empty: no auth header."
     )
-    llm_timeout_s: float = Field(60.0, gt=0, description="Overall deadline per judged request.")
-    llm_connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout.")
-    llm_max_attempts: int = Field(3, ge=1, description="Attempts per request (retries + 1).")
-    llm_concurrency: int = Field(4, ge=1, description="Judge calls in flight per worker.")
+    llm_timeout_s: float = Field(
+        LLMConfig.timeout_s, gt=0, description="Overall deadline per judged request."
+    )
+    llm_connect_timeout_s: float = Field(
+        LLMConfig.connect_timeout_s, gt=0, description="TCP connect timeout."
+    )
+    llm_max_attempts: int = Field(
+        LLMConfig.max_attempts, ge=1, description="Attempts per request (retries + 1)."
+    )
+    llm_concurrency: int = Field(
+        LLMConfig.concurrency, ge=1, description="Judge calls in flight per worker."
+    )
     llm_rpm: int = Field(
         0, ge=0, description="Requests per minute shared by all workers via Redis; 0: no limit."
     )
@@ -88,12 +117,16 @@ class Settings(BaseSettings):
         24000, ge=2000, description="Judge input limit; long traces lose middle steps first."
     )
     llm_tool_choice: str = Field(
-        "named",
+        LLMConfig.tool_choice,
         pattern="^(named|required|auto|none)$",
         description="tool_choice: named (OpenAI, vLLM), required, auto (Ollama), none.",
     )
-    llm_temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
-    llm_max_tokens: int = Field(1024, ge=64, description="Max tokens of the judge's answer.")
+    llm_temperature: float = Field(
+        LLMConfig.temperature, ge=0, le=2, description="Sampling temperature."
+    )
+    llm_max_tokens: int = Field(
+        LLMConfig.max_tokens, ge=64, description="Max tokens of the judge's answer."
+    )
     llm_breaker_failures: int = Field(
         5, ge=1, description="Consecutive failures that open the circuit breaker."
     )
@@ -114,6 +147,7 @@ class Settings(BaseSettings):
     )
 
     def topic(self, name: str) -> str:
+        """Full name of a topic from its suffix in `names.py`."""
         return f"{self.topic_prefix}{name}"
 
     def masked(self) -> dict[str, Any]:

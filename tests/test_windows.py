@@ -4,7 +4,8 @@ import json
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-from tracejudge.models.events import parse_event
+from tracejudge.models.events import ToolCall, parse_event
+from tracejudge.streams.worker.records import WindowMeta, read_step, step_record
 from tracejudge.streams.worker.windows import WindowStore
 
 
@@ -115,3 +116,32 @@ def test_a_seen_entry_without_its_record_does_not_count_as_seen() -> None:
     assert s.add(parse_event(tool("r", 0)), 0, 1.0) == "added"
     assert s.add(parse_event(tool("r", 0)), 0, 1.0) == "duplicate"
     assert s.collect("r", "final_response").step_count == 1
+
+
+def test_a_stored_step_reads_back_as_the_event_it_was_without_validating_again() -> None:
+    final = parse_event(
+        {
+            "type": "final_response",
+            "request_id": "r",
+            "output": "z" * 9000,  # clipped on arrival, flagged
+            "validation": {"verdict": "warn", "reasons": ["one"]},
+        }
+    )
+    for event in (parse_event(tool("r", 1)), final):
+        record = json.loads(json.dumps(step_record(event, beyond_limit=False)))  # as recovered
+        back = read_step(record)
+        assert back == event.model_copy(update={"event_id": event.resolved_event_id()})
+        assert type(back) is type(event) and back is not None and back.clipped == event.clipped
+    assert read_step(step_record(final, beyond_limit=True)) is None  # nothing to judge
+    stub = read_step(step_record(parse_event(tool("r", 2, ok=False)), beyond_limit=True))
+    assert isinstance(stub, ToolCall) and stub.success is False and stub.args_summary is None
+
+
+def test_meta_records_of_earlier_versions_are_read() -> None:
+    legacy = {"p": 3, "n": 2, "steps": 2, "dropped": 0, "first": 1.0, "late": 1, "last": 9.0}
+    meta = WindowMeta.of_record(legacy)
+    assert (meta.partition, meta.next_seq, meta.step_count, meta.late_events) == (3, 2, 2, 1)
+    assert meta.last_event_at == 9.0 and not meta.closed
+    closed = WindowMeta.of_record({**legacy, "closed": "idle_timeout", "closed_at": 10.0})
+    assert closed.closed and closed.closed_by == "idle_timeout"
+    assert WindowMeta.of_record(meta.to_record()) == meta

@@ -1,0 +1,130 @@
+"""In-memory collaborators of the worker's handlers: channels that record, a dict lookup.
+
+With these, `WorkerContext.build` gives the worker's real handlers without Kafka or Redis
+(openai-agents' in-memory test processor is the model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from pydantic import BaseModel
+
+from tracejudge.models.outputs import Evaluation
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.names import REDIS_EVALUATION_KEY
+from tracejudge.streams.settings import Settings
+from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
+
+
+@dataclass
+class Sent:
+    key: bytes | None
+    value: bytes | None
+    partition: int | None
+    headers: dict[str, bytes]
+
+    def json(self) -> Any:
+        return json.loads(self.value or b"")
+
+
+@dataclass
+class MemoryChannel:
+    """A topic that keeps what was sent; `fail_with` makes the next sends raise."""
+
+    sent: list[Sent] = field(default_factory=list)
+    fail_with: BaseException | None = None
+
+    async def send(
+        self,
+        *,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> Awaitable[Any]:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.sent.append(Sent(key, value, partition, dict(headers or ())))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    def values(self) -> list[Any]:
+        return [s.json() for s in self.sent]
+
+
+@dataclass
+class MemoryLookup:
+    data: dict[str, str] = field(default_factory=dict)
+    errors: int = 0
+    enabled: bool = True
+
+    async def put(self, evaluation: Evaluation) -> bool:
+        key = REDIS_EVALUATION_KEY.format(request_id=evaluation.request_id)
+        return await self.put_at(key, evaluation)
+
+    async def put_at(self, key: str, value: BaseModel) -> bool:
+        self.data[key] = value.model_dump_json()
+        return True
+
+
+class Exited(Exception):
+    """Raised by the fake exit: the worker would have exited for its supervisor here."""
+
+
+def fake_exit(reason: str, exc: BaseException) -> NoReturn:
+    raise Exited(reason) from exc
+
+
+@dataclass
+class Clock:
+    now: float = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class MemoryWorker:
+    ctx: WorkerContext
+    channels: Channels
+    tables: Tables
+    lookup: MemoryLookup
+    clock: Clock
+    offsets: dict[str, int] = field(default_factory=dict)
+
+    def channel(self, name: str) -> MemoryChannel:
+        channel = getattr(self.channels, name)
+        assert isinstance(channel, MemoryChannel)
+        return channel
+
+    def record(
+        self, topic: str, value: Any, headers: dict[str, bytes] | None = None, partition: int = 0
+    ) -> InRecord:
+        raw = value if isinstance(value, bytes | None) else json.dumps(value).encode()
+        offset = self.offsets.get(topic, 0)
+        self.offsets[topic] = offset + 1
+        return InRecord(topic, partition, offset, None, raw, headers or {})
+
+    async def event(self, value: Any, **kw: Any) -> None:
+        """One record through the window agent's error policy and handler."""
+        await self.ctx.errors.run(self.record("events", value, **kw), self.ctx.events)
+
+    async def response(self, value: Any) -> None:
+        await self.ctx.errors.run(self.record("responses", value), self.ctx.responses)
+
+
+def memory_worker(**settings: Any) -> MemoryWorker:
+    channels = Channels(*(MemoryChannel() for _ in range(8)))
+    tables = Tables({}, {}, {}, {})
+    lookup, clock = MemoryLookup(), Clock()
+    config = Settings(redis_url="", **settings)
+    ctx = WorkerContext.build(
+        config, channels, tables, None, lookup=lookup, clock=clock, exit=fake_exit
+    )
+    return MemoryWorker(ctx, channels, tables, lookup, clock)

@@ -1,0 +1,67 @@
+"""The import contracts in pyproject.toml hold, and a forbidden import breaks them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("models", "judges", "streams", "prompts")
+
+
+def tracejudge_tree(base: Path, copy: bool) -> Path:
+    """The four folders under their installed name, as links or as copies to edit."""
+    package = base / "tracejudge"
+    package.mkdir()
+    for folder in FOLDERS:
+        if copy:
+            shutil.copytree(ROOT / folder, package / folder, ignore=shutil.ignore_patterns("*.pyc"))
+        else:
+            (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
+    return base
+
+
+def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "lint-imports"),
+            "--config",
+            str(ROOT / "pyproject.toml"),
+        ],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_import_contracts_hold(tmp_path: Path) -> None:
+    result = lint_imports(tracejudge_tree(tmp_path, copy=False))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_a_model_that_imports_faust_breaks_the_build(tmp_path: Path) -> None:
+    tree = tracejudge_tree(tmp_path, copy=True)
+    ids = tree / "tracejudge" / "models" / "ids.py"
+    ids.write_text(ids.read_text() + "\nimport faust  # noqa\n")
+    result = lint_imports(tree)
+    assert result.returncode == 1
+    assert "models imports nothing of ours and no Kafka, Faust, Redis or httpx BROKEN" in (
+        result.stdout
+    )
+    assert "tracejudge.models.ids -> faust" in result.stdout
+
+
+def test_a_judge_that_imports_the_worker_breaks_the_build(tmp_path: Path) -> None:
+    tree = tracejudge_tree(tmp_path, copy=True)
+    rules = tree / "tracejudge" / "judges" / "rules.py"
+    rules.write_text(rules.read_text() + "\nfrom tracejudge.streams.worker import app  # noqa\n")
+    result = lint_imports(tree)
+    assert result.returncode == 1
+    assert "judges import only models and prompts of ours" in result.stdout
+    assert "BROKEN" in result.stdout
