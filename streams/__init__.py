@@ -1,0 +1,1 @@
+"""The streaming side: everything that knows topics, tables, agents and Redis."""

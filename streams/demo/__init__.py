@@ -1,0 +1,1 @@
+"""`tracejudge demo`: an embedded broker, a worker and sample traces."""

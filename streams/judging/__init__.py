@@ -1,0 +1,1 @@
+"""The LLM judge stage: its own consumer, verdict cache and shared rate limit."""

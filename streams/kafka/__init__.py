@@ -1,0 +1,1 @@
+"""Plain Kafka: topic creation, publish and tail I/O, the consumed-record type."""

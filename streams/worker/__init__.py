@@ -1,0 +1,1 @@
+"""The worker: Faust wiring (app.py) around handlers that take explicit collaborators."""
