@@ -96,10 +96,14 @@ class WindowMeta:
         return bool(self.closed_by)
 
     def to_record(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # written on every event: fields at their default are left out to keep it small
+        return {k: v for k, v in asdict(self).items() if k == "partition" or v != _DEFAULTS[k]}
 
     @classmethod
     def of_record(cls, record: dict[str, Any]) -> WindowMeta:
         known = cls.__dataclass_fields__
         values = {_LEGACY_META_KEYS.get(k, k): v for k, v in record.items()}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+_DEFAULTS = {k: v for k, v in asdict(WindowMeta(partition=0)).items()}
