@@ -37,17 +37,17 @@ def score(path: Path = LABELLED) -> Score:
     errors = []
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     for row in rows:
-        decision = assess_answer(row["prompt"], row["response"])
-        if decision.retry and row["retry"]:
+        assessment = assess_answer(row["prompt"], row["response"])
+        if assessment.retry and row["retry"]:
             tp += 1
-        elif decision.retry:
+        elif assessment.retry:
             fp += 1
         elif row["retry"]:
             fn += 1
-        if decision.retry != row["retry"]:
+        if assessment.retry != row["retry"]:
             errors.append(
-                f"{'FP' if decision.retry else 'FN'} {row['prompt']!r} -> "
-                f"{row['response'][:60]!r} ({decision.classification.response_type})"
+                f"{'FP' if assessment.retry else 'FN'} {row['prompt']!r} -> "
+                f"{row['response'][:60]!r} ({assessment.classification.response_type})"
             )
     return Score(len(rows), tp, fp, fn, errors)
 

@@ -32,10 +32,10 @@ def fingerprint(response: ModelResponse) -> str:
 
 def plan_retry(response: ModelResponse, max_retries: int, now: float) -> RetryPlan:
     mark = fingerprint(response)
-    decision = assess_answer(response.prompt, response.response)
-    if not decision.retry:
+    assessment = assess_answer(response.prompt, response.response)
+    if not assessment.retry:
         return RetryPlan(mark)
-    c = decision.classification
+    c = assessment.classification
     common = dict(
         retry_id=stable_id("retry", mark),
         session_id=response.session_id,
@@ -43,7 +43,7 @@ def plan_retry(response: ModelResponse, max_retries: int, now: float) -> RetryPl
         agent=response.agent,
         response_type=c.response_type,
         detected_pattern=c.detected_pattern,
-        reasons=decision.reasons,
+        reasons=assessment.reasons,
         ts=now,
     )
     if response.attempt < max_retries:
