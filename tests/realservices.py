@@ -133,8 +133,9 @@ def start_kafka(workdir: Path, timeout_s: float = 90.0) -> Service:
             classpath,
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            cluster_id,
+            # `--cluster-id=` form: an id may start with "-" (1 in 64), which the
+            # tool's argument parser would read as an option and fail on
+            f"--cluster-id={cluster_id}",
             "-c",
             str(props),
         ],
