@@ -146,6 +146,17 @@ class Settings(BaseSettings):
         10, ge=1, description="Judged requests in the window before the alert can fire."
     )
 
+    def verdict_policy(self) -> Policy:
+        return Policy(
+            warn_threshold=self.warn_threshold,
+            enable_reflection=self.enable_reflection,
+            max_reflection_rounds=self.max_reflection_rounds,
+            rule_weight=self.rule_weight,
+        )
+
+    def early_stop_policy(self) -> EarlyStopPolicy:
+        return EarlyStopPolicy(self.min_iterations, self.early_stop_consecutive)
+
     def topic(self, name: str) -> str:
         """Full name of a topic from its suffix in `names.py`."""
         return f"{self.topic_prefix}{name}"

@@ -14,9 +14,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from tracejudge.judges.early_stop import EarlyStopPolicy
 from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import Policy, evaluator_version
+from tracejudge.judges.verdicts import evaluator_version
 from tracejudge.prompts import final_judge_prompt
 from tracejudge.streams.judging.jobs import JudgeJobHandler
 from tracejudge.streams.judging.stage import JudgeStage, judge_version
@@ -97,12 +96,7 @@ class WorkerContext:
         )
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         rules = RuleJudge(tool_call_budget=settings.tool_call_budget)
-        policy = Policy(
-            warn_threshold=settings.warn_threshold,
-            enable_reflection=settings.enable_reflection,
-            max_reflection_rounds=settings.max_reflection_rounds,
-            rule_weight=settings.rule_weight,
-        )
+        policy = settings.verdict_policy()
         version = evaluator_version(rules.version)
         llm = None
         if settings.llm_judge_enabled:
@@ -121,8 +115,9 @@ class WorkerContext:
         )
         early = None
         if settings.early_stop_enabled:
-            early_policy = EarlyStopPolicy(settings.min_iterations, settings.early_stop_consecutive)
-            early = EarlyStopper(store, early_policy, channels.control, lookup, counters, clock)
+            early = EarlyStopper(
+                store, settings.early_stop_policy(), channels.control, lookup, counters, clock
+            )
         markers = MarkerLog()
         timeouts = Timeouts(settings.idle_timeout_s, settings.closed_retention_s)
         return cls(
