@@ -168,10 +168,20 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
-def decode_object(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any]:
-    """A message value as a JSON object, or InvalidEvent saying why not."""
+def decode_object(
+    raw: bytes | str | dict[str, Any] | None, max_bytes: int | None = None
+) -> dict[str, Any]:
+    """A message value as a JSON object, or InvalidEvent saying why not.
+
+    A value over `max_bytes` is refused before it is decoded: parsing it would cost time and
+    memory for an event that the contract's limits would clip anyway.
+    """
     if raw is None:
         raise InvalidEvent("empty", "message has no value")
+    if max_bytes is not None and isinstance(raw, bytes | str) and len(raw) > max_bytes:
+        raise InvalidEvent(
+            "too_large", f"value of {len(raw):,} bytes is over the limit of {max_bytes:,}"
+        )
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
@@ -189,9 +199,9 @@ def decode_object(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any]:
     return raw
 
 
-def parse_event(raw: bytes | str | dict[str, Any] | None) -> Event:
+def parse_event(raw: bytes | str | dict[str, Any] | None, max_bytes: int | None = None) -> Event:
     """Decode and validate one message value; raise InvalidEvent saying why not."""
-    value = decode_object(raw)
+    value = decode_object(raw, max_bytes)
     try:
         return EVENT_ADAPTER.validate_python(value)
     except ValidationError as exc:

@@ -21,8 +21,10 @@ class ModelResponse(_Event):
     attempt: int = Field(default=0, ge=0, description="0 for the first answer, n for retry n.")
 
 
-def parse_model_response(raw: bytes | str | dict[str, Any] | None) -> ModelResponse:
-    value = decode_object(raw)
+def parse_model_response(
+    raw: bytes | str | dict[str, Any] | None, max_bytes: int | None = None
+) -> ModelResponse:
+    value = decode_object(raw, max_bytes)
     if value.get("type") != "model_response":
         raise InvalidEvent("unknown_type", f"expected type model_response, got {value['type']!r}")
     try:

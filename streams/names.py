@@ -52,3 +52,5 @@ DLQ_ERROR = "tracejudge-error"
 DLQ_ORIGINAL_TOPIC = "tracejudge-original-topic"
 DLQ_ORIGINAL_PARTITION = "tracejudge-original-partition"
 DLQ_ORIGINAL_OFFSET = "tracejudge-original-offset"
+DLQ_ORIGINAL_SIZE = "tracejudge-original-size"  # bytes of the original value
+DLQ_STUB = "tracejudge-stub"  # "true": the value is a description, the original was too large

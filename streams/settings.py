@@ -39,6 +39,17 @@ class Settings(BaseSettings):
     closed_retention_s: float = Field(
         3600.0, ge=0, description="How long a closed request is remembered to drop late events."
     )
+    max_event_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="Input values over this size are dead-lettered (too_large) unparsed.",
+    )
+    kafka_max_request_bytes: int = Field(
+        1_048_588,
+        ge=1_000_000,
+        description="Producer request size limit; the broker's message.max.bytes (Kafka's "
+        "default here), so that any record the broker accepted can be dead-lettered whole.",
+    )
     max_trace_steps: int = Field(50, ge=1, description="Steps kept in detail per request.")
     warn_threshold: int = Field(
         Policy.warn_threshold, ge=0, le=100, description="Scores below it raise an alert."

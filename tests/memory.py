@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from aiokafka.errors import MessageSizeTooLargeError
 from pydantic import BaseModel
 
 from tracejudge.models.outputs import Evaluation
@@ -34,10 +35,12 @@ class Sent:
 
 @dataclass
 class MemoryChannel:
-    """A topic that keeps what was sent; `fail_with` makes the next sends raise."""
+    """A topic that keeps what was sent; `fail_with` makes the next sends raise, and a value
+    over `max_value_bytes` is refused as the producer refuses it."""
 
     sent: list[Sent] = field(default_factory=list)
     fail_with: BaseException | None = None
+    max_value_bytes: int | None = None
 
     async def send(
         self,
@@ -49,6 +52,8 @@ class MemoryChannel:
     ) -> Awaitable[Any]:
         if self.fail_with is not None:
             raise self.fail_with
+        if self.max_value_bytes is not None and len(value or b"") > self.max_value_bytes:
+            raise MessageSizeTooLargeError(f"{len(value or b'')} bytes")
         self.sent.append(Sent(key, value, partition, dict(headers or ())))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
@@ -104,12 +109,20 @@ class MemoryWorker:
         return channel
 
     def record(
-        self, topic: str, value: Any, headers: dict[str, bytes] | None = None, partition: int = 0
+        self,
+        topic: str,
+        value: Any,
+        headers: dict[str, bytes] | None = None,
+        partition: int = 0,
+        key: bytes | None = None,
     ) -> InRecord:
+        """A consumed record; keyed by the value's request_id unless `key` is given."""
         raw = value if isinstance(value, bytes | None) else json.dumps(value).encode()
+        if key is None and isinstance(value, dict) and isinstance(value.get("request_id"), str):
+            key = value["request_id"].encode()
         offset = self.offsets.get(topic, 0)
         self.offsets[topic] = offset + 1
-        return InRecord(topic, partition, offset, None, raw, headers or {})
+        return InRecord(topic, partition, offset, key, raw, headers or {})
 
     async def event(self, value: Any, **kw: Any) -> None:
         """One record through the window agent's error policy and handler."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -137,6 +138,42 @@ async def test_bad_input_is_dead_lettered_whole_and_the_worker_goes_on(
         await w.event(event)
     assert len(w.channel("evaluations").sent) == 1
     assert w.ctx.counters[f"dead_lettered_{code}"] == 1
+
+
+async def test_a_value_over_the_size_limit_is_dead_lettered_unparsed() -> None:
+    w = memory_worker(max_event_bytes=2048)
+    big = final(output="x" * 3000)
+    await w.event(big)
+    (letter,) = w.channel("dlq").sent
+    assert letter.headers[names.DLQ_ERROR_CLASS] == b"too_large"
+    assert letter.headers[names.DLQ_ORIGINAL_SIZE] == str(len(letter.value or b"")).encode()
+    assert w.channel("evaluations").sent == []
+
+
+async def test_a_record_too_large_to_dead_letter_whole_goes_as_a_stub() -> None:
+    w = memory_worker(max_event_bytes=3500)
+    w.channel("dlq").max_value_bytes = 3000  # what the producer can still send
+    value = b"\xff" * 4000 + b"tail"
+    await w.event(value, key=b"k" * 5000)
+    (stub,) = w.channel("dlq").sent
+    assert stub.headers[names.DLQ_STUB] == b"true"
+    assert stub.headers[names.DLQ_ERROR_CLASS] == b"too_large"
+    body = stub.json()
+    assert body["size"] == len(value) and body["original_offset"] == 0
+    assert body["sha256"] == hashlib.sha256(value).hexdigest()
+    assert len(stub.key or b"") == 64  # an oversized key is replaced by its hash
+    for event in (start(), final()):
+        await w.event(event)
+    assert len(w.channel("evaluations").sent) == 1  # and the worker went on
+
+
+async def test_an_event_keyed_other_than_by_its_request_id_is_refused() -> None:
+    w = memory_worker()
+    await w.event(start(), key=b"someone-else")
+    await w.event(tool(1), key=None)  # keyed by request_id by the helper: accepted
+    (letter,) = w.channel("dlq").sent
+    assert letter.headers[names.DLQ_ERROR_CLASS] == b"key_mismatch"
+    assert w.ctx.counters["events_added"] == 1
 
 
 # --- markers: idle close and purge ----------------------------------------------------------

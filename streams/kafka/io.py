@@ -32,7 +32,11 @@ def key_of(line: bytes) -> bytes | None:
 
 async def publish_lines(settings: Settings, topic: str, lines: Iterable[bytes]) -> PublishReport:
     """Send every non-blank line as one message keyed by its request_id; wait for delivery."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        acks="all",
+        max_request_size=settings.kafka_max_request_bytes,
+    )
     await producer.start()
     sent = skipped = 0
     try:

@@ -48,6 +48,7 @@ def _faust_app(settings: Settings) -> faust.App:
         processing_guarantee="at_least_once",
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        producer_max_request_size=settings.kafka_max_request_bytes,
         table_standby_replicas=0,
         web_enabled=True,
         web_bind=settings.web_host,

@@ -128,7 +128,9 @@ class WorkerContext:
             lookup=lookup,
             publisher=publisher,
             errors=ErrorPolicy(DeadLetters(channels.dlq, counters), exit),
-            events=EventHandler(store, closer, early, timeouts, markers, counters, clock),
+            events=EventHandler(
+                store, closer, early, timeouts, markers, counters, clock, settings.max_event_bytes
+            ),
             responses=ResponseHandler(
                 tables.retry_state,
                 channels.retries,
@@ -136,6 +138,7 @@ class WorkerContext:
                 settings.generic_max_retries,
                 counters,
                 clock,
+                settings.max_event_bytes,
             ),
             idle=IdleScanner(
                 store,

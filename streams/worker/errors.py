@@ -7,6 +7,8 @@ error callbacks are the model).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from collections import Counter
@@ -45,9 +47,34 @@ def exit_for_supervisor(reason: str, exc: BaseException) -> NoReturn:
     os._exit(70)
 
 
+# What a stub keeps of a value too large to dead-letter whole.
+STUB_HEAD_BYTES = 256
+STUB_KEY_BYTES = 1024
+
+
+def _stub(record: InRecord, code: str, reason: str) -> bytes:
+    value = record.value or b""
+    return json.dumps(
+        {
+            "reason": "too_large",
+            "error_class": code,
+            "error": reason[:1000],
+            "original_topic": record.topic,
+            "original_partition": record.partition,
+            "original_offset": record.offset,
+            "size": len(value),
+            "sha256": hashlib.sha256(value).hexdigest(),
+            "head": value[:STUB_HEAD_BYTES].decode("utf-8", "replace"),
+        },
+        ensure_ascii=False,
+    ).encode()
+
+
 @dataclass
 class DeadLetters:
-    """Sends a record that cannot be processed to the DLQ, whole, with the reason in headers."""
+    """Sends a record that cannot be processed to the DLQ with the reason in headers: whole,
+    or, when the record itself cannot be re-sent (over the producer's request size), a stub
+    that identifies it (topic, partition, offset, size, sha256, first bytes)."""
 
     dlq: Channel
     counters: Counter[str]
@@ -61,8 +88,21 @@ class DeadLetters:
             (names.DLQ_ORIGINAL_TOPIC, record.topic.encode()),
             (names.DLQ_ORIGINAL_PARTITION, str(record.partition).encode()),
             (names.DLQ_ORIGINAL_OFFSET, str(record.offset).encode()),
+            (names.DLQ_ORIGINAL_SIZE, str(len(record.value or b"")).encode()),
         ]
-        await (await self.dlq.send(key=record.key, value=record.value, headers=headers))
+        try:
+            await (await self.dlq.send(key=record.key, value=record.value, headers=headers))
+        except Exception as whole_exc:
+            # A record the broker took may still be too large for our producer (or for the
+            # DLQ topic): a stub must do, or this record would stop the partition for good.
+            log.warning("cannot dead-letter %s whole (%r); sending a stub", record.topic, whole_exc)
+            key = record.key
+            if key is not None and len(key) > STUB_KEY_BYTES:
+                key = hashlib.sha256(key).hexdigest().encode()
+            stub = _stub(record, code, reason)
+            stub_headers = [*headers, (names.DLQ_STUB, b"true")]
+            await (await self.dlq.send(key=key, value=stub, headers=stub_headers))
+            self.counters["dead_lettered_stub"] += 1
         self.counters["dead_lettered"] += 1
         self.counters[f"dead_lettered_{code}"] += 1
         log.warning(

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import Iteration, parse_event
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.names import MARKER_HEADER
@@ -31,6 +32,7 @@ class EventHandler:
     markers: MarkerLog
     counters: Counter[str]
     clock: Callable[[], float]
+    max_event_bytes: int | None = None
 
     async def __call__(self, record: InRecord) -> None:
         marker = record.headers.get(MARKER_HEADER)
@@ -38,7 +40,16 @@ class EventHandler:
             request_id = json.loads(record.value or b"")["request_id"]
             await self.on_marker(request_id, marker.decode())  # type: ignore[arg-type]
             return
-        event = parse_event(record.value)  # InvalidEvent: the error policy dead-letters it
+        # InvalidEvent: the error policy dead-letters the record and the agent goes on
+        event = parse_event(record.value, self.max_event_bytes)
+        if record.key != event.request_id.encode("utf-8"):
+            # Keyed otherwise, a request's events could reach two partitions (two workers) and
+            # be judged twice, each half alone: refuse instead of splitting the request.
+            raise InvalidEvent(
+                "key_mismatch",
+                f"message key {record.key!r:.80} is not the event's request_id "
+                f"{event.request_id!r:.80}: key every event by its request_id",
+            )
         status = self.store.add(event, record.partition, self.clock())
         self.counters[f"events_{status}"] += 1
         rid = event.request_id

@@ -25,9 +25,10 @@ class ResponseHandler:
     max_retries: int
     counters: Counter[str]
     clock: Callable[[], float]
+    max_event_bytes: int | None = None
 
     async def __call__(self, record: InRecord) -> None:
-        response = parse_model_response(record.value)
+        response = parse_model_response(record.value, self.max_event_bytes)
         plan = plan_retry(response, self.max_retries, self.clock())
         marks: list[str] = (self.marks.get(response.session_id) or {}).get("marks", [])
         if plan.fingerprint in marks:  # a redelivered answer: it was handled already

@@ -138,8 +138,11 @@ async def produce(
     bootstrap: str,
     topic: str,
     messages: Iterable[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, int]],
+    max_request_size: int = 1_000_000,
 ) -> int:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", max_request_size=max_request_size
+    )
     await producer.start()
     sent = 0
     try:

@@ -83,3 +83,42 @@ async def test_bad_messages_are_dead_lettered_and_consumption_goes_on(
     assert any(json.loads(r.value)["request_id"] == good.request_id for r in evaluations)
     code, health = pipeline_worker.health()
     assert code == 200 and health["counters"]["dead_lettered"] >= len(bad)
+
+
+async def test_a_large_invalid_value_and_a_wrongly_keyed_event_go_to_the_dlq(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    """A 1.02 MB value (the broker takes up to 1,048,588 bytes) is dead-lettered whole, not a
+    reason for the worker to exit; an event keyed by another id is refused, not split."""
+    run = uuid.uuid4().hex[:6]
+    huge_key, odd_key = f"huge-{run}".encode(), f"other-{run}".encode()
+    huge = b"{" + b"x" * 1_020_000
+    wrongly_keyed = json.dumps({"type": "task_started", "request_id": f"k-{run}", "goal": "g"})
+    good = sample_traces(f"large-good-{run}")[0]
+    bootstrap = pipeline_worker.settings.kafka_bootstrap
+    process = pipeline_worker.process
+    assert process is not None
+    pid = process.pid
+    await produce(
+        bootstrap,
+        pipeline_worker.topic("events"),
+        [(huge_key, huge), (odd_key, wrongly_keyed.encode()), *map(encode_event, good.events)],
+        max_request_size=2_000_000,
+    )
+    dead = await consume(
+        bootstrap,
+        pipeline_worker.topic("dlq"),
+        until=lambda rs: {huge_key, odd_key} <= {r.key for r in rs},
+        timeout_s=60,
+    )
+    by_key = {r.key: r for r in dead if r.key in (huge_key, odd_key)}
+    assert by_key[huge_key].value == huge
+    assert dict(by_key[huge_key].headers)["tracejudge-error-class"] == b"not_json"
+    assert dict(by_key[odd_key].headers)["tracejudge-error-class"] == b"key_mismatch"
+    evaluations = await consume(
+        bootstrap,
+        pipeline_worker.topic("evaluations"),
+        until=lambda rs: any(json.loads(r.value)["request_id"] == good.request_id for r in rs),
+    )
+    assert any(json.loads(r.value)["request_id"] == good.request_id for r in evaluations)
+    assert pipeline_worker.process is process and process.pid == pid and process.poll() is None
