@@ -76,6 +76,18 @@ class Settings(BaseSettings):
         description="Input lag with no progress this long makes the worker exit "
         "for its supervisor to restart it.",
     )
+    broker_down_exit_s: float = Field(
+        120.0,
+        gt=0,
+        description="A broker unreachable this long makes the worker exit for its supervisor "
+        "(/health says broker_unreachable after 10 s).",
+    )
+    stop_timeout_s: float = Field(
+        8.0,
+        gt=0,
+        description="On SIGTERM, exit after this long even if the graceful stop is not done "
+        "(uncommitted events are delivered again).",
+    )
     embedded_broker_timing: bool = Field(
         False, description="Short group timeouts for the embedded demo broker (Tansu) only."
     )

@@ -140,4 +140,6 @@ def memory_worker(**settings: Any) -> MemoryWorker:
     ctx = WorkerContext.build(
         config, channels, tables, None, lookup=lookup, clock=clock, exit=fake_exit
     )
+    # every partition consumed live from the start, as after a worker caught up
+    ctx.partitions.observe({p: 0 for p in range(config.partitions)}, {})
     return MemoryWorker(ctx, channels, tables, lookup, clock)

@@ -52,9 +52,22 @@ class Service:
     address: str
     process: subprocess.Popen[bytes] | None
     log: Path | None = None
+    args: list[str] | None = None  # to start it again on the same data and port
 
     def stop(self) -> None:
         stop_process(self.process)
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def restart(self, timeout_s: float = 90.0) -> None:
+        assert self.args is not None and self.log is not None and self.process is not None
+        assert self.process.poll() is not None, "still running"
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+        _wait_port(int(self.address.rsplit(":", 1)[1]), self.process, self.log, timeout_s)
 
 
 def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 30.0) -> None:
@@ -109,9 +122,10 @@ log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
 
-def start_kafka(workdir: Path, timeout_s: float = 90.0) -> Service:
-    """A single-node KRaft broker on loopback, auto-creation off like production should be."""
-    existing = os.environ.get("TRACEJUDGE_KAFKA_BOOTSTRAP")
+def start_kafka(workdir: Path, timeout_s: float = 90.0, reuse: bool = True) -> Service:
+    """A single-node KRaft broker on loopback, auto-creation off like production should be;
+    `reuse=False` for a test that stops its broker: never the shared one."""
+    existing = os.environ.get("TRACEJUDGE_KAFKA_BOOTSTRAP") if reuse else None
     if existing:
         host, _, port_text = existing.split(",")[0].rpartition(":")
         if reachable(host, int(port_text)):
@@ -143,22 +157,19 @@ def start_kafka(workdir: Path, timeout_s: float = 90.0) -> Service:
         capture_output=True,
     )
     log = workdir / "kafka.log"
-    process = subprocess.Popen(
-        [
-            java,
-            "-Xmx768m",
-            "-XX:+UseG1GC",
-            f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
-            "-cp",
-            classpath,
-            "kafka.Kafka",
-            str(props),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    args = [
+        java,
+        "-Xmx768m",
+        "-XX:+UseG1GC",
+        f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
+        "-cp",
+        classpath,
+        "kafka.Kafka",
+        str(props),
+    ]
+    process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     _wait_port(port, process, log, timeout_s)
-    return Service(f"127.0.0.1:{port}", process, log)
+    return Service(f"127.0.0.1:{port}", process, log, args)
 
 
 def start_redis(workdir: Path, timeout_s: float = 30.0) -> Service:

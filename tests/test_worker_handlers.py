@@ -12,6 +12,7 @@ from tests.memory import Exited, MemoryChannel, memory_worker
 from tracejudge.streams import names
 from tracejudge.streams.demo.samples import sample_traces
 from tracejudge.streams.worker.idle import MARKER_RESEND_S
+from tracejudge.streams.worker.liveness import PartitionLiveness
 
 RID = "req-1"
 
@@ -196,6 +197,59 @@ async def test_an_idle_window_is_closed_by_its_marker_and_a_stale_marker_does_no
     await w.event(marker.value, headers=marker.headers)
     (evaluation,) = w.channel("evaluations").values()
     assert evaluation["closed_by"] == "idle_timeout" and evaluation["incomplete"]
+
+
+async def test_a_broker_outage_longer_than_the_idle_timeout_closes_no_window() -> None:
+    w = memory_worker(idle_timeout_s=60)
+    await w.event(start())
+    w.clock.now += 30
+    w.ctx.partitions.lost()  # the broker stops answering
+    w.clock.now += 300
+    await w.ctx.idle.scan()
+    assert w.channel("events").sent == []
+    w.ctx.partitions.observe({0: 1}, {0: 1})  # back, nothing left to read
+    w.clock.now += 59
+    await w.ctx.idle.scan()
+    assert w.channel("events").sent == []  # idle counts from when consumption resumed
+    await w.event(final())
+    (evaluation,) = w.channel("evaluations").values()
+    assert evaluation["closed_by"] == "final_response"
+
+
+async def test_a_backlog_or_a_rebalance_stops_idle_time_until_caught_up() -> None:
+    w = memory_worker(idle_timeout_s=60)
+    await w.event(start())  # offset 0 of partition 0
+    w.ctx.partitions.observe({0: 5}, {0: 1})  # four records not read yet: in flight,
+    w.ctx.partitions.observe({0: 5}, {0: 1})  # then still not read at the next look: a backlog
+    w.clock.now += 120
+    await w.ctx.idle.scan()
+    assert w.channel("events").sent == []
+    for i in range(1, 5):
+        await w.event(tool(i))
+    w.ctx.partitions.observe({0: 5}, {0: 1})  # read (not yet committed): caught up
+    w.clock.now += 60
+    await w.ctx.idle.scan()
+    (marker,) = w.channel("events").sent
+    w.ctx.partitions.revoked()
+    await w.event(marker.value, headers=marker.headers)  # marker arrives during a rebalance
+    assert w.channel("evaluations").sent == []
+    w.ctx.partitions.observe({0: 6}, {0: 6})
+    w.clock.now += 60
+    await w.event(marker.value, headers=marker.headers)
+    (evaluation,) = w.channel("evaluations").values()
+    assert evaluation["closed_by"] == "idle_timeout"
+
+
+def test_steady_traffic_is_live_a_growing_backlog_is_not() -> None:
+    live = PartitionLiveness(lambda: 0.0)
+    live.processed(0, 99)
+    live.observe({0: 103}, {})  # first look: strict, 3 records in flight
+    assert live.since(0) is None
+    live.processed(0, 110)
+    live.observe({0: 115}, {})  # all that was there before is done: live
+    assert live.since(0) == 0.0
+    live.observe({0: 140}, {})  # 111 < 115: behind what was there last time
+    assert live.since(0) is None
 
 
 async def test_markers_are_not_resent_until_the_last_one_came_back_or_timed_out() -> None:

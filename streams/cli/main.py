@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -88,17 +87,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _worker(settings: Settings) -> int:
-    import faust
+    from tracejudge.streams.worker.run import run_worker
 
-    from tracejudge.streams.kafka.admin import ensure_topics
-    from tracejudge.streams.worker.app import create_app
-
-    logging.getLogger(__name__).info("settings: %s", settings.masked())
-    asyncio.run(ensure_topics(settings))
-    app = create_app(settings)
-    worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
-    worker.execute_from_commandline()
-    return 0
+    return run_worker(settings)
 
 
 async def _tail(settings: Settings, args: argparse.Namespace) -> int:

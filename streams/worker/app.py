@@ -140,12 +140,29 @@ def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> None:
 
 def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext) -> None:
     settings = ctx.settings
+    events = settings.topic(names.EVENTS)
+
+    def offsets_seen(ends: dict[TopicPartition, int], committed: dict[TopicPartition, int]) -> None:
+        if app.rebalancing:
+            ctx.partitions.lost()
+            return
+        ctx.partitions.observe(
+            {tp.partition: end for tp, end in ends.items() if tp.topic == events},
+            {tp.partition: off for tp, off in committed.items() if tp.topic == events},
+        )
+
     watchdog = StallWatchdog(
         settings,
         [settings.topic(name) for name in names.INPUTS],
         owned=lambda: {TopicPartition(tp.topic, tp.partition) for tp in app.consumer.assignment()},
         last_progress=lambda: ctx.liveness.last_progress,
+        on_offsets=offsets_seen,
+        on_broker_lost=ctx.partitions.lost,
     )
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
+        ctx.partitions.revoked()
 
     @app.task  # type: ignore[untyped-decorator]
     async def watch_for_stalls() -> None:
@@ -169,5 +186,6 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext) -> None:
             recovered=app.tables.recovery.completed.is_set(),  # type: ignore[attr-defined]
             rebalancing=bool(app.rebalancing),
             stalled=watchdog.stalled_since is not None,
+            broker_unreachable=watchdog.broker_unreachable(),
         )
         return web.json(body, status=status)

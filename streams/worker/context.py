@@ -25,6 +25,7 @@ from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.worker.events import EventHandler, Timeouts
 from tracejudge.streams.worker.idle import IdleScanner, MarkerLog
+from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.worker.responses import ResponseHandler
 from tracejudge.streams.worker.windows import WindowStore
@@ -67,6 +68,7 @@ class WorkerContext:
     lookup: Lookup
     publisher: VerdictPublisher
     errors: ErrorPolicy
+    partitions: PartitionLiveness  # of the events topic: idle time counts only while live
     events: EventHandler
     responses: ResponseHandler
     idle: IdleScanner
@@ -119,6 +121,7 @@ class WorkerContext:
                 store, settings.early_stop_policy(), channels.control, lookup, counters, clock
             )
         markers = MarkerLog()
+        liveness = PartitionLiveness(clock)
         timeouts = Timeouts(settings.idle_timeout_s, settings.closed_retention_s)
         return cls(
             settings=settings,
@@ -128,8 +131,17 @@ class WorkerContext:
             lookup=lookup,
             publisher=publisher,
             errors=ErrorPolicy(DeadLetters(channels.dlq, counters), exit),
+            partitions=liveness,
             events=EventHandler(
-                store, closer, early, timeouts, markers, counters, clock, settings.max_event_bytes
+                store,
+                closer,
+                early,
+                timeouts,
+                markers,
+                liveness,
+                counters,
+                clock,
+                settings.max_event_bytes,
             ),
             responses=ResponseHandler(
                 tables.retry_state,
@@ -146,6 +158,7 @@ class WorkerContext:
                 settings.idle_timeout_s,
                 settings.closed_retention_s,
                 markers,
+                liveness,
                 counters,
                 clock,
             ),

@@ -14,6 +14,7 @@ from tracejudge.streams.names import MARKER_HEADER
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.idle import MarkerLog
+from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.windows import Marker, WindowStore, is_terminal
 
 
@@ -30,11 +31,18 @@ class EventHandler:
     early_stopper: EarlyStopper | None  # None: early stop is off
     timeouts: Timeouts
     markers: MarkerLog
+    liveness: PartitionLiveness
     counters: Counter[str]
     clock: Callable[[], float]
     max_event_bytes: int | None = None
 
     async def __call__(self, record: InRecord) -> None:
+        try:
+            await self._handle(record)
+        finally:  # handled, or about to be dead-lettered (or the worker exits)
+            self.liveness.processed(record.partition, record.offset)
+
+    async def _handle(self, record: InRecord) -> None:
         marker = record.headers.get(MARKER_HEADER)
         if marker is not None:
             request_id = json.loads(record.value or b"")["request_id"]
@@ -68,7 +76,12 @@ class EventHandler:
         now = self.clock()
         self.markers.arrived(request_id)
         if not self.store.marker_applies(
-            request_id, marker, now, self.timeouts.idle_s, self.timeouts.retention_s
+            request_id,
+            marker,
+            now,
+            self.timeouts.idle_s,
+            self.timeouts.retention_s,
+            self.liveness.since,
         ):
             return
         if marker == "idle_close":

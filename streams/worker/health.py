@@ -8,12 +8,28 @@ from tracejudge.streams.worker.context import WorkerContext
 
 
 def health_report(
-    ctx: WorkerContext, *, recovered: bool, rebalancing: bool, stalled: bool
+    ctx: WorkerContext,
+    *,
+    recovered: bool,
+    rebalancing: bool,
+    stalled: bool,
+    broker_unreachable: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """The body and HTTP status of /health."""
-    ready = ctx.liveness.assigned and recovered and not rebalancing and not stalled
+    up = ctx.liveness.assigned and recovered and not rebalancing
+    ready = up and not stalled and not broker_unreachable
+    status = (
+        "ok"
+        if ready
+        else "broker_unreachable"
+        if broker_unreachable
+        else "stalled"
+        if stalled
+        else "starting"
+    )
     body = {
-        "status": "ok" if ready else "stalled" if stalled else "starting",
+        "status": status,
+        "broker": "unreachable" if broker_unreachable else "ok",
         "assigned": ctx.liveness.assigned,
         "recovered": recovered,
         "rebalancing": rebalancing,

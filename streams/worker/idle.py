@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.streams.names import MARKER_HEADER
+from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outputs import Channel
 from tracejudge.streams.worker.windows import WindowStore
 
@@ -46,13 +47,16 @@ class IdleScanner:
     idle_timeout_s: float
     retention_s: float
     markers: MarkerLog
+    liveness: PartitionLiveness
     counters: Counter[str]
     clock: Callable[[], float]
 
     async def scan(self) -> None:
         now = self.clock()
         try:
-            due = list(self.store.due(now, self.idle_timeout_s, self.retention_s))
+            due = list(
+                self.store.due(now, self.idle_timeout_s, self.retention_s, self.liveness.since)
+            )
             for request_id, partition, marker in due:
                 if not self.markers.due(request_id, now):
                     continue

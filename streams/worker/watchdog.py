@@ -1,10 +1,17 @@
-"""Turns a silent stall of consumption into a loud exit.
+"""Turns silent failures of consumption into loud ones: a stall, or a broker that is gone.
 
-A Faust worker restarted after a kill -9 was seen (rarely) to stop fetching its input after
-recovery while reporting itself ready. The watchdog compares, for the input partitions this
-worker owns, the group's committed offsets with the log end: lag that does not move while the
-agent processes nothing for `stall_timeout_s` makes /health say "stalled" and the process exit,
-so its supervisor restarts it and the uncommitted events are delivered again.
+Every few seconds the watchdog asks the broker for the log end and the group's committed offsets
+of the input partitions this worker owns.
+
+- **Stall.** A Faust worker restarted after a kill -9 was seen (rarely) to stop fetching its
+  input after recovery while reporting itself ready. Lag that does not move while the agents
+  process nothing for `stall_timeout_s` makes /health say "stalled" and the process exit, so its
+  supervisor restarts it and the uncommitted events are delivered again.
+- **Broker gone.** When the broker has not answered for `BROKER_DOWN_HEALTH_S`, /health says
+  "broker_unreachable" (503); after `broker_down_exit_s` the process exits for its supervisor.
+
+The committed offsets are read with a consumer of the group (an OffsetFetch, which every broker
+answers, the embedded one included), not with the admin API.
 """
 
 from __future__ import annotations
@@ -15,11 +22,18 @@ import time
 from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# Log end and committed offset of each owned input partition, after each probe.
+OffsetsSeen = Callable[[dict[TopicPartition, int], dict[TopicPartition, int]], None]
+
+PROBE_INTERVAL_S = 5.0
+PROBE_TIMEOUT_S = 5.0
+# A broker silent for this long makes /health answer 503: a blip of one probe is not an outage.
+BROKER_DOWN_HEALTH_S = 10.0
 
 
 class StallWatchdog:
@@ -29,55 +43,95 @@ class StallWatchdog:
         topics: list[str],
         owned: Callable[[], set[TopicPartition]],
         last_progress: Callable[[], float],
+        clock: Callable[[], float] = time.monotonic,
+        on_offsets: OffsetsSeen | None = None,
+        on_broker_lost: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topics
         self.owned = owned
         self.last_progress = last_progress
+        self.clock = clock
+        self.on_offsets = on_offsets
+        self.on_broker_lost = on_broker_lost
         self.stalled_since: float | None = None
+        self.broker_down_since: float | None = None
+        self.probe_failures = 0
         self._previous: dict[TopicPartition, int] = {}
 
-    async def lagging_without_progress(
-        self, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer
-    ) -> bool:
+    def broker_unreachable(self) -> bool:
+        since = self.broker_down_since
+        return since is not None and self.clock() - since >= BROKER_DOWN_HEALTH_S
+
+    async def lagging_without_progress(self, consumer: AIOKafkaConsumer) -> bool:
         tps = sorted(tp for tp in self.owned() if tp.topic in self.topics)
         if not tps:
+            await consumer.topics()  # still ask the broker something: it may be gone
+            if self.on_offsets is not None:
+                self.on_offsets({}, {})
             return False
         ends = await consumer.end_offsets(tps)
-        offsets = await admin.list_consumer_group_offsets(self.settings.app_id)
-        committed = {tp: meta.offset for tp, meta in offsets.items() if tp in ends}
-        lag = any(committed.get(tp, 0) < ends[tp] for tp in tps)
-        moved = committed != self._previous
-        self._previous = committed
+        committed = {tp: await consumer.committed(tp) for tp in tps}
+        offsets = {tp: off for tp, off in committed.items() if off is not None}
+        if self.on_offsets is not None:
+            self.on_offsets(ends, offsets)
+        lag = any(offsets.get(tp, 0) < ends[tp] for tp in tps)
+        moved = offsets != self._previous
+        self._previous = offsets
         return lag and not moved
 
+    def _consumer(self) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            group_id=self.settings.app_id,  # never subscribes: reads the group's commits only
+            enable_auto_commit=False,
+            request_timeout_ms=int(PROBE_TIMEOUT_S * 1000),
+            metadata_max_age_ms=int(PROBE_INTERVAL_S * 1000),
+        )
+
     async def run(self, on_stall: Callable[[str], None]) -> None:
-        interval = max(1.0, min(10.0, self.settings.stall_timeout_s / 4))
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap)
-        await admin.start()
+        consumer = self._consumer()
         await consumer.start()
         try:
             while True:
-                await asyncio.sleep(interval)
-                now = time.monotonic()
-                try:
-                    stuck = await self.lagging_without_progress(admin, consumer)
-                except Exception as exc:  # the broker being away is not a stall of ours
-                    log.debug("watchdog check failed: %r", exc)
-                    continue
-                idle = now - self.last_progress() >= self.settings.stall_timeout_s
-                if not (stuck and idle):
-                    self.stalled_since = None
-                    continue
-                if self.stalled_since is None:
-                    self.stalled_since = now
-                    log.warning(
-                        "input lag is not moving and no event was processed for %.0fs",
-                        self.settings.stall_timeout_s,
-                    )
-                elif now - self.stalled_since >= interval:
-                    on_stall(f"consumption stalled for over {self.settings.stall_timeout_s:g}s")
+                await asyncio.sleep(PROBE_INTERVAL_S)
+                await self.check(consumer, on_stall)
         finally:
             await consumer.stop()
-            await admin.close()
+
+    async def check(self, consumer: AIOKafkaConsumer, on_stall: Callable[[str], None]) -> None:
+        now = self.clock()
+        try:
+            stuck = await asyncio.wait_for(self.lagging_without_progress(consumer), PROBE_TIMEOUT_S)
+        except Exception as exc:
+            self._broker_failed(now, exc, on_stall)
+            return
+        if self.broker_down_since is not None:
+            log.warning("broker reachable again after %.0fs", now - self.broker_down_since)
+            self.broker_down_since = None
+        idle = now - self.last_progress() >= self.settings.stall_timeout_s
+        if not (stuck and idle):
+            self.stalled_since = None
+            return
+        if self.stalled_since is None:
+            self.stalled_since = now
+            log.warning(
+                "input lag is not moving and no event was processed for %.0fs",
+                self.settings.stall_timeout_s,
+            )
+        elif now - self.stalled_since >= PROBE_INTERVAL_S:
+            on_stall(f"consumption stalled for over {self.settings.stall_timeout_s:g}s")
+
+    def _broker_failed(
+        self, now: float, exc: BaseException, on_stall: Callable[[str], None]
+    ) -> None:
+        self.probe_failures += 1
+        if self.on_broker_lost is not None:
+            self.on_broker_lost()
+        if self.broker_down_since is None:
+            self.broker_down_since = now
+            log.warning("broker not answering (%r); /health turns 503 if this lasts", exc)
+            return
+        down_s = now - self.broker_down_since
+        if down_s >= self.settings.broker_down_exit_s:
+            on_stall(f"broker unreachable for {down_s:.0f}s")

@@ -14,7 +14,7 @@ Changelog bytes per event are therefore the event itself plus a constant.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,6 +26,12 @@ from tracejudge.streams.worker.records import WindowMeta, read_step, step_record
 SEP = "\x1f"
 AddStatus = Literal["added", "duplicate", "late"]
 Marker = Literal["idle_close", "purge"]
+# Since when a partition has been consumed live (None: not live now); see liveness.py.
+LiveSince = Callable[[int], float | None]
+
+
+def _always_live(partition: int) -> float:
+    return 0.0
 
 
 def step_key(request_id: str, seq: int) -> str:
@@ -136,7 +142,11 @@ class WindowStore:
         self.meta.pop(request_id, None)
 
     def due(
-        self, now: float, idle_timeout_s: float, retention_s: float
+        self,
+        now: float,
+        idle_timeout_s: float,
+        retention_s: float,
+        live_since: LiveSince = _always_live,
     ) -> Iterator[tuple[str, int, Marker]]:
         """Requests whose window is idle, or whose closed marker has outlived its retention."""
         for rid, record in list(self.meta.items()):
@@ -144,11 +154,17 @@ class WindowStore:
             if meta.closed:
                 if now - (meta.closed_at or now) >= retention_s:
                     yield rid, meta.partition, "purge"
-            elif now - meta.last_event_at >= idle_timeout_s:
+            elif _idle(meta, now, idle_timeout_s, live_since):
                 yield rid, meta.partition, "idle_close"
 
     def marker_applies(
-        self, request_id: str, marker: Marker, now: float, idle_timeout_s: float, retention_s: float
+        self,
+        request_id: str,
+        marker: Marker,
+        now: float,
+        idle_timeout_s: float,
+        retention_s: float,
+        live_since: LiveSince = _always_live,
     ) -> bool:
         """Re-check in-stream: an event may have arrived since the marker was sent."""
         meta = self._meta(request_id)
@@ -156,7 +172,15 @@ class WindowStore:
             return False
         if marker == "purge":
             return meta.closed and now - (meta.closed_at or now) >= retention_s
-        return not meta.closed and now - meta.last_event_at >= idle_timeout_s
+        return not meta.closed and _idle(meta, now, idle_timeout_s, live_since)
+
+
+def _idle(meta: WindowMeta, now: float, idle_timeout_s: float, live_since: LiveSince) -> bool:
+    """Quiet for the whole timeout while its partition was consumed live."""
+    since = live_since(meta.partition)
+    if since is None:
+        return False
+    return now - max(meta.last_event_at, since) >= idle_timeout_s
 
 
 def is_terminal(event: Event) -> bool:

@@ -1,0 +1,45 @@
+"""Health answers and bounded logs, without a broker."""
+
+from __future__ import annotations
+
+import logging
+
+from tests.memory import memory_worker
+from tracejudge.streams.worker.health import health_report
+from tracejudge.streams.worker.quiet_logs import RepeatFilter
+
+
+def test_health_is_ok_only_when_assigned_recovered_and_the_broker_answers() -> None:
+    w = memory_worker()
+    body, code = health_report(w.ctx, recovered=True, rebalancing=False, stalled=False)
+    assert (code, body["status"]) == (503, "starting")  # not assigned yet
+    w.ctx.liveness.assigned = True
+    body, code = health_report(w.ctx, recovered=True, rebalancing=False, stalled=False)
+    assert (code, body["status"], body["broker"]) == (200, "ok", "ok")
+    body, code = health_report(
+        w.ctx, recovered=True, rebalancing=False, stalled=False, broker_unreachable=True
+    )
+    assert (code, body["status"], body["broker"]) == (503, "broker_unreachable", "unreachable")
+    body, code = health_report(w.ctx, recovered=True, rebalancing=False, stalled=True)
+    assert (code, body["status"]) == (503, "stalled")
+    body, code = health_report(w.ctx, recovered=False, rebalancing=False, stalled=False)
+    assert (code, body["status"]) == (503, "starting")
+
+
+def record(msg: str, level: int = logging.ERROR) -> logging.LogRecord:
+    return logging.LogRecord("aiokafka.consumer", level, __file__, 1, msg, None, None)
+
+
+def test_a_repeated_library_error_is_let_through_once_per_period_with_a_count() -> None:
+    now = [0.0]
+    repeat = RepeatFilter(period_s=10, clock=lambda: now[0])
+    passed = []
+    for i in range(1000):
+        now[0] = i * 0.03  # 30 s of an error every 30 ms
+        r = record("Failed fetch offsets from %s")
+        if repeat.filter(r):
+            passed.append(r)
+    assert len(passed) == 3
+    assert "suppressed" in str(passed[1].msg) and "333" in str(passed[1].msg)
+    assert repeat.filter(record("another message"))
+    assert all(repeat.filter(record("chatty", logging.INFO)) for _ in range(5))
