@@ -8,11 +8,15 @@ hands its records to the one error policy (`errors.py`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import faust
 from aiokafka import TopicPartition
+from faust.types import TP
 
 from tracejudge.streams import names
 from tracejudge.streams.judging.consumer import JudgeRunner
@@ -21,8 +25,13 @@ from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
+from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
 from tracejudge.streams.worker.outputs import redis_client
 from tracejudge.streams.worker.watchdog import StallWatchdog
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[InRecord], Awaitable[None]]
 
 
 def _broker_urls(bootstrap: str) -> list[str]:
@@ -93,28 +102,67 @@ def create_app(settings: Settings) -> faust.App:
         retry_state=table(names.RETRY_STATE),
     )
     ctx = WorkerContext.build(settings, channels, tables, redis_client(settings.redis_url))
+    group = GroupOffsets(settings.kafka_bootstrap, settings.app_id)
+
+    async def seek(tp: tuple[str, int], offset: int) -> None:
+        await app.consumer.seek(TP(*tp), offset)
+
+    def forget_gap(tp: tuple[str, int]) -> None:
+        # faust-streaming counts a jump in fetched offsets as a "gap" it commits over as if
+        # processed; the records we seek back to are processed and acknowledged for real, and
+        # the gap left in place would make commits skip or (with the duplicates it adds to the
+        # acknowledged offsets) stick. Private state of faust-streaming 0.15 (pinned < 0.16).
+        app.consumer._gap.pop(TP(*tp), None)  # type: ignore[attr-defined]
+
+    guard = OffsetGuard(
+        group.committed, seek, group.first_offset, ctx.counters, forget_gap=forget_gap
+    )
+    take = Intake(ctx, guard)
 
     # Only a concurrency=1 agent may update tables (faust-streaming #606); the error policy
     # keeps every exception out of `async for`, where it would kill the agent silently.
     @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
     async def windows(stream: Any) -> None:
         async for event in stream.events():
-            ctx.liveness.last_progress = time.monotonic()
-            await ctx.errors.run(InRecord.of_faust(event), ctx.events)
+            await take(InRecord.of_faust(event), ctx.events)
 
     @app.agent(responses_topic, concurrency=1)  # type: ignore[misc]
     async def responses(stream: Any) -> None:
         async for event in stream.events():
-            ctx.liveness.last_progress = time.monotonic()
-            await ctx.errors.run(InRecord.of_faust(event), ctx.responses)
+            await take(InRecord.of_faust(event), ctx.responses)
 
     @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
     async def find_idle_windows() -> None:
         await ctx.idle.scan()
 
+    @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
+    async def repair_skipped_records() -> None:
+        try:
+            await guard.retry()
+        except Exception:  # the next tick tries again
+            log.exception("re-seeking a skipped range failed")
+
     _add_judge_stage(app, ctx)
-    _add_watchdog_and_pages(app, ctx)
+    _add_watchdog_and_pages(app, ctx, guard)
     return app
+
+
+@dataclass
+class Intake:
+    """Every consumed record: liveness, the offset guard, then the handler under the error
+    policy. Nothing raised here reaches `async for`."""
+
+    ctx: WorkerContext
+    guard: OffsetGuard
+
+    async def __call__(self, record: InRecord, handler: Handler) -> None:
+        self.ctx.liveness.last_progress = time.monotonic()
+        try:
+            admitted = await self.guard.admit((record.topic, record.partition), record.offset)
+        except Exception as exc:
+            self.ctx.errors.exit("cannot check a record's offset against the group's", exc)
+        if admitted:
+            await self.ctx.errors.run(record, handler)
 
 
 def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> None:
@@ -138,7 +186,7 @@ def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> None:
             ctx.errors.exit("the judge consumer stopped", exc)
 
 
-def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext) -> None:
+def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGuard) -> None:
     settings = ctx.settings
     events = settings.topic(names.EVENTS)
 
@@ -158,11 +206,13 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext) -> None:
         last_progress=lambda: ctx.liveness.last_progress,
         on_offsets=offsets_seen,
         on_broker_lost=ctx.partitions.lost,
+        processed=lambda: {TopicPartition(*tp): off for tp, off in guard.processed().items()},
     )
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
         ctx.partitions.revoked()
+        guard.reset()
 
     @app.task  # type: ignore[untyped-decorator]
     async def watch_for_stalls() -> None:

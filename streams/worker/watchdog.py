@@ -46,6 +46,7 @@ class StallWatchdog:
         clock: Callable[[], float] = time.monotonic,
         on_offsets: OffsetsSeen | None = None,
         on_broker_lost: Callable[[], None] | None = None,
+        processed: Callable[[], dict[TopicPartition, int]] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topics
@@ -54,6 +55,9 @@ class StallWatchdog:
         self.clock = clock
         self.on_offsets = on_offsets
         self.on_broker_lost = on_broker_lost
+        self.processed = processed
+        # per partition: a processed offset the commits must reach, and since when they have not
+        self.behind: dict[TopicPartition, tuple[int, float]] = {}
         self.stalled_since: float | None = None
         self.broker_down_since: float | None = None
         self.probe_failures = 0
@@ -109,6 +113,10 @@ class StallWatchdog:
         if self.broker_down_since is not None:
             log.warning("broker reachable again after %.0fs", now - self.broker_down_since)
             self.broker_down_since = None
+        stuck_commit = self.commits_stuck(self._previous, now)
+        if stuck_commit is not None:
+            on_stall(stuck_commit)
+            return
         idle = now - self.last_progress() >= self.settings.stall_timeout_s
         if not (stuck and idle):
             self.stalled_since = None
@@ -121,6 +129,31 @@ class StallWatchdog:
             )
         elif now - self.stalled_since >= PROBE_INTERVAL_S:
             on_stall(f"consumption stalled for over {self.settings.stall_timeout_s:g}s")
+
+    def commits_stuck(self, committed: dict[TopicPartition, int], now: float) -> str | None:
+        """Commits that stay behind what was processed mean a hole Faust will not commit past
+        (records fetched and never handed to the agent): exit, and they are read again."""
+        processed = self.processed() if self.processed is not None else {}
+        for tp in list(self.behind):
+            if tp not in processed:
+                del self.behind[tp]
+        for tp, done in processed.items():
+            offset = committed.get(tp)
+            if offset is None:
+                continue
+            mark = self.behind.get(tp)
+            if mark is not None and offset >= mark[0]:
+                del self.behind[tp]
+                mark = None
+            if mark is None:
+                if offset < done:
+                    self.behind[tp] = (done, now)
+            elif now - mark[1] >= self.settings.stall_timeout_s:
+                return (
+                    f"{tp.topic}[{tp.partition}]: committed offset {offset} stayed below the "
+                    f"processed offset {mark[0]} for {now - mark[1]:.0f}s"
+                )
+        return None
 
     def _broker_failed(
         self, now: float, exc: BaseException, on_stall: Callable[[str], None]

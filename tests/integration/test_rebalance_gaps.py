@@ -1,0 +1,167 @@
+"""Two workers under steady traffic; one is killed -9 and restarted, five times over.
+
+Faust can resume fetching before it seeks to the committed offsets after a rebalance
+(faust-streaming #216, #221): records skipped that way used to be judged only after the next
+rebalance, or wrongly closed by the idle timer. Every request must be judged by its
+final_response, soon once the group is stable, once (one evaluation_id), and the group's
+commits must reach the log end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from tests.integration.harness import WorkerProcess, consume, worker_env
+from tests.realservices import free_port
+
+pytestmark = pytest.mark.integration
+
+CYCLES = 5
+PARTITIONS = 6
+REQUESTS_PER_S = 8
+LATE_S = 20.0
+
+
+def request(rid: str) -> list[dict[str, object]]:
+    return [
+        {"type": "task_started", "request_id": rid, "goal": "look up order 7 and refund it"},
+        {
+            "type": "tool_call",
+            "request_id": rid,
+            "step_index": 1,
+            "tool": "lookup",
+            "success": True,
+        },
+        {
+            "type": "tool_call",
+            "request_id": rid,
+            "step_index": 2,
+            "tool": "refund",
+            "success": True,
+        },
+        {"type": "final_response", "request_id": rid, "output": "Order 7 was refunded: $12."},
+    ]
+
+
+async def traffic(bootstrap: str, topic: str, run: str, stop: asyncio.Event) -> dict[str, float]:
+    """Requests at a steady rate, each event a moment after the last; final_response times."""
+    finals: dict[str, float] = {}
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        n = 0
+        while not stop.is_set():
+            rids = [f"{run}-{n + i}" for i in range(REQUESTS_PER_S)]
+            n += REQUESTS_PER_S
+            for step in range(4):
+                for rid in rids:
+                    event = request(rid)[step]
+                    await producer.send(topic, key=rid.encode(), value=json.dumps(event).encode())
+                await producer.flush()
+                if step == 3:
+                    now = time.time()
+                    finals.update({rid: now for rid in rids})
+                await asyncio.sleep(0.25)
+    finally:
+        await producer.stop()
+    return finals
+
+
+async def commits_reach_the_end(
+    bootstrap: str, group: str, topic: str, timeout_s: float
+) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ends = await consumer.end_offsets(tps)
+            committed = {tp: await consumer.committed(tp) for tp in tps}
+            behind = {tp.partition: ends[tp] - (committed[tp] or 0) for tp in tps}
+            if not any(behind.values()) or time.monotonic() > deadline:
+                return behind
+            await asyncio.sleep(1)
+    finally:
+        await consumer.stop()
+
+
+async def test_kill_9_and_restart_five_times_skips_nothing(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    base = worker_env(
+        kafka_bootstrap, redis_url, tmp_path, "gaps", partitions=PARTITIONS, idle_timeout_s=60
+    )
+    workers = [
+        WorkerProcess(
+            {**base, "TRACEJUDGE_WEB_PORT": str(free_port()), "TRACEJUDGE_DATA_DIR": str(d)},
+            tmp_path / f"worker{i}.log",
+        )
+        for i, d in enumerate((tmp_path / "a", tmp_path / "b"))
+    ]
+    run = uuid.uuid4().hex[:6]
+    stop = asyncio.Event()
+    disruptions: list[tuple[float, float]] = []  # (killed at, group stable again at)
+    try:
+        for worker in workers:
+            worker.start(timeout_s=180)
+        topic = workers[0].topic("events")
+        producing = asyncio.create_task(traffic(kafka_bootstrap, topic, run, stop))
+        for cycle in range(CYCLES):
+            await asyncio.sleep(6)
+            victim = workers[cycle % 2]
+            killed_at = time.time()
+            victim.kill9()
+            await asyncio.sleep(2)
+            await asyncio.to_thread(victim.start, True, 180.0)
+            await asyncio.to_thread(workers[(cycle + 1) % 2].wait_healthy, 120.0)
+            disruptions.append((killed_at, time.time()))
+        await asyncio.sleep(4)
+        stop.set()
+        finals = await producing
+        records = await consume(
+            kafka_bootstrap,
+            workers[0].topic("evaluations"),
+            until=lambda rs: {json.loads(r.value)["request_id"] for r in rs} >= set(finals),
+            timeout_s=120,
+            settle_s=3.0,
+        )
+        behind = await commits_reach_the_end(kafka_bootstrap, base["TRACEJUDGE_APP_ID"], topic, 60)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.stop()
+    evaluations: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for record in records:
+        value = json.loads(record.value)
+        if value["request_id"] in finals:
+            evaluations[value["request_id"]].append(value)
+    missing = set(finals) - set(evaluations)
+    assert not missing, f"{len(missing)} of {len(finals)} requests never evaluated"
+    assert all(len({e["evaluation_id"] for e in es}) == 1 for es in evaluations.values())
+    idle_closed = [r for r, es in evaluations.items() if es[0]["closed_by"] != "final_response"]
+    assert not idle_closed, f"closed by idle timeout: {idle_closed[:5]}"
+
+    def deadline(final_at: float) -> float:
+        for killed_at, stable_at in disruptions:
+            if killed_at - LATE_S <= final_at <= stable_at:
+                return stable_at + LATE_S
+        return final_at + LATE_S
+
+    late = {
+        rid: round(float(es[0]["ts"]) - finals[rid], 1)  # type: ignore[arg-type]
+        for rid, es in evaluations.items()
+        if float(es[0]["ts"]) > deadline(finals[rid])  # type: ignore[arg-type]
+    }
+    assert not late, f"evaluated too late (s after final_response): {list(late.items())[:5]}"
+    assert not any(behind.values()), f"commits behind the log end per partition: {behind}"
+    repaired = [w.log.read_text().count("seeking back") for w in workers]
+    print(f"{len(finals)} requests, {CYCLES} kill -9 cycles; skips repaired per worker: {repaired}")

@@ -1,0 +1,125 @@
+"""The offset guard: no record skipped by the consumer goes unhandled."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from aiokafka import TopicPartition
+
+from tracejudge.streams.settings import Settings
+from tracejudge.streams.worker.offsets import SEEK_RETRY_S, OffsetGuard
+from tracejudge.streams.worker.watchdog import StallWatchdog
+
+TP = ("events", 0)
+
+
+class Consumer:
+    """Plays the consumer: committed offsets, and the seeks asked of it."""
+
+    def __init__(self, committed: int | None, first: int | None = None) -> None:
+        self.committed_offset = committed
+        self.first = first
+        self.seeks: list[int] = []
+        self.now = 0.0
+
+    async def committed(self, tp: tuple[str, int]) -> int | None:
+        return self.committed_offset
+
+    async def seek(self, tp: tuple[str, int], offset: int) -> None:
+        self.seeks.append(offset)
+
+    async def first_offset(self, tp: tuple[str, int], offset: int) -> int | None:
+        return offset if self.first is None else max(offset, self.first)
+
+
+def guard(consumer: Consumer) -> OffsetGuard:
+    return OffsetGuard(
+        consumer.committed,
+        consumer.seek,
+        consumer.first_offset,
+        Counter(),
+        clock=lambda: consumer.now,
+    )
+
+
+async def test_in_order_records_are_handled_from_the_committed_offset() -> None:
+    c = Consumer(committed=10)
+    g = guard(c)
+    assert [await g.admit(TP, o) for o in (10, 11, 12)] == [True, True, True]
+    assert g.processed() == {TP: 13} and c.seeks == []
+
+
+async def test_a_first_record_beyond_the_committed_offset_seeks_back_and_waits() -> None:
+    c = Consumer(committed=10)
+    g = guard(c)
+    assert not await g.admit(TP, 15)  # Faust resumed before seeking: 10..14 were skipped
+    assert c.seeks == [10] and g.counters["offset_skips_repaired"] == 1
+    assert not await g.admit(TP, 16)  # buffered before the seek: passed over, no second seek
+    assert c.seeks == [10]
+    handled = [o for o in (10, 11, 12, 13, 14, 15, 16) if await g.admit(TP, o)]
+    assert handled == [10, 11, 12, 13, 14, 15, 16] and g.processed() == {TP: 17}
+
+
+async def test_a_hole_in_the_middle_is_read_again_and_re_reads_are_handled() -> None:
+    c = Consumer(committed=0)
+    g = guard(c)
+    assert await g.admit(TP, 0) and await g.admit(TP, 1)
+    assert not await g.admit(TP, 4)
+    assert c.seeks == [2]
+    assert await g.admit(TP, 1)  # at or below: a re-read, handled (duplicates are dropped)
+    assert await g.admit(TP, 2) and await g.admit(TP, 3) and await g.admit(TP, 4)
+
+
+async def test_a_seek_undone_by_buffered_records_is_repeated_until_the_hole_comes() -> None:
+    c = Consumer(committed=5)
+    g = guard(c)
+    assert not await g.admit(TP, 9)
+    await g.retry()
+    assert c.seeks == [5]  # too early to repeat
+    c.now += SEEK_RETRY_S
+    await g.retry()  # the record at 5 exists: seek again
+    assert c.seeks == [5, 5] and g.counters["offset_seeks_repeated"] == 1
+    assert await g.admit(TP, 5) and not g.pending
+
+
+async def test_offsets_that_hold_no_record_are_passed_over() -> None:
+    c = Consumer(committed=5, first=7)  # 5 and 6: transaction markers, never delivered
+    g = guard(c)
+    assert not await g.admit(TP, 7)
+    c.now += SEEK_RETRY_S
+    await g.retry()
+    assert c.seeks == [5, 7] and g.counters["offset_gaps_without_records"] == 1
+    assert await g.admit(TP, 7) and g.processed() == {TP: 8}
+
+
+async def test_no_commit_yet_starts_at_the_first_record_and_reset_reads_commits_again() -> None:
+    c = Consumer(committed=None)
+    g = guard(c)
+    assert await g.admit(TP, 42)
+    g.reset()
+    c.committed_offset = 40
+    assert not await g.admit(TP, 43)
+    assert c.seeks == [40]
+
+
+def test_the_watchdog_fires_when_commits_stay_behind_what_was_processed() -> None:
+    now = [0.0]
+    processed = {TopicPartition("events", 0): 100}
+    dog = StallWatchdog(
+        Settings(stall_timeout_s=30),
+        ["events"],
+        owned=set,
+        last_progress=lambda: now[0],
+        clock=lambda: now[0],
+        processed=lambda: processed,
+    )
+    tp = TopicPartition("events", 0)
+    assert dog.commits_stuck({tp: 90}, now[0]) is None  # behind, for now
+    now[0] = 20
+    processed[tp] = 150
+    assert dog.commits_stuck({tp: 100}, now[0]) is None  # caught up with the mark: new mark
+    now[0] = 49
+    assert dog.commits_stuck({tp: 120}, now[0]) is None
+    now[0] = 51
+    reason = dog.commits_stuck({tp: 120}, now[0])
+    assert reason is not None and "stayed below the processed offset 150" in reason
