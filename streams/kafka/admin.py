@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from tracejudge.models.errors import ConfigurationError
@@ -20,6 +21,19 @@ from tracejudge.streams import names
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+# Table changelogs: compaction must really remove the records of closed windows (the store
+# deletes them at close and purge, writing tombstones). With `compact` alone, segments roll at
+# 1 GiB or 7 days and only rolled segments are cleaned, so closed windows stay for long and a
+# restart replays all of history.
+CHANGELOG_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.ms": str(3_600_000),  # roll hourly, so compaction can reach recent closes
+    "segment.bytes": str(64 * 1024 * 1024),
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": str(3_600_000),  # tombstones themselves go after an hour
+}
 
 
 @dataclass(frozen=True)
@@ -74,13 +88,15 @@ async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str
                     s.name,
                     s.partitions,
                     settings.replication_factor,
-                    topic_configs={"cleanup.policy": "compact"} if s.compacted else {},
+                    topic_configs=dict(CHANGELOG_CONFIG) if s.compacted else {},
                 )
                 for s in missing
             ]
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker was first
                 await admin.create_topics(new)
             log.info("created topics: %s", ", ".join(s.name for s in missing))
+        present = [s.name for s in specs if s.compacted and s.name in existing]
+        await _align_changelog_configs(admin, present)
         await seed_group_offsets(settings, settings.topic(names.EVENTS))
         return [s.name for s in missing]
     finally:
@@ -113,6 +129,28 @@ async def seed_group_offsets(settings: Settings, topic: str) -> None:
             log.info("seeded offsets of %s for group %s", topic, settings.app_id)
     finally:
         await consumer.stop()
+
+
+async def _align_changelog_configs(admin: AIOKafkaAdminClient, topics: list[str]) -> None:
+    """Changelogs created by an earlier version (or by Faust) get the compaction settings."""
+    if not topics:
+        return
+    try:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t, None) for t in topics]
+        responses = await admin.describe_configs(resources)
+        stale = []
+        for response in responses:
+            for _code, _msg, _type, name, entries, *_ in response.resources:
+                current = {entry[0]: entry[1] for entry in entries}
+                if any(current.get(k) != v for k, v in CHANGELOG_CONFIG.items()):
+                    stale.append(name)
+        if stale:
+            await admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, t, dict(CHANGELOG_CONFIG)) for t in stale]
+            )
+            log.info("set compaction settings of %s", ", ".join(stale))
+    except Exception as exc:  # e.g. a broker without the config APIs (the embedded one)
+        log.warning("cannot check the changelogs' compaction settings: %r", exc)
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient) -> dict[str, int]:

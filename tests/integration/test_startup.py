@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from tests.integration.harness import WorkerProcess, worker_env
 from tests.realservices import ROOT
-from tracejudge.streams.kafka.admin import topic_specs
+from tracejudge.streams.kafka.admin import CHANGELOG_CONFIG, ensure_topics, topic_specs
+from tracejudge.streams.names import changelog_topic
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +72,37 @@ async def test_partition_mismatch_stops_the_worker_with_one_clear_line(
     lines = [line for line in result.stderr.splitlines() if "partition mismatch" in line]
     assert len(lines) == 1, result.stderr
     assert f"{events} has 2" in lines[0] and "TRACEJUDGE_PARTITIONS" in lines[0]
+
+
+async def changelog_configs(bootstrap: str, topic: str) -> dict[str, str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, None)]
+        )
+        (resource,) = response.resources
+        return {entry[0]: entry[1] for entry in resource[4]}
+    finally:
+        await admin.close()
+
+
+async def test_changelogs_get_compaction_that_removes_closed_windows(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    env = worker_env(kafka_bootstrap, "", tmp_path, "compact")
+    settings = WorkerProcess(env, tmp_path / "unused.log").settings
+    meta = changelog_topic(settings.app_id, "window-meta")
+    steps = changelog_topic(settings.app_id, "window-steps")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:  # as an earlier version created it: compact alone
+        await admin.create_topics(
+            [NewTopic(meta, settings.partitions, 1, topic_configs={"cleanup.policy": "compact"})]
+        )
+    finally:
+        await admin.close()
+    await ensure_topics(settings)
+    for topic in (meta, steps):  # aligned, and created
+        configs = await changelog_configs(kafka_bootstrap, topic)
+        assert {k: configs[k] for k in CHANGELOG_CONFIG} == CHANGELOG_CONFIG, topic
