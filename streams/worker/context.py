@@ -120,9 +120,9 @@ class WorkerContext:
             early = EarlyStopper(
                 store, settings.early_stop_policy(), channels.control, lookup, counters, clock
             )
-        markers = MarkerLog()
-        liveness = PartitionLiveness(clock)
+        markers, liveness = MarkerLog(), PartitionLiveness(clock)
         timeouts = Timeouts(settings.idle_timeout_s, settings.closed_retention_s)
+        limit = settings.max_event_bytes
         return cls(
             settings=settings,
             counters=counters,
@@ -133,15 +133,7 @@ class WorkerContext:
             errors=ErrorPolicy(DeadLetters(channels.dlq, counters), exit),
             partitions=liveness,
             events=EventHandler(
-                store,
-                closer,
-                early,
-                timeouts,
-                markers,
-                liveness,
-                counters,
-                clock,
-                settings.max_event_bytes,
+                store, closer, early, timeouts, markers, liveness, counters, clock, limit
             ),
             responses=ResponseHandler(
                 tables.retry_state,
@@ -150,17 +142,10 @@ class WorkerContext:
                 settings.generic_max_retries,
                 counters,
                 clock,
-                settings.max_event_bytes,
+                limit,
             ),
             idle=IdleScanner(
-                store,
-                channels.events,
-                settings.idle_timeout_s,
-                settings.closed_retention_s,
-                markers,
-                liveness,
-                counters,
-                clock,
+                store, channels.events, *timeouts.seconds(), markers, liveness, counters, clock
             ),
             judge_jobs=JudgeJobHandler(judge_stage, publisher.publish) if judge_stage else None,
         )

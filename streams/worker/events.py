@@ -23,6 +23,9 @@ class Timeouts:
     idle_s: float  # an open window with no event for this long is closed
     retention_s: float  # a closed window is remembered this long to count late events
 
+    def seconds(self) -> tuple[float, float]:
+        return self.idle_s, self.retention_s
+
 
 @dataclass
 class EventHandler:
