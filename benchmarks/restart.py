@@ -1,0 +1,112 @@
+"""Time to healthy after a restart, with history behind the worker.
+
+    python -m benchmarks.restart [--requests 10000] [--open 100000]
+
+Starts Kafka like the tests do, runs one worker, sends `--requests` complete requests (task,
+two tool calls, final response) and, in a second scenario, `--open` requests that stay open
+(one task_started each), stops the worker with SIGTERM and starts it again on the same data
+directory: prints the seconds until /health says ok and the changelog records it had to read.
+The table store is in memory today, so every restart replays the changelogs; this is the
+baseline a persistent store must beat (issue 9: at most 30 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.pipeline import topic_bytes
+from tests.integration.harness import WorkerProcess, produce, worker_env
+from tests.realservices import start_kafka
+from tracejudge.streams.names import TABLES, changelog_topic
+
+
+def complete_request(rid: str) -> list[tuple[bytes, bytes]]:
+    events = [
+        {"type": "task_started", "request_id": rid, "goal": "refund order 7"},
+        {
+            "type": "tool_call",
+            "request_id": rid,
+            "step_index": 1,
+            "tool": "lookup",
+            "success": True,
+        },
+        {
+            "type": "tool_call",
+            "request_id": rid,
+            "step_index": 2,
+            "tool": "refund",
+            "success": True,
+        },
+        {"type": "final_response", "request_id": rid, "output": "Order 7 refunded: $12."},
+    ]
+    return [(rid.encode(), json.dumps(e).encode()) for e in events]
+
+
+def open_request(rid: str) -> list[tuple[bytes, bytes]]:
+    event = {"type": "task_started", "request_id": rid, "goal": "still working on it"}
+    return [(rid.encode(), json.dumps(event).encode())]
+
+
+async def wait_counter(worker: WorkerProcess, name: str, count: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while worker.health()[1].get("counters", {}).get(name, 0) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} < {count}:\n{worker.tail()}")
+        await asyncio.sleep(0.5)
+
+
+async def scenario(kafka: str, workdir: Path, name: str, requests: int, open_: int) -> str:
+    env = worker_env(
+        kafka, "", workdir, name, log_level="warning", idle_timeout_s=86400, partitions=4
+    )
+    worker = WorkerProcess(env, workdir / f"{name}.log").start()
+    try:
+        lines = [m for i in range(requests) for m in complete_request(f"{name}-c{i}")]
+        lines += [m for i in range(open_) for m in open_request(f"{name}-o{i}")]
+        started = time.monotonic()
+        for i in range(0, len(lines), 5000):
+            await produce(kafka, worker.topic("events"), lines[i : i + 5000])
+        await wait_counter(worker, "events_added", len(lines), timeout_s=1800)
+        fed_s = time.monotonic() - started
+        await asyncio.sleep(5)  # a commit, and the changelogs flushed
+        worker.stop()
+        records = 0
+        for table in TABLES:
+            count, _ = await topic_bytes(kafka, changelog_topic(worker.settings.app_id, table))
+            records += count
+        restart = time.monotonic()
+        worker.start(timeout_s=1800)
+        healthy_s = time.monotonic() - restart
+    finally:
+        worker.stop()
+    return (
+        f"{name:<22} {requests:>8,} complete {open_:>8,} open | fed in {fed_s:6.1f} s | "
+        f"changelog records {records:>9,} | healthy after restart in {healthy_s:6.1f} s"
+    )
+
+
+async def main(requests: int, open_: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="tracejudge-bench-restart-"))
+    kafka = start_kafka(workdir / "kafka")
+    try:
+        lines = [
+            await scenario(kafka.address, workdir, "history", requests, 0),
+            await scenario(kafka.address, workdir, "open-windows", 0, open_),
+        ]
+    finally:
+        kafka.stop()
+    print("store: memory (tables rebuilt from the changelogs at every start)")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--open", type=int, default=100_000)
+    args = parser.parse_args()
+    asyncio.run(main(args.requests, args.open))
