@@ -62,7 +62,14 @@ async def wait_counter(worker: WorkerProcess, name: str, count: int, timeout_s: 
 
 async def scenario(kafka: str, workdir: Path, name: str, requests: int, open_: int) -> str:
     env = worker_env(
-        kafka, "", workdir, name, log_level="warning", idle_timeout_s=86400, partitions=4
+        kafka,
+        "",
+        workdir,
+        name,
+        log_level="warning",
+        idle_timeout_s=86400,
+        partitions=4,
+        stall_timeout_s=120,  # the default: the harness shortens it for crash tests
     )
     worker = WorkerProcess(env, workdir / f"{name}.log").start()
     try:

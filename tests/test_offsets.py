@@ -102,11 +102,11 @@ async def test_no_commit_yet_starts_at_the_first_record_and_reset_reads_commits_
     assert c.seeks == [40]
 
 
-def test_the_watchdog_fires_when_commits_stay_behind_what_was_processed() -> None:
+def test_the_watchdog_fires_when_commits_stop_moving_behind_what_was_processed() -> None:
     now = [0.0]
     processed = {TopicPartition("events", 0): 100}
     dog = StallWatchdog(
-        Settings(stall_timeout_s=30),
+        Settings(stall_timeout_s=10),
         ["events"],
         owned=set,
         last_progress=lambda: now[0],
@@ -115,11 +115,13 @@ def test_the_watchdog_fires_when_commits_stay_behind_what_was_processed() -> Non
     )
     tp = TopicPartition("events", 0)
     assert dog.commits_stuck({tp: 90}, now[0]) is None  # behind, for now
-    now[0] = 20
-    processed[tp] = 150
-    assert dog.commits_stuck({tp: 100}, now[0]) is None  # caught up with the mark: new mark
-    now[0] = 49
-    assert dog.commits_stuck({tp: 120}, now[0]) is None
-    now[0] = 51
-    reason = dog.commits_stuck({tp: 120}, now[0])
-    assert reason is not None and "stayed below the processed offset 150" in reason
+    for step in range(1, 10):  # a busy worker: commits lag but move
+        now[0] = step * 20.0
+        processed[tp] = 100 + 50 * step
+        assert dog.commits_stuck({tp: 90 + 40 * step}, now[0]) is None
+    now[0] += 29
+    assert dog.commits_stuck({tp: 450}, now[0]) is None  # unmoved for 29 s < 3 x 10 s
+    now[0] += 2
+    reason = dog.commits_stuck({tp: 450}, now[0])
+    assert reason is not None and "has not moved for 31s" in reason
+    assert dog.commits_stuck({tp: 550}, now[0]) is None  # caught up: nothing to watch

@@ -34,6 +34,8 @@ PROBE_INTERVAL_S = 5.0
 PROBE_TIMEOUT_S = 5.0
 # A broker silent for this long makes /health answer 503: a blip of one probe is not an outage.
 BROKER_DOWN_HEALTH_S = 10.0
+# Commits unmoved this many stall timeouts (while later records were processed): a hole.
+COMMIT_STALL_FACTOR = 3
 
 
 class StallWatchdog:
@@ -56,7 +58,7 @@ class StallWatchdog:
         self.on_offsets = on_offsets
         self.on_broker_lost = on_broker_lost
         self.processed = processed
-        # per partition: a processed offset the commits must reach, and since when they have not
+        # per partition behind what was processed: its committed offset, and since when unmoved
         self.behind: dict[TopicPartition, tuple[int, float]] = {}
         self.stalled_since: float | None = None
         self.broker_down_since: float | None = None
@@ -131,27 +133,29 @@ class StallWatchdog:
             on_stall(f"consumption stalled for over {self.settings.stall_timeout_s:g}s")
 
     def commits_stuck(self, committed: dict[TopicPartition, int], now: float) -> str | None:
-        """Commits that stay behind what was processed mean a hole Faust will not commit past
-        (records fetched and never handed to the agent): exit, and they are read again."""
+        """A committed offset that does not move at all while later records were processed
+        means a hole Faust will not commit past (records fetched and never handed to the
+        agent): exit, and they are read again. Commits only lagging behind a busy worker (Faust
+        commits after flushing its producer) still move, and are left alone."""
         processed = self.processed() if self.processed is not None else {}
         for tp in list(self.behind):
             if tp not in processed:
                 del self.behind[tp]
+        limit = COMMIT_STALL_FACTOR * self.settings.stall_timeout_s
         for tp, done in processed.items():
             offset = committed.get(tp)
             if offset is None:
                 continue
+            if offset >= done:
+                self.behind.pop(tp, None)
+                continue
             mark = self.behind.get(tp)
-            if mark is not None and offset >= mark[0]:
-                del self.behind[tp]
-                mark = None
-            if mark is None:
-                if offset < done:
-                    self.behind[tp] = (done, now)
-            elif now - mark[1] >= self.settings.stall_timeout_s:
+            if mark is None or mark[0] != offset:
+                self.behind[tp] = (offset, now)  # behind, but it moved: watch from here
+            elif now - mark[1] >= limit:
                 return (
-                    f"{tp.topic}[{tp.partition}]: committed offset {offset} stayed below the "
-                    f"processed offset {mark[0]} for {now - mark[1]:.0f}s"
+                    f"{tp.topic}[{tp.partition}]: committed offset {offset} has not moved for "
+                    f"{now - mark[1]:.0f}s while records up to {done - 1} were processed"
                 )
         return None
 
