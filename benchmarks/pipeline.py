@@ -65,11 +65,14 @@ async def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
         await consumer.stop()
 
 
-async def wait_evaluations(worker: WorkerProcess, count: int, timeout_s: float = 300) -> None:
+async def wait_counter(
+    worker: WorkerProcess, count: int, name: str = "evaluations", timeout_s: float = 300
+) -> None:
+    """Until the worker's /health counter `name` reaches `count`."""
     deadline = time.monotonic() + timeout_s
-    while worker.health()[1].get("counters", {}).get("evaluations", 0) < count:
+    while worker.health()[1].get("counters", {}).get(name, 0) < count:
         if time.monotonic() > deadline:
-            raise TimeoutError(worker.tail())
+            raise TimeoutError(f"{name} < {count}:\n{worker.tail()}")
         await asyncio.sleep(0.05)
 
 
@@ -77,7 +80,7 @@ async def replay_throughput(worker: WorkerProcess, lines: list[tuple[Any, Any]])
     start = time.perf_counter()
     await produce(worker.settings.kafka_bootstrap, worker.topic("events"), lines)
     requests = len({k for k, _ in lines})
-    await wait_evaluations(worker, requests)
+    await wait_counter(worker, requests)
     return time.perf_counter() - start
 
 

@@ -19,45 +19,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.pipeline import topic_bytes
-from tests.integration.harness import WorkerProcess, produce, worker_env
+from benchmarks.pipeline import topic_bytes, wait_counter
+from tests.integration.harness import WorkerProcess, produce, refund_request, worker_env
 from tests.realservices import start_kafka
 from tracejudge.streams.names import TABLES, changelog_topic
 
 
 def complete_request(rid: str) -> list[tuple[bytes, bytes]]:
-    events = [
-        {"type": "task_started", "request_id": rid, "goal": "refund order 7"},
-        {
-            "type": "tool_call",
-            "request_id": rid,
-            "step_index": 1,
-            "tool": "lookup",
-            "success": True,
-        },
-        {
-            "type": "tool_call",
-            "request_id": rid,
-            "step_index": 2,
-            "tool": "refund",
-            "success": True,
-        },
-        {"type": "final_response", "request_id": rid, "output": "Order 7 refunded: $12."},
-    ]
-    return [(rid.encode(), json.dumps(e).encode()) for e in events]
+    return [(rid.encode(), json.dumps(e).encode()) for e in refund_request(rid)]
 
 
 def open_request(rid: str) -> list[tuple[bytes, bytes]]:
     event = {"type": "task_started", "request_id": rid, "goal": "still working on it"}
     return [(rid.encode(), json.dumps(event).encode())]
-
-
-async def wait_counter(worker: WorkerProcess, name: str, count: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while worker.health()[1].get("counters", {}).get(name, 0) < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{name} < {count}:\n{worker.tail()}")
-        await asyncio.sleep(0.5)
 
 
 async def scenario(kafka: str, workdir: Path, name: str, requests: int, open_: int) -> str:
@@ -78,7 +52,7 @@ async def scenario(kafka: str, workdir: Path, name: str, requests: int, open_: i
         started = time.monotonic()
         for i in range(0, len(lines), 5000):
             await produce(kafka, worker.topic("events"), lines[i : i + 5000])
-        await wait_counter(worker, "events_added", len(lines), timeout_s=1800)
+        await wait_counter(worker, len(lines), "events_added", timeout_s=1800)
         fed_s = time.monotonic() - started
         await asyncio.sleep(5)  # a commit, and the changelogs flushed
         worker.stop()

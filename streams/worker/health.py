@@ -18,15 +18,13 @@ def health_report(
     """The body and HTTP status of /health."""
     up = ctx.liveness.assigned and recovered and not rebalancing
     ready = up and not stalled and not broker_unreachable
-    status = (
-        "ok"
-        if ready
-        else "broker_unreachable"
-        if broker_unreachable
-        else "stalled"
-        if stalled
-        else "starting"
-    )
+    status = "ok"
+    if broker_unreachable:
+        status = "broker_unreachable"
+    elif stalled:
+        status = "stalled"
+    elif not ready:
+        status = "starting"
     body = {
         "status": status,
         "broker": "unreachable" if broker_unreachable else "ok",

@@ -44,7 +44,7 @@ class RepeatFilter(logging.Filter):
 
 def quiet_library_logs(period_s: float = PERIOD_S) -> RepeatFilter:
     """Attach one filter to every logger of the libraries that exists now (they are created at
-    import, so call this after the app is built) and to the root's handlers."""
+    import, so call this after the app is built)."""
     repeat = RepeatFilter(period_s)
     for name in list(logging.Logger.manager.loggerDict):
         if name.split(".")[0] in LIBRARIES:

@@ -96,8 +96,11 @@ class WindowMeta:
         return bool(self.closed_by)
 
     def to_record(self) -> dict[str, Any]:
-        # written on every event: fields at their default are left out to keep it small
-        return {k: v for k, v in asdict(self).items() if k == "partition" or v != _DEFAULTS[k]}
+        # written on every event: fields at their default are left out to keep it small (and
+        # no asdict(), whose deep copy would cost more than the rest of this write)
+        return {
+            k: v for k in _FIELDS if (v := getattr(self, k)) != _DEFAULTS[k] or k == "partition"
+        }
 
     @classmethod
     def of_record(cls, record: dict[str, Any]) -> WindowMeta:
@@ -106,4 +109,5 @@ class WindowMeta:
         return cls(**{k: v for k, v in values.items() if k in known})
 
 
-_DEFAULTS = {k: v for k, v in asdict(WindowMeta(partition=0)).items()}
+_DEFAULTS = asdict(WindowMeta(partition=0))
+_FIELDS = tuple(_DEFAULTS)

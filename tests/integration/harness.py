@@ -128,6 +128,28 @@ def worker_env(
     return env
 
 
+def refund_request(rid: str) -> list[dict[str, Any]]:
+    """A small complete request: task, two successful tool calls, final response."""
+    return [
+        {"type": "task_started", "request_id": rid, "goal": "look up order 7 and refund it"},
+        {
+            "type": "tool_call",
+            "request_id": rid,
+            "step_index": 1,
+            "tool": "lookup",
+            "success": True,
+        },
+        {
+            "type": "tool_call",
+            "request_id": rid,
+            "step_index": 2,
+            "tool": "refund",
+            "success": True,
+        },
+        {"type": "final_response", "request_id": rid, "output": "Order 7 was refunded: $12."},
+    ]
+
+
 def encode_event(event: dict[str, Any] | bytes) -> tuple[bytes | None, bytes]:
     if isinstance(event, bytes):
         return None, event

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tests.integration.harness import WorkerProcess, consume, worker_env
+from tests.integration.harness import WorkerProcess, consume, refund_request, worker_env
 from tests.realservices import free_port
 
 pytestmark = pytest.mark.integration
@@ -28,27 +28,6 @@ CYCLES = 5
 PARTITIONS = 6
 REQUESTS_PER_S = 8
 LATE_S = 20.0
-
-
-def request(rid: str) -> list[dict[str, object]]:
-    return [
-        {"type": "task_started", "request_id": rid, "goal": "look up order 7 and refund it"},
-        {
-            "type": "tool_call",
-            "request_id": rid,
-            "step_index": 1,
-            "tool": "lookup",
-            "success": True,
-        },
-        {
-            "type": "tool_call",
-            "request_id": rid,
-            "step_index": 2,
-            "tool": "refund",
-            "success": True,
-        },
-        {"type": "final_response", "request_id": rid, "output": "Order 7 was refunded: $12."},
-    ]
 
 
 async def traffic(bootstrap: str, topic: str, run: str, stop: asyncio.Event) -> dict[str, float]:
@@ -63,7 +42,7 @@ async def traffic(bootstrap: str, topic: str, run: str, stop: asyncio.Event) -> 
             n += REQUESTS_PER_S
             for step in range(4):
                 for rid in rids:
-                    event = request(rid)[step]
+                    event = refund_request(rid)[step]
                     await producer.send(topic, key=rid.encode(), value=json.dumps(event).encode())
                 await producer.flush()
                 if step == 3:
