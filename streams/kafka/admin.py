@@ -145,10 +145,14 @@ async def _align_changelog_configs(admin: AIOKafkaAdminClient, topics: list[str]
                 if any(current.get(k) != v for k, v in CHANGELOG_CONFIG.items()):
                     stale.append(name)
         if stale:
-            await admin.alter_configs(
+            altered = await admin.alter_configs(
                 [ConfigResource(ConfigResourceType.TOPIC, t, dict(CHANGELOG_CONFIG)) for t in stale]
             )
-            log.info("set compaction settings of %s", ", ".join(stale))
+            failed = [r for response in altered for r in response.resources if r[0]]
+            if failed:
+                log.warning("cannot set the changelogs' compaction settings: %s", failed)
+            else:
+                log.info("set compaction settings of %s", ", ".join(stale))
     except Exception as exc:  # e.g. a broker without the config APIs (the embedded one)
         log.warning("cannot check the changelogs' compaction settings: %r", exc)
 

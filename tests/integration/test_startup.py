@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,5 +105,11 @@ async def test_changelogs_get_compaction_that_removes_closed_windows(
         await admin.close()
     await ensure_topics(settings)
     for topic in (meta, steps):  # aligned, and created
-        configs = await changelog_configs(kafka_bootstrap, topic)
-        assert {k: configs[k] for k in CHANGELOG_CONFIG} == CHANGELOG_CONFIG, topic
+        deadline = time.monotonic() + 30  # a broker applies altered configs a moment later
+        while True:
+            configs = await changelog_configs(kafka_bootstrap, topic)
+            current = {k: configs[k] for k in CHANGELOG_CONFIG}
+            if current == CHANGELOG_CONFIG or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert current == CHANGELOG_CONFIG, topic
