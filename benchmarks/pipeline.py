@@ -22,7 +22,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.conftest import SHARED_DATA
-from tests.integration.harness import WorkerProcess, key_value_lines, produce, worker_env
+from tests.integration.harness import (
+    WorkerProcess,
+    key_value_lines,
+    produce,
+    wait_counter,
+    worker_env,
+)
 from tests.realservices import start_kafka, start_redis
 from tracejudge.streams.names import TABLES, changelog_topic
 
@@ -63,17 +69,6 @@ async def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
         return count, size
     finally:
         await consumer.stop()
-
-
-async def wait_counter(
-    worker: WorkerProcess, count: int, name: str = "evaluations", timeout_s: float = 300
-) -> None:
-    """Until the worker's /health counter `name` reaches `count`."""
-    deadline = time.monotonic() + timeout_s
-    while worker.health()[1].get("counters", {}).get(name, 0) < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{name} < {count}:\n{worker.tail()}")
-        await asyncio.sleep(0.05)
 
 
 async def replay_throughput(worker: WorkerProcess, lines: list[tuple[Any, Any]]) -> float:

@@ -1,13 +1,13 @@
 """Time to healthy after a restart, with history behind the worker.
 
-    python -m benchmarks.restart [--requests 10000] [--open 100000]
+    python -m benchmarks.restart [--requests 10000] [--open 100000] [--stores rocksdb,memory]
 
 Starts Kafka like the tests do, runs one worker, sends `--requests` complete requests (task,
 two tool calls, final response) and, in a second scenario, `--open` requests that stay open
 (one task_started each), stops the worker with SIGTERM and starts it again on the same data
-directory: prints the seconds until /health says ok and the changelog records it had to read.
-The table store is in memory today, so every restart replays the changelogs; this is the
-baseline a persistent store must beat (issue 9: at most 30 s).
+directory: prints the seconds until /health says ok and the changelog records behind it. Each
+scenario runs once per table store, side by side: with RocksDB a restart reads only the
+changelogs' tail; in memory it replays them whole (issue 9: at most 30 s).
 """
 
 from __future__ import annotations
@@ -19,8 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.pipeline import topic_bytes, wait_counter
-from tests.integration.harness import WorkerProcess, produce, refund_request, worker_env
+from benchmarks.pipeline import topic_bytes
+from tests.integration.harness import (
+    WorkerProcess,
+    produce,
+    refund_request,
+    wait_counter,
+    worker_env,
+)
 from tests.realservices import start_kafka
 from tracejudge.streams.names import TABLES, changelog_topic
 
@@ -34,12 +40,15 @@ def open_request(rid: str) -> list[tuple[bytes, bytes]]:
     return [(rid.encode(), json.dumps(event).encode())]
 
 
-async def scenario(kafka: str, workdir: Path, name: str, requests: int, open_: int) -> str:
+async def scenario(
+    kafka: str, workdir: Path, name: str, store: str, requests: int, open_: int
+) -> str:
     env = worker_env(
         kafka,
         "",
         workdir,
         name,
+        table_store=store,
         log_level="warning",
         idle_timeout_s=86400,
         partitions=4,
@@ -66,22 +75,23 @@ async def scenario(kafka: str, workdir: Path, name: str, requests: int, open_: i
     finally:
         worker.stop()
     return (
-        f"{name:<22} {requests:>8,} complete {open_:>8,} open | fed in {fed_s:6.1f} s | "
+        f"{store:<8} {name:<13} {requests:>7,} complete {open_:>8,} open | fed in {fed_s:6.1f} s | "
         f"changelog records {records:>9,} | healthy after restart in {healthy_s:6.1f} s"
     )
 
 
-async def main(requests: int, open_: int) -> None:
+async def main(requests: int, open_: int, stores: list[str]) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="tracejudge-bench-restart-"))
     kafka = start_kafka(workdir / "kafka")
+    lines = []
     try:
-        lines = [
-            await scenario(kafka.address, workdir, "history", requests, 0),
-            await scenario(kafka.address, workdir, "open-windows", 0, open_),
-        ]
+        for name, complete, still_open in (("history", requests, 0), ("open-windows", 0, open_)):
+            for store in stores:
+                line = await scenario(kafka.address, workdir, name, store, complete, still_open)
+                print(line, flush=True)
+                lines.append(line)
     finally:
         kafka.stop()
-    print("store: memory (tables rebuilt from the changelogs at every start)")
     print("\n".join(lines))
 
 
@@ -89,5 +99,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--open", type=int, default=100_000)
+    parser.add_argument("--stores", default="rocksdb,memory", help="comma-separated")
     args = parser.parse_args()
-    asyncio.run(main(args.requests, args.open))
+    asyncio.run(main(args.requests, args.open, args.stores.split(",")))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     replication_factor: int = Field(1, ge=1, description="Replication factor of created topics.")
     app_id: str = Field("tracejudge", description="Consumer group and changelog topic prefix.")
     data_dir: str = Field(".tracejudge-data", description="Worker's local state directory.")
+    table_store: Literal["rocksdb", "memory"] = Field(
+        "rocksdb",
+        description="Where the worker keeps its tables: rocksdb (on disk under data_dir; a "
+        "restart reads only the changelogs' tail) or memory (rebuilt from the changelogs at "
+        "every start).",
+    )
     web_host: str = Field("127.0.0.1", description="Address of the worker's web server.")
     web_port: int = Field(6066, description="Port of the worker's web server (GET /health).")
     idle_timeout_s: float = Field(300.0, gt=0, description="Close a window after this idle time.")

@@ -32,6 +32,9 @@ class ResponseHandler:
         plan = plan_retry(response, self.max_retries, self.clock())
         marks: list[str] = (self.marks.get(response.session_id) or {}).get("marks", [])
         if plan.fingerprint in marks:  # a redelivered answer: it was handled already
+            # written again so that the changelog holds it even if the first write only
+            # reached the local store before a crash (see WindowStore.add)
+            self.marks[response.session_id] = {"marks": marks}
             self.counters["responses_duplicate"] += 1
             return
         key = response.session_id.encode("utf-8")

@@ -73,6 +73,14 @@ class WindowStore:
             and seq_seen < meta.next_seq
             and step_key(rid, seq_seen) in self.steps
         ):
+            # With a persistent store, a worker killed before its changelog writes were sent
+            # still holds them on disk, so the redelivered event finds them here and the
+            # changelog (what another worker would rebuild from) never would. Writing them again
+            # makes it converge; duplicates are rare, so this costs little.
+            key = step_key(rid, seq_seen)
+            self.steps[key] = self.steps[key]
+            self.seen[seen_key(rid, event_id)] = seq_seen
+            self._save(rid, meta)
             return "duplicate"
         if meta is None:
             meta = WindowMeta(partition=partition)

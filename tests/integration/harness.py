@@ -263,3 +263,14 @@ async def grouped(
         if value.get(field) in found:
             found[value[field]].append(value)
     return found
+
+
+async def wait_counter(
+    worker: WorkerProcess, count: int, name: str = "evaluations", timeout_s: float = 300
+) -> None:
+    """Until the worker's /health counter `name` reaches `count`."""
+    deadline = time.monotonic() + timeout_s
+    while worker.health()[1].get("counters", {}).get(name, 0) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} < {count}:\n{worker.tail()}")
+        await asyncio.sleep(0.05)
