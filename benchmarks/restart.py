@@ -52,7 +52,8 @@ async def scenario(
         log_level="warning",
         idle_timeout_s=86400,
         partitions=4,
-        stall_timeout_s=120,  # the default: the harness shortens it for crash tests
+        stall_timeout_s=120,  # the defaults: the harness shortens them for tests
+        idle_check_interval_s=5,
     )
     worker = WorkerProcess(env, workdir / f"{name}.log").start()
     try:

@@ -240,6 +240,23 @@ async def test_a_backlog_or_a_rebalance_stops_idle_time_until_caught_up() -> Non
     assert evaluation["closed_by"] == "idle_timeout"
 
 
+async def test_windows_restored_from_the_changelog_are_found_once_the_partition_is_live() -> None:
+    w = memory_worker(idle_timeout_s=60)
+    await w.event(start())  # written by this worker: known to the idle scan at once
+    other = memory_worker(idle_timeout_s=60)
+    await other.event(start("req-2"))
+    w.ctx.partitions.revoked()  # a rebalance; recovery restores req-2 behind the store's back
+    for mine, theirs in zip(vars(w.tables).values(), vars(other.tables).values(), strict=True):
+        mine.update(theirs)
+    w.clock.now += 61
+    await w.ctx.idle.scan()
+    assert w.channel("events").sent == []  # not live yet: recovery may still be running
+    w.ctx.partitions.observe({0: 1}, {0: 1})  # rebalance and recovery over, caught up
+    w.clock.now += 61
+    await w.ctx.idle.scan()
+    assert sorted(m.json()["request_id"] for m in w.channel("events").sent) == [RID, "req-2"]
+
+
 def test_steady_traffic_is_live_a_growing_backlog_is_not() -> None:
     live = PartitionLiveness(lambda: 0.0)
     live.processed(0, 99)

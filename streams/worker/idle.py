@@ -50,10 +50,22 @@ class IdleScanner:
     liveness: PartitionLiveness
     counters: Counter[str]
     clock: Callable[[], float]
+    indexed_for: int | None = None  # the assignment the activity index was rebuilt for
+
+    def _reindex_if_restored(self) -> None:
+        """Partitions become live only after a rebalance and the changelog recovery that
+        follows it are over: rebuild the activity index then, once per assignment, so that
+        windows restored from the changelog are found too."""
+        if self.liveness.live_since and self.indexed_for != self.liveness.assignments:
+            windows = self.store.reindex()
+            log.info("activity index rebuilt: %d window(s)", windows)
+            self.counters["activity_reindexes"] += 1
+            self.indexed_for = self.liveness.assignments
 
     async def scan(self) -> None:
         now = self.clock()
         try:
+            self._reindex_if_restored()
             due = list(
                 self.store.due(now, self.idle_timeout_s, self.retention_s, self.liveness.since)
             )

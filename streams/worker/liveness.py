@@ -22,6 +22,7 @@ class PartitionLiveness:
     live_since: dict[int, float] = field(default_factory=dict)
     processed_next: dict[int, int] = field(default_factory=dict)
     previous_ends: dict[int, int] = field(default_factory=dict)
+    assignments: int = 0  # revocations seen: the tables may have been restored since
 
     def processed(self, partition: int, offset: int) -> None:
         """A record of the events topic was handled."""
@@ -51,6 +52,7 @@ class PartitionLiveness:
     def revoked(self) -> None:
         self.lost()
         self.processed_next.clear()
+        self.assignments += 1
 
     def since(self, partition: int) -> float | None:
         return self.live_since.get(partition)

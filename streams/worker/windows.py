@@ -15,7 +15,7 @@ Changelog bytes per event are therefore the event itself plus a constant.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tracejudge.judges.early_stop import Action
@@ -42,12 +42,30 @@ def seen_key(request_id: str, event_id: str) -> str:
     return f"{request_id}{SEP}{event_id}"
 
 
+@dataclass(frozen=True)
+class Activity:
+    """What the idle scan needs of a window, kept in memory so that a scan never reads (and
+    decodes) every meta record of a table that may live on disk."""
+
+    partition: int
+    last_event_at: float
+    closed: bool
+    closed_at: float | None
+
+    @classmethod
+    def of(cls, meta: WindowMeta) -> Activity:
+        return cls(meta.partition, meta.last_event_at, meta.closed, meta.closed_at)
+
+
 @dataclass
 class WindowStore:
     meta: MutableMapping[str, Any]
     steps: MutableMapping[str, Any]
     seen: MutableMapping[str, Any]
     max_steps: int
+    # Every meta write goes through `_save` and `purge`, which keep this in step; what the
+    # changelog restores at an assignment is read in by `reindex`.
+    activity: dict[str, Activity] = field(default_factory=dict)
 
     def _meta(self, request_id: str) -> WindowMeta | None:
         record = self.meta.get(request_id)
@@ -55,6 +73,15 @@ class WindowStore:
 
     def _save(self, request_id: str, meta: WindowMeta) -> None:
         self.meta[request_id] = meta.to_record()
+        self.activity[request_id] = Activity.of(meta)
+
+    def reindex(self) -> int:
+        """Rebuild the activity index from the meta table (after partitions were restored);
+        how many windows it holds."""
+        self.activity = {
+            rid: Activity.of(WindowMeta.of_record(record)) for rid, record in self.meta.items()
+        }
+        return len(self.activity)
 
     def add(self, event: Event, partition: int, now: float) -> AddStatus:
         rid = event.request_id
@@ -148,6 +175,7 @@ class WindowStore:
 
     def purge(self, request_id: str) -> None:
         self.meta.pop(request_id, None)
+        self.activity.pop(request_id, None)
 
     def due(
         self,
@@ -156,14 +184,14 @@ class WindowStore:
         retention_s: float,
         live_since: LiveSince = _always_live,
     ) -> Iterator[tuple[str, int, Marker]]:
-        """Requests whose window is idle, or whose closed marker has outlived its retention."""
-        for rid, record in list(self.meta.items()):
-            meta = WindowMeta.of_record(record)
-            if meta.closed:
-                if now - (meta.closed_at or now) >= retention_s:
-                    yield rid, meta.partition, "purge"
-            elif _idle(meta, now, idle_timeout_s, live_since):
-                yield rid, meta.partition, "idle_close"
+        """Requests whose window is idle, or whose closed marker has outlived its retention
+        (from the activity index: the marker sent for each is re-checked in-stream)."""
+        for rid, act in list(self.activity.items()):
+            if act.closed:
+                if now - (act.closed_at or now) >= retention_s:
+                    yield rid, act.partition, "purge"
+            elif _idle(act.partition, act.last_event_at, now, idle_timeout_s, live_since):
+                yield rid, act.partition, "idle_close"
 
     def marker_applies(
         self,
@@ -180,15 +208,19 @@ class WindowStore:
             return False
         if marker == "purge":
             return meta.closed and now - (meta.closed_at or now) >= retention_s
-        return not meta.closed and _idle(meta, now, idle_timeout_s, live_since)
+        return not meta.closed and _idle(
+            meta.partition, meta.last_event_at, now, idle_timeout_s, live_since
+        )
 
 
-def _idle(meta: WindowMeta, now: float, idle_timeout_s: float, live_since: LiveSince) -> bool:
+def _idle(
+    partition: int, last_event_at: float, now: float, idle_timeout_s: float, live_since: LiveSince
+) -> bool:
     """Quiet for the whole timeout while its partition was consumed live."""
-    since = live_since(meta.partition)
+    since = live_since(partition)
     if since is None:
         return False
-    return now - max(meta.last_event_at, since) >= idle_timeout_s
+    return now - max(last_event_at, since) >= idle_timeout_s
 
 
 def is_terminal(event: Event) -> bool:
