@@ -16,13 +16,19 @@ from typing import Literal
 from tracejudge.prompts import read_prompt
 
 ResponseType = Literal["generic", "clarification", "substantive"]
+# Sentences looked at for stock phrases: bounds the cost of an answer made of thousands of
+# tiny sentences (each is matched against every phrase) without changing any real verdict.
+PHRASE_SENTENCES = 64
 _CJK = re.compile(r"[\u3400-\u9fff]")
 _SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
 _CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
+# Each alternative that starts with a repeated class may only start where a run of that class
+# starts (a lookbehind): tried at every position of a long run, it would be quadratic.
 _ENTITY = re.compile(
-    r"\d+(?:\.\d+)?|[\w-]+\.(?:py|js|ts|go|rs|java|md|json|yaml|yml|toml|txt|sql|sh)\b"
-    r"|`[^`]+`|\w+\(\)|/\w[\w/.-]+|https?://\S+|\b[a-z]+_[a-z_]+\b"
+    r"(?<![\d.])\d+(?:\.\d+)?"
+    r"|(?<![\w-])[\w-]+\.(?:py|js|ts|go|rs|java|md|json|yaml|yml|toml|txt|sql|sh)\b"
+    r"|`[^`]+`|(?<!\w)\w+\(\)|(?<![\w/.-])/\w[\w/.-]+|https?://\S+|\b[a-z]+_[a-z_]+\b"
 )
 
 
@@ -101,9 +107,12 @@ def classify(response: str) -> Classification:
     fam = families()
     kept: list[str] = []
     generic_hit = clarification_hit = None
-    for sentence in _SENTENCE.findall(response):
+    for i, sentence in enumerate(_SENTENCE.findall(response)):
         norm = normalise(sentence)
         if not norm:
+            continue
+        if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept
+            kept.append(sentence)
             continue
         g = _first(norm, fam.generic)
         c = None if g else _first(norm, fam.clarification)

@@ -54,3 +54,5 @@ DLQ_ORIGINAL_PARTITION = "tracejudge-original-partition"
 DLQ_ORIGINAL_OFFSET = "tracejudge-original-offset"
 DLQ_ORIGINAL_SIZE = "tracejudge-original-size"  # bytes of the original value
 DLQ_STUB = "tracejudge-stub"  # "true": the value is a description, the original was too large
+DLQ_ORIGINAL_SHA256 = "tracejudge-original-sha256"  # hex digest of the original value
+DLQ_PAYLOAD = "tracejudge-payload"  # keep | mask | drop: what the value is (TRACEJUDGE_DLQ_PAYLOAD)

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # Defaults of the judges' own settings are theirs: written there once, read here.
 from tracejudge.judges.early_stop import EarlyStopPolicy
 from tracejudge.judges.llm.client import LLMConfig
+from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import DEFAULT_TOOL_CALL_BUDGET
 from tracejudge.judges.verdicts import Policy
 
@@ -55,6 +56,15 @@ class Settings(BaseSettings):
         ge=1_000_000,
         description="Producer request size limit; the broker's message.max.bytes (Kafka's "
         "default here), so that any record the broker accepted can be dead-lettered whole.",
+    )
+    dlq_payload: Literal["keep", "mask", "drop"] = Field(
+        "keep",
+        description="What a dead letter's value is: keep (the original, as Kafka Connect does; "
+        "it holds nothing the input topic does not), mask (its text masked like every output) "
+        "or drop (no value; headers identify it). The reason header is masked in every mode.",
+    )
+    debug_endpoints: bool = Field(
+        False, description="Serve /debug/tasks (every coroutine's stack) on the web port."
     )
     max_trace_steps: int = Field(50, ge=1, description="Steps kept in detail per request.")
     warn_threshold: int = Field(
@@ -191,9 +201,16 @@ class Settings(BaseSettings):
         return f"{self.topic_prefix}{name}"
 
     def masked(self) -> dict[str, Any]:
-        """Settings as a dict, secrets masked: safe to log."""
+        """Settings as a dict, secrets masked (secret settings, and passwords or tokens inside
+        any other value, such as a Redis URL): safe to log."""
         return {
-            k: ("***" if isinstance(v, SecretStr) and v.get_secret_value() else v)
+            k: (
+                "***"
+                if isinstance(v, SecretStr) and v.get_secret_value()
+                else mask(v)
+                if isinstance(v, str)
+                else v
+            )
             for k, v in ((k, getattr(self, k)) for k in type(self).model_fields)
         }
 

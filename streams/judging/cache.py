@@ -8,6 +8,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from tracejudge.judges.llm.answer import JudgeAnswer
+from tracejudge.judges.redact import masked_json
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class JudgeCache:
         if self._client is None:
             return
         try:
-            await self._client.set(key, answer.model_dump_json(), ex=self.ttl_s)
+            # the parsed answer, masked: a model that quotes the trace must not put its
+            # secrets into Redis for the cache's lifetime
+            await self._client.set(key, masked_json(answer), ex=self.ttl_s)
         except (RedisError, OSError):
             self.errors += 1

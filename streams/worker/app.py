@@ -66,6 +66,12 @@ def _faust_app(settings: Settings) -> faust.App:
         web_bind=settings.web_host,
         web_host=settings.web_host,
         web_port=settings.web_port,
+        # Faust's own pages read table data (/table/{name}/{key}: whole, unmasked traces) and
+        # internals: served only with TRACEJUDGE_DEBUG_ENDPOINTS, like /debug/tasks.
+        web_tables_enabled=settings.debug_endpoints,
+        web_router_enabled=settings.debug_endpoints,
+        web_stats_enabled=settings.debug_endpoints,
+        web_graph_enabled=settings.debug_endpoints,
         **timing,
     )
 
@@ -229,9 +235,11 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
     async def _assigned(sender: Any, **_: Any) -> None:
         ctx.liveness.assigned = True
 
-    @app.page("/debug/tasks")  # type: ignore[misc]
-    async def tasks(web: Any, request: Any) -> Any:
-        return web.text(async_stacks())
+    if settings.debug_endpoints:  # stacks can show data in flight: off unless asked for
+
+        @app.page("/debug/tasks")  # type: ignore[misc]
+        async def tasks(web: Any, request: Any) -> Any:
+            return web.text(async_stacks())
 
     @app.page("/health")  # type: ignore[misc]
     async def health(web: Any, request: Any) -> Any:

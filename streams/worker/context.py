@@ -130,7 +130,7 @@ class WorkerContext:
             store=store,
             lookup=lookup,
             publisher=publisher,
-            errors=ErrorPolicy(DeadLetters(channels.dlq, counters), exit),
+            errors=ErrorPolicy(DeadLetters(channels.dlq, counters, settings.dlq_payload), exit),
             partitions=liveness,
             events=EventHandler(
                 store, closer, early, timeouts, markers, liveness, counters, clock, limit

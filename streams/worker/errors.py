@@ -18,6 +18,7 @@ from typing import Literal, NoReturn
 
 from aiokafka.errors import KafkaError
 
+from tracejudge.judges.redact import mask
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.streams import names
 from tracejudge.streams.kafka.records import InRecord
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 Action = Literal["dead_letter", "exit"]
 Exit = Callable[[str, BaseException], NoReturn]
+DlqPayload = Literal["keep", "mask", "drop"]
 
 
 def on_error(exc: BaseException) -> Action:
@@ -52,8 +54,9 @@ STUB_HEAD_BYTES = 256
 STUB_KEY_BYTES = 1024
 
 
-def _stub(record: InRecord, code: str, reason: str) -> bytes:
+def _stub(record: InRecord, code: str, reason: str, payload: DlqPayload) -> bytes:
     value = record.value or b""
+    head = value[:STUB_HEAD_BYTES].decode("utf-8", "replace")
     return json.dumps(
         {
             "reason": "too_large",
@@ -64,7 +67,7 @@ def _stub(record: InRecord, code: str, reason: str) -> bytes:
             "original_offset": record.offset,
             "size": len(value),
             "sha256": hashlib.sha256(value).hexdigest(),
-            "head": value[:STUB_HEAD_BYTES].decode("utf-8", "replace"),
+            "head": head if payload == "keep" else mask(head) if payload == "mask" else "",
         },
         ensure_ascii=False,
     ).encode()
@@ -78,9 +81,20 @@ class DeadLetters:
 
     dlq: Channel
     counters: Counter[str]
+    # keep: the original value (it holds nothing the input topic does not); mask: its text
+    # masked like every output; drop: no value, only what identifies it (headers)
+    payload: DlqPayload = "keep"
+
+    def _value(self, record: InRecord) -> bytes | None:
+        if self.payload == "keep" or record.value is None:
+            return record.value
+        if self.payload == "mask":
+            return mask(record.value.decode("utf-8", "replace")).encode("utf-8")
+        return None
 
     async def send(self, record: InRecord, exc: Exception) -> None:
-        reason = exc.reason if isinstance(exc, InvalidEvent) else str(exc)
+        # the reason may quote the input (a validation error does): masked in every mode
+        reason = mask(exc.reason if isinstance(exc, InvalidEvent) else str(exc))
         code = exc.code if isinstance(exc, InvalidEvent) else type(exc).__name__
         headers = [
             (names.DLQ_ERROR_CLASS, code.encode()),
@@ -89,9 +103,12 @@ class DeadLetters:
             (names.DLQ_ORIGINAL_PARTITION, str(record.partition).encode()),
             (names.DLQ_ORIGINAL_OFFSET, str(record.offset).encode()),
             (names.DLQ_ORIGINAL_SIZE, str(len(record.value or b"")).encode()),
+            (names.DLQ_ORIGINAL_SHA256, hashlib.sha256(record.value or b"").hexdigest().encode()),
+            (names.DLQ_PAYLOAD, self.payload.encode()),
         ]
         try:
-            await (await self.dlq.send(key=record.key, value=record.value, headers=headers))
+            value = self._value(record)
+            await (await self.dlq.send(key=record.key, value=value, headers=headers))
         except Exception as whole_exc:
             # A record the broker took may still be too large for our producer (or for the
             # DLQ topic): a stub must do, or this record would stop the partition for good.
@@ -99,7 +116,7 @@ class DeadLetters:
             key = record.key
             if key is not None and len(key) > STUB_KEY_BYTES:
                 key = hashlib.sha256(key).hexdigest().encode()
-            stub = _stub(record, code, reason)
+            stub = _stub(record, code, reason, self.payload)
             stub_headers = [*headers, (names.DLQ_STUB, b"true")]
             await (await self.dlq.send(key=key, value=stub, headers=stub_headers))
             self.counters["dead_lettered_stub"] += 1

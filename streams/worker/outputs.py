@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
+from tracejudge.judges.redact import masked_json
 from tracejudge.judges.verdicts import Verdict
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.names import REDIS_EVALUATION_KEY
@@ -56,7 +57,8 @@ class Lookup(Protocol):
 
 
 def encode(model: BaseModel) -> bytes:
-    return model.model_dump_json().encode("utf-8")
+    """Every record the worker produces is encoded here: free text masked, ids kept."""
+    return masked_json(model).encode("utf-8")
 
 
 async def deliver(channel: Channel, key: bytes | None, value: bytes | None) -> None:
@@ -137,7 +139,7 @@ class RedisSink:
         if self._client is None:
             return False
         try:
-            await self._client.set(key, value.model_dump_json(), ex=self.ttl_s)
+            await self._client.set(key, masked_json(value), ex=self.ttl_s)
             return True
         except (RedisError, OSError) as exc:
             self.errors += 1
