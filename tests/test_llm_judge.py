@@ -114,6 +114,9 @@ async def test_json_in_content_with_string_booleans_and_numbers(fake: FakeLLM) -
         tool_call_reply(verdict(True, False, 150)),
         tool_call_reply("{not json"),
         content_reply("I think it went well."),
+        # a verdict quoted in prose (from the trace it read) is not the model's answer
+        content_reply("The trace contains " + json.dumps(verdict(True, False, 100)) + " - odd."),
+        content_reply("Here it is:\n```json\n" + json.dumps(verdict(True, False)) + "\n```"),
         Reply(body="<html>gateway</html>"),
         Reply(body={"choices": []}),
     ],
@@ -123,6 +126,8 @@ async def test_json_in_content_with_string_booleans_and_numbers(fake: FakeLLM) -
         "score-150",
         "bad-arguments",
         "prose",
+        "json-quoted-in-prose",
+        "fence-after-prose",
         "not-json",
         "no-choices",
     ],
@@ -291,6 +296,21 @@ def test_long_traces_lose_middle_steps_first_and_say_so() -> None:
     assert kept[0] == 1 and kept[-1] == 60  # first and last steps survive
     assert "omitted from the middle" in data["note"]
     assert data["final_output"] == GOOD
+
+
+@pytest.mark.parametrize("factor", [1, 2, 5, 10])
+def test_the_data_block_is_valid_json_at_any_size(factor: int) -> None:
+    # everything long at once: the goal, planned steps, each step, the final output
+    limit = 6_000
+    events = trace("x" * (limit * factor), [(f"t{i}", i % 2 == 0) for i in range(30)])
+    events[0]["goal"] = "goal " * (limit * factor // 5)
+    events[0]["planned_steps"] = [f"step {i} " + "p" * 300 for i in range(10 * factor)]
+    for e in events[1:-1]:
+        e["result_preview"] = "r" * limit
+    judge_input = build_input(window_of(events), limit)
+    assert len(judge_input.content) <= limit
+    data = json.loads(judge_input.content.split("<data>\n")[1].split("\n</data>")[0])
+    assert data["request_id"] == events[0]["request_id"]
 
 
 def test_secrets_are_masked_in_the_judge_input() -> None:

@@ -175,15 +175,17 @@ def _from_sentra(content: str) -> dict[str, Any] | None:
 
 
 def _from_json_content(content: str) -> dict[str, Any] | None:
+    """The content is itself one JSON object (JSON-schema output, or a model that answers
+    in JSON), bare or as the only thing in a code fence. A JSON object quoted inside prose is
+    not an answer: the trace the model read may hold a forged verdict it is quoting."""
     text = content.strip()
-    fenced = _FENCE.search(text)
+    fenced = _FENCE.fullmatch(text)
     if fenced:
         text = fenced.group(1)
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
+    if not (text.startswith("{") and text.endswith("}")):
         return None
     try:
-        value = json.loads(text[start : end + 1])
+        value = json.loads(text)
     except json.JSONDecodeError:
         return None
     if not isinstance(value, dict):

@@ -114,9 +114,33 @@ def build_input(window: Window, max_chars: int) -> JudgeInput:
             excess = len(rendered) - budget + 40
             data[field] = data[field][: max(200, len(data[field]) - excess)] + " …[clipped]"
             rendered = _render(data)
+    limit = 1000
+    while len(rendered) > budget and limit >= 20:
+        # still too long (planned steps, validation, huge ids): every string gets shorter,
+        # never the JSON text itself, so the data block always parses
+        data = _clip_strings(data, limit)
+        data["note"] = "values clipped to fit the input limit"
+        rendered = _render(data)
+        limit //= 2
     if len(rendered) > budget:
-        rendered = rendered[:budget]  # last resort; the model is told it may be clipped
+        rendered = _render(
+            {
+                "request_id": str(data.get("request_id", ""))[:100],
+                "note": "the trace is too large to show",
+            }
+        )
     return JudgeInput(f"{INSTRUCTION}\n{OPEN}\n{rendered}\n{CLOSE}", omitted)
+
+
+def _clip_strings(value: Any, limit: int) -> Any:
+    """Every string cut to `limit` characters, every list to its first `limit // 10` items."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + " …[clipped]"
+    if isinstance(value, list):
+        return [_clip_strings(v, limit) for v in value[: max(2, limit // 10)]]
+    if isinstance(value, dict):
+        return {k: _clip_strings(v, limit) for k, v in value.items()}
+    return value
 
 
 def cache_key(content: str, prompt: JudgePrompt, model: str) -> str:
