@@ -203,11 +203,11 @@ async def test_no_raw_secret_in_any_output_redis_log_or_judge_body(
         for topic, values in outputs.items()
     }
     assert all(not kinds for kinds in found.values()), found
-    client = redis.Redis.from_url(redis_url)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     stored = "\n".join(
-        (client.get(key) or b"").decode("utf-8", "replace")
+        str(client.get(key) or "")
         for key in client.scan_iter("tracejudge:*")
-        if client.type(key) == b"string"
+        if client.type(key) == "string"
     )
     assert f"priv-{run}" in stored  # this run's verdicts are there
     assert leaks(stored, secrets) == []
