@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import json
+import logging
+
 import pytest
 
+from benchmarks.redaction import PII, evaluate
 from tests.test_rules import trace, window_of
-from tracejudge.judges.redact import mask, mask_any
+from tracejudge.judges.redact import ID_FIELDS, mask, mask_any, masked_json
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, conclude
+from tracejudge.models.outputs import RetryRequest
+from tracejudge.streams.cli.logs import mask_log_records
+from tracejudge.streams.settings import Settings
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
@@ -66,3 +73,101 @@ def test_evaluations_and_reflections_carry_no_secrets() -> None:
     for secret in ("sk-live-ABC", "ops@corp.example", "ghp_123", "Bearer abcdefghijklmnop"):
         assert secret not in text
     assert "[REDACTED:" in decision.reflection.goal
+
+
+def test_the_labelled_corpus_meets_the_bars() -> None:
+    report = evaluate()
+    assert report.recall(pii=False) >= 0.99
+    for kind in PII:
+        assert report.kinds[kind].rate >= 0.95, (kind, report.kinds[kind].misses)
+    assert report.false_positive_rate <= 0.01, {
+        k: t.misses for k, t in report.lookalikes.items() if t.misses
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Visa 4111 1111 1111 1111 on file",
+        "SSN 123-45-6789",
+        "call +44 20 7946 0958 or (415) 867-5309",
+        "身份证 11010519491231002X，手机 13800138000",
+        "IBAN DE89 3704 0044 0532 0130 00",
+        "postgres://app:s3cretpw@db:5432/orders",
+        "redis://:hunter2hunter2@cache:6379/0",
+    ],
+)
+def test_personal_data_and_passwords_in_urls_are_masked(text: str) -> None:
+    masked = mask(text)
+    assert "[REDACTED:" in masked
+    for raw in (
+        "4111",
+        "6789",
+        "7946",
+        "5309",
+        "1002X",
+        "13800138000",
+        "0130",
+        "s3cretpw",
+        "hunter2",
+    ):
+        assert raw not in masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Order 4111 1111 1111 1112 (not a card: the Luhn check fails)",
+        "ts_ms=1635144768050 and ts=1700000000",
+        "request 5f0c1a8e-2b7d-4c61-9a3e-0d9b8f1e2a77",
+        "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+        "v3.11.4, ¥3999.00, 2026-11-22T09:43:15Z, flight UA123",
+        "git@github.com:org/repo.git and https://example.com:8443/path",
+    ],
+)
+def test_look_alikes_stay(text: str) -> None:
+    assert mask(text) == text
+
+
+def test_masked_json_keeps_identifiers() -> None:
+    retry = RetryRequest(
+        retry_id="r-4111111111111111",
+        session_id="s-ann@corp.example",
+        request_id="req-13800138000",
+        attempt=1,
+        response_type="generic",
+        detected_pattern="ann@corp.example said hi",
+        reasons=["the answer was 4111 1111 1111 1111"],
+        continue_prompt="Please continue",
+        ts=0.0,
+    )
+    data = json.loads(masked_json(retry))
+    assert {"retry_id", "session_id", "request_id"} <= ID_FIELDS
+    assert data["session_id"] == "s-ann@corp.example" and data["request_id"] == "req-13800138000"
+    assert "4111" not in data["reasons"][0] and "ann@corp" not in data["detected_pattern"]
+
+
+def test_settings_are_logged_without_passwords() -> None:
+    settings = Settings(
+        redis_url="redis://default:hunter2hunter2@cache:6379/0",
+        llm_api_key="sk-proj-abcdefghijklmnopqrstuvwxyz",
+    )
+    text = str(settings.masked())
+    assert "hunter2" not in text and "abcdefghijklmnop" not in text
+    assert "cache:6379" in text
+
+
+def test_log_records_are_masked_with_their_arguments_and_tracebacks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mask_log_records()
+    log = logging.getLogger("tracejudge.test")
+    with caplog.at_level(logging.INFO):
+        log.info("user %s paid with %s", "ann@corp.example", "4111 1111 1111 1111")
+        try:
+            raise ValueError("bad token ghp_1234567890abcdefghijklmnopqrstuvwxyz")
+        except ValueError:
+            log.exception("failed")
+    text = caplog.text
+    assert "ann@corp.example" not in text and "4111 1111" not in text and "ghp_123" not in text
+    assert "[REDACTED:email]" in text and "bad token [REDACTED:" in text

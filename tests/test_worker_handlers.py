@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -166,6 +167,34 @@ async def test_a_record_too_large_to_dead_letter_whole_goes_as_a_stub() -> None:
     for event in (start(), final()):
         await w.event(event)
     assert len(w.channel("evaluations").sent) == 1  # and the worker went on
+
+
+SECRET_EVENT = {
+    "type": "tool_call",
+    "request_id": RID,
+    "step_index": "x",
+    "args_summary": "card 4111 1111 1111 1111, mail ann@corp.example",
+}
+
+
+@pytest.mark.parametrize("payload", ["keep", "mask", "drop"])
+async def test_the_dead_letter_payload_follows_the_setting(payload: str) -> None:
+    w = memory_worker(dlq_payload=payload)
+    raw = json.dumps(SECRET_EVENT).encode()
+    await w.event(raw, key=RID.encode())
+    (letter,) = w.channel("dlq").sent
+    assert letter.headers[names.DLQ_PAYLOAD] == payload.encode()
+    assert letter.headers[names.DLQ_ORIGINAL_SHA256] == hashlib.sha256(raw).hexdigest().encode()
+    assert letter.headers[names.DLQ_ORIGINAL_SIZE] == str(len(raw)).encode()
+    if payload == "keep":
+        assert letter.value == raw
+    elif payload == "mask":
+        body = letter.json()  # still the event's JSON, its text masked
+        assert body["request_id"] == RID and "[REDACTED:card_number]" in body["args_summary"]
+        assert b"4111" not in (letter.value or b"") and b"ann@corp" not in (letter.value or b"")
+    else:
+        assert letter.value is None
+    assert b"4111 1111" not in letter.headers[names.DLQ_ERROR]  # the reason, in every mode
 
 
 async def test_an_event_keyed_other_than_by_its_request_id_is_refused() -> None:
