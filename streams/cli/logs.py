@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from tracejudge.judges.redact import mask
 
@@ -24,25 +23,31 @@ def setup_logging(level: str = "info") -> None:
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
 
+class MaskedLogRecord(logging.LogRecord):
+    """A log record whose text is masked when a handler formats it: the message with its
+    arguments, and the traceback of an exception, whose message may quote the input. Lazy, so
+    that the many debug records libraries make and no handler emits cost nothing."""
+
+    _masked: str | None = None
+    _exc_text: str | None = None
+
+    def getMessage(self) -> str:
+        if self._masked is None:
+            self._masked = mask(super().getMessage())
+        return self._masked
+
+    @property  # type: ignore[override]
+    def exc_text(self) -> str | None:
+        if self._exc_text is None and self.exc_info:
+            self._exc_text = mask(logging.Formatter().formatException(self.exc_info))
+        return self._exc_text
+
+    @exc_text.setter
+    def exc_text(self, value: str | None) -> None:
+        self._exc_text = value
+
+
 def mask_log_records() -> None:
-    """Mask every log record as it is made, whichever logger or handler it goes to (Faust's
-    worker installs handlers of its own): the message with its arguments, and the traceback
-    of an exception, whose message may quote the input."""
-    make = logging.getLogRecordFactory()
-    if getattr(make, "masks", False):
-        return
-
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = make(*args, **kwargs)
-        try:
-            # the template stays known, for filters that group records by it (quiet_logs.py)
-            record.template = record.msg
-            record.msg, record.args = mask(record.getMessage()), None
-            if record.exc_info and not record.exc_text:
-                record.exc_text = mask(logging.Formatter().formatException(record.exc_info))
-        except Exception:  # a log call must never raise; keep the record as it was made
-            pass
-        return record
-
-    factory.masks = True  # type: ignore[attr-defined]
-    logging.setLogRecordFactory(factory)
+    """Every log record, whichever logger or handler it goes to (Faust's worker installs
+    handlers of its own), is a MaskedLogRecord."""
+    logging.setLogRecordFactory(MaskedLogRecord)

@@ -29,8 +29,7 @@ class RepeatFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
-        # the message template (kept by the masking record factory), not the formatted text
-        key = (record.name, str(getattr(record, "template", record.msg)))
+        key = (record.name, str(record.msg))  # the template, not the formatted text
         now = self.clock()
         last = self._last.get(key)
         if last is not None and now - last < self.period_s:

@@ -10,6 +10,8 @@ for the raw value (and its JSON-escaped form).
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,6 +117,27 @@ def leaks(haystack: str, secrets: dict[str, str]) -> list[str]:
     return [kind for kind, raw in secrets.items() if any(f in haystack for f in forms(raw))]
 
 
+def http_status(worker: WorkerProcess, path: str) -> int:
+    url = f"http://127.0.0.1:{worker.settings.web_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+async def test_debug_pages_only_when_asked_for(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    env = worker_env(kafka_bootstrap, redis_url, tmp_path, "debug", debug_endpoints="true")
+    worker = WorkerProcess(env, tmp_path / "worker.log").start()
+    try:
+        assert http_status(worker, "/debug/tasks") == 200
+        assert http_status(worker, "/health") == 200
+    finally:
+        worker.stop()
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeLLM]:
     with FakeLLM() as server:
@@ -158,6 +181,9 @@ async def test_no_raw_secret_in_any_output_redis_log_or_judge_body(
     )
     worker = WorkerProcess(env, tmp_path / "worker.log").start()
     try:
+        # pages that show coroutine stacks or table data (whole traces) are off by default
+        for path in ("/debug/tasks", "/table/", "/router/", "/stats/"):
+            assert http_status(worker, path) == 404, path
         bootstrap, events = kafka_bootstrap, worker.topic(names.EVENTS)
         await produce_events(
             bootstrap,
