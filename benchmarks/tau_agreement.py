@@ -16,6 +16,7 @@ from typing import Any
 
 from tests.conftest import SHARED_DATA
 from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.verdicts import Policy
 from tracejudge.models.events import STEP_TYPES, parse_event
 from tracejudge.models.window import assemble_window
 
@@ -53,13 +54,35 @@ def report(name: str, predicted: dict[str, bool], actual: dict[str, bool]) -> No
     )
 
 
+def auc(scores: dict[str, float], ok: dict[str, bool]) -> float:
+    """Probability that an ok run scores above a failed one (ties count half)."""
+    good = [scores[r] for r in ok if ok[r]]
+    bad = [scores[r] for r in ok if not ok[r]]
+    wins = sum(1.0 if g > b else 0.5 if g == b else 0.0 for g in good for b in bad)
+    return wins / (len(good) * len(bad)) if good and bad else float("nan")
+
+
 def main(data: Path) -> None:
     labels = json.loads((data / "labels.json").read_text())
     judge = RuleJudge()
+    threshold = Policy().warn_threshold
     verdicts = {rid: judge.judge(w) for rid, w in windows(data / "events.jsonl").items()}
-    failed_run = {rid: lab["reward"] < 1.0 for rid, lab in labels.items()}
+    ok = {rid: lab["reward"] >= 1.0 for rid, lab in labels.items()}
+    failed_run = {rid: not good for rid, good in ok.items()}
     missing = {rid: bool(lab["missing_expected_write_actions"]) for rid, lab in labels.items()}
-    print(f"{len(verdicts)} runs; {sum(failed_run.values())} with reward 0")
+    flagged = {
+        r: v.incomplete or not v.success or v.rule_score < threshold for r, v in verdicts.items()
+    }
+    n_failed, n_ok = sum(failed_run.values()), sum(ok.values())
+    print(f"{len(verdicts)} runs; {n_failed} failed (reward 0), {n_ok} ok")
+    print(f"AUC (rule_score vs ok): {auc({r: v.rule_score for r, v in verdicts.items()}, ok):.3f}")
+    print(
+        f"failed runs flagged (not passed, not success or incomplete): "
+        f"{sum(flagged[r] for r in failed_run if failed_run[r])}/{n_failed} "
+        f"({sum(flagged[r] for r in failed_run if failed_run[r]) / n_failed:.0%}); "
+        f"ok runs flagged: {sum(flagged[r] for r in ok if ok[r])}/{n_ok} "
+        f"({sum(flagged[r] for r in ok if ok[r]) / n_ok:.0%})"
+    )
     report(
         "incomplete vs missing expected write action",
         {r: v.incomplete for r, v in verdicts.items()},
@@ -68,8 +91,19 @@ def main(data: Path) -> None:
     report("incomplete vs reward 0", {r: v.incomplete for r, v in verdicts.items()}, failed_run)
     report("not success vs reward 0", {r: not v.success for r, v in verdicts.items()}, failed_run)
     report(
-        "score < 60 vs reward 0", {r: v.rule_score < 60 for r, v in verdicts.items()}, failed_run
+        f"score < {threshold} vs reward 0",
+        {r: v.rule_score < threshold for r, v in verdicts.items()},
+        failed_run,
     )
+    fired: dict[str, list[str]] = defaultdict(list)
+    for rid, verdict in verdicts.items():
+        for rule in sorted({rule for rule, _ in verdict.findings}):
+            fired[rule].append(rid)
+    print("per rule: runs it fired on (failed / ok)")
+    for rule, rids in sorted(fired.items()):
+        bad = sum(1 for r in rids if failed_run[r])
+        short = ", ".join(r.rsplit(":", 2)[-2] + ":" + r.rsplit(":", 1)[-1] for r in rids[:6])
+        print(f"  {rule:<28} {bad:>3} / {len(rids) - bad:<3} {short}")
 
 
 if __name__ == "__main__":

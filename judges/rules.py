@@ -11,11 +11,21 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracejudge.judges.generic import assess_answer
+from tracejudge.judges.outcomes import (
+    admitted_failure,
+    claimed_actions,
+    handoff,
+    is_placeholder,
+    performs,
+    reads_only,
+)
 from tracejudge.judges.phrases import REMAINING_WORK_RE, first_match
 from tracejudge.models.outputs import FailedStep
 from tracejudge.models.window import Window
 
-RULES_VERSION = "rules-1"
+RULES_VERSION = "rules-2"
+# A request the rules find failed or incomplete never scores above this: scores must separate.
+FLAGGED_CAP = 79
 SHORT_OUTPUT = 15
 BRIEF_OUTPUT = 60
 
@@ -41,6 +51,8 @@ class RuleVerdict(BaseModel):
     summary: str
     reasons: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
+    # (rule, evidence) for every rule that fired: what the benchmark counts per rule
+    findings: list[tuple[str, str]] = Field(default_factory=list)
 
 
 def _clamp(value: float) -> int:
@@ -62,6 +74,8 @@ def _sentence_around(text: str, snippet: str, limit: int = 200) -> str:
 
 
 DEFAULT_TOOL_CALL_BUDGET = 25
+SHORT_CHAIN = 5  # tool calls that cost no efficiency
+SHORT_EXCHANGE = 3  # user turns after the first that cost no efficiency
 
 
 class RuleJudge:
@@ -81,10 +95,14 @@ class RuleJudge:
     def judge(self, window: Window) -> RuleVerdict:
         reasons: list[str] = []
         suggestions: list[str] = []
+        findings: list[tuple[str, str]] = []
         failed = self._unrecovered_failures(window)
         missing = self._missing_planned(window)
         remaining = list(missing)
+        if missing:
+            findings.append(("planned_step_not_attempted", ", ".join(missing[:5])))
         completeness = self._completeness(window, missing, remaining, reasons, suggestions)
+        completeness = min(completeness, self._outcome(window, remaining, reasons, findings))
         health = self._health(window, failed, reasons, suggestions)
         efficiency = self._efficiency(window, reasons, suggestions)
         w = self.weights
@@ -98,6 +116,10 @@ class RuleJudge:
         )
         success = not failed and not blocked
         incomplete = window.final is None or bool(remaining)
+        if failed:
+            findings.append(("unrecovered_failure", "; ".join(f.reason for f in failed[:3])))
+        if not success or incomplete:
+            rule_score = min(rule_score, FLAGGED_CAP)
         return RuleVerdict(
             completeness=completeness,
             execution_health=health,
@@ -110,7 +132,56 @@ class RuleJudge:
             summary=self._summary(window, failed, remaining, blocked),
             reasons=reasons,
             suggestions=suggestions,
+            findings=findings,
         )
+
+    @staticmethod
+    def _outcome(
+        window: Window, remaining: list[str], reasons: list[str], findings: list[tuple[str, str]]
+    ) -> int:
+        """The final answer against the trace: actions it announces that no successful tool
+        call performed, an attempt it admits failed, a hand-off to a human, a placeholder.
+        Each makes the request incomplete; the return value caps completeness."""
+        if window.final is None:
+            return 100
+        output = window.final.output
+        cap = 100
+        if is_placeholder(output):
+            findings.append(("placeholder_answer", output.strip()[:80] or "(empty)"))
+            reasons.append(f"the final answer is a placeholder ('{output.strip()[:40]}')")
+            remaining.append("give the user the actual result")
+            return 10
+        calls = window.tool_calls
+        # A tool often does more than its name says (a booking charges the card and mails the
+        # receipt), so a claim is held against the trace only when it is plainly not backed:
+        # every call that could have done it failed, or nothing but look-ups succeeded at all.
+        acting = [c for c in calls if c.success and not reads_only(c.tool)]
+        for claim in claimed_actions(output):
+            attempts = [c for c in calls if performs(c.tool, claim.family)]
+            if attempts and any(c.success for c in attempts):
+                continue
+            if not attempts and acting:
+                continue
+            findings.append(("claim_without_call", claim.evidence))
+            reasons.append(
+                f"the answer says '{claim.evidence[:120]}' but no successful tool call "
+                f"did it ({claim.family})"
+            )
+            remaining.append(f"actually {claim.family}: {claim.evidence[:120]}")
+            cap = min(cap, 40)
+        admitted = admitted_failure(output)
+        if admitted:
+            findings.append(("admitted_failure", admitted))
+            reasons.append(f"the answer admits an attempt failed ('{admitted[:120]}')")
+            remaining.append(admitted)
+            cap = min(cap, 50)
+        handed = handoff(output)
+        if handed:
+            findings.append(("handoff", handed))
+            reasons.append(f"the request was handed to a human ('{handed[:120]}')")
+            remaining.append(f"resolve what was handed off: {handed[:120]}")
+            cap = min(cap, 50)
+        return cap
 
     @staticmethod
     def _unrecovered_failures(window: Window) -> list[FailedStep]:
@@ -129,8 +200,10 @@ class RuleJudge:
     def _missing_planned(window: Window) -> list[str]:
         if window.task is None or not window.task.planned_steps:
             return []
-        done_tools = {_norm(c.tool) for c in window.tool_calls if c.success}
-        done_actions = {_norm(r.action) for r in window.reasoning if r.action and not r.error}
+        # attempted counts as executed: whether it succeeded is `success`'s business, and a step
+        # that ran and failed is not work left undone (the seed's fourth quadrant)
+        done_tools = {_norm(c.tool) for c in window.tool_calls}
+        done_actions = {_norm(r.action) for r in window.reasoning if r.action}
         missing = []
         for planned in window.task.planned_steps:
             p = _norm(planned)
@@ -203,7 +276,10 @@ class RuleJudge:
         if calls and n_failed:
             unrecovered = len(failed)
             recovered = n_failed - unrecovered
+            # each failure costs on its own as well: a redone failure is still a sign of
+            # trouble (on tau-bench, runs with one fail twice as often), however long the run
             score -= 70 * unrecovered / len(calls) + 25 * recovered / len(calls)
+            score -= min(24, 8 * n_failed)
             if unrecovered:
                 score -= 15
                 tools = ", ".join(sorted({f.tool or "?" for f in failed}))
@@ -234,6 +310,14 @@ class RuleJudge:
             over = len(calls) - self.tool_call_budget
             score -= min(50, 3 * over)
             reasons.append(f"{len(calls)} tool calls, {over} over the budget")
+        # Friction, below the budget too: each call beyond a short chain and each user turn
+        # beyond a short exchange costs a little. Long chains and long back-and-forths go with
+        # failure (tau-bench AUC of the call count alone: 0.66); small enough never to fail a
+        # run by themselves.
+        extra_calls = max(0, len(calls) - SHORT_CHAIN)
+        extra_turns = max(0, len(window.user_turns) - SHORT_EXCHANGE)
+        if extra_calls or extra_turns:
+            score -= min(25, 2 * extra_calls + 3 * extra_turns)
         seen: set[tuple[str, str]] = set()
         repeats = 0
         for call in calls:

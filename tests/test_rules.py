@@ -141,13 +141,16 @@ def test_finished_output_is_not_incomplete(output: str) -> None:
 
 
 def test_planned_steps_not_executed_are_remaining() -> None:
+    claim = "I have booked reservation ABC123 for May 20."
     verdict = judge.judge(
         window_of(
-            trace(GOOD, [("search_flights", True)], planned=["search_flights", "book_reservation"])
+            trace(claim, [("search_flights", True)], planned=["search_flights", "book_reservation"])
         )
     )
-    assert verdict.incomplete and verdict.remaining_steps == ["book_reservation"]
-    # a failed planned call is not an executed one
+    assert verdict.incomplete and verdict.remaining_steps[0] == "book_reservation"
+    # and the answer's claim is held against a trace with nothing but a search in it
+    assert ("claim_without_call", claim) in verdict.findings
+    # a planned call that ran and failed is executed (issue 11): it decides success instead
     failed = judge.judge(
         window_of(
             trace(
@@ -157,7 +160,7 @@ def test_planned_steps_not_executed_are_remaining() -> None:
             )
         )
     )
-    assert failed.incomplete and not failed.success
+    assert not failed.incomplete and not failed.success
 
 
 def test_no_final_response_scores_zero_completeness() -> None:
@@ -169,8 +172,8 @@ def test_no_final_response_scores_zero_completeness() -> None:
 def test_filler_and_short_outputs_lower_completeness() -> None:
     filler = judge.judge(window_of(trace("Ready to assist!", [])))
     assert filler.completeness == 25
-    short = judge.judge(window_of(trace("Done.", [])))
-    assert short.completeness == 50
+    short = judge.judge(window_of(trace("Booked it, see you.", [("book", True)])))
+    assert short.completeness == 85  # brief, not a placeholder
 
 
 def test_repeated_identical_calls_and_budget_cost_efficiency() -> None:
@@ -181,7 +184,9 @@ def test_repeated_identical_calls_and_budget_cost_efficiency() -> None:
     repeated = judge.judge(window_of(events))
     assert repeated.efficiency == 84
     many = judge.judge(window_of(trace(GOOD, [(f"t{i}", True) for i in range(30)])))
-    assert many.efficiency == 85
+    assert many.efficiency == 60  # 5 over the budget (-15) and a long chain (-25, the cap)
+    short = judge.judge(window_of(trace(GOOD, [(f"t{i}", True) for i in range(7)])))
+    assert short.efficiency == 96  # two calls beyond a short chain
 
 
 def test_decide_builds_deterministic_ids_and_alerts() -> None:
@@ -219,3 +224,99 @@ def test_reflection_limit_turns_into_an_alert() -> None:
     assert "reflection_exhausted" in [a.kind for a in decision.alerts]
     disabled = rule_decision(window_of(events), Policy(enable_reflection=False), 0.0)
     assert disabled.reflection is None and not disabled.alerts
+
+
+# --- the answer against the trace (judges/outcomes.py) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("output", "calls"),
+    [
+        (
+            "I have cancelled your reservation ABC123 and the refund is on its way.",
+            [("get_res", True)],
+        ),
+        ("Your booking has been successfully cancelled.", [("cancel_reservation", False)]),
+        ("The address is now updated and we emailed you a receipt.", [("get_order", True)]),
+        ("I've updated the shipping address for order 77.", []),
+        ("已为您取消预订，退款将在3天内到账。", [("search", True)]),
+        ("订单已修改成功。", [("modify_order", False)]),
+    ],
+)
+def test_an_announced_action_no_successful_call_did_is_incomplete(
+    output: str, calls: list[tuple[str, bool]]
+) -> None:
+    verdict = judge.judge(window_of(trace(output, calls)))
+    assert verdict.incomplete and verdict.rule_score <= 79
+    assert [rule for rule, _ in verdict.findings].count("claim_without_call") >= 1
+    assert any(step.startswith("actually ") for step in verdict.remaining_steps)
+
+
+@pytest.mark.parametrize(
+    ("output", "calls"),
+    [
+        # backed by a call
+        ("I have cancelled your reservation ABC123.", [("cancel_reservation", True)]),
+        # a tool does more than its name says: booking charges the card
+        ("Your flight is booked and your card was charged $320.", [("book_reservation", True)]),
+        # a question, a condition, a negation: no claim
+        ("Have you already cancelled the old booking?", []),
+        ("Once it has been cancelled, you will get an e-mail.", []),
+        ("I cancelled nothing; your booking is unchanged.", [("get_res", True)]),
+        ("Your reservation has not been cancelled yet, as you asked.", []),
+        # describing the record that was looked up is not a claim of having acted
+        ("Your reservation was created on May 1 and the insurance was purchased.", [("get", True)]),
+        ("Unfortunately, the cancellation cannot be processed under the 24-hour policy.", []),
+        ("您的订单未取消，仍然有效。", []),
+    ],
+)
+def test_claims_that_are_backed_or_not_claims_pass(
+    output: str, calls: list[tuple[str, bool]]
+) -> None:
+    verdict = judge.judge(window_of(trace(output + " " + "Details follow." * 3, calls)))
+    assert "claim_without_call" not in [rule for rule, _ in verdict.findings], verdict.findings
+
+
+@pytest.mark.parametrize(
+    ("output", "rule"),
+    [
+        (
+            "I was unable to process the refund because the payment service timed out.",
+            "admitted_failure",
+        ),
+        (
+            "Unfortunately the change could not be completed; the seat map was locked.",
+            "admitted_failure",
+        ),
+        ("很抱歉，未能为您完成改签，系统返回错误。", "admitted_failure"),
+        ("I have transferred you to a human agent who will finish the refund.", "handoff"),
+        ("已为您转人工客服处理。", "handoff"),
+        ("TERMINATE", "placeholder_answer"),
+        ("Done.", "placeholder_answer"),
+    ],
+)
+def test_admitted_failures_hand_offs_and_placeholders_are_incomplete(
+    output: str, rule: str
+) -> None:
+    verdict = judge.judge(window_of(trace(output, [("lookup", True)])))
+    assert verdict.incomplete and verdict.rule_score <= 79
+    assert rule in [r for r, _ in verdict.findings]
+
+
+def test_a_policy_refusal_is_not_an_admitted_failure() -> None:
+    # explaining why something cannot be done is often the right answer (left to the LLM judge)
+    output = "I'm sorry, but basic economy tickets cannot be changed under our policy."
+    verdict = judge.judge(window_of(trace(output, [("get_reservation_details", True)])))
+    assert not verdict.incomplete
+
+
+def test_an_attempted_planned_step_that_failed_is_not_remaining_work() -> None:
+    # the seed's fourth quadrant: everything that had to run ran, one step failed
+    events = trace(
+        "Pinged all three endpoints: api and web answered, db refused the connection.",
+        [("ping_api", True), ("ping_web", True), ("ping_db", False)],
+        planned=["ping_api", "ping_web", "ping_db"],
+    )
+    verdict = judge.judge(window_of(events))
+    assert (verdict.success, verdict.incomplete) == (False, False)
+    assert verdict.failed_steps[0].tool == "ping_db"
