@@ -151,9 +151,14 @@ def conclude(
     )
     if answer is not None:
         llm_score: int | None = answer.llm_score
-        overall = round(
-            policy.rule_weight * rules.rule_score + (1 - policy.rule_weight) * answer.llm_score
-        )
+        if llm_score is None:  # a verdict without scores (the seed's shape): rules score it
+            overall = rules.rule_score
+            unscored = ["the judge gave no scores: overall_score is the rule score"]
+        else:
+            overall = round(
+                policy.rule_weight * rules.rule_score + (1 - policy.rule_weight) * llm_score
+            )
+            unscored = []
         dimensions = dimensions.model_copy(
             update={
                 "correctness": answer.correctness,
@@ -162,7 +167,7 @@ def conclude(
             }
         )
         verdict: RuleVerdict | JudgeAnswer = answer
-        reasons = answer.reasons + [f"rules: {r}" for r in rules.reasons]
+        reasons = answer.reasons + unscored + [f"rules: {r}" for r in rules.reasons]
         suggestions = answer.suggestions or rules.suggestions
     else:
         llm_score = None

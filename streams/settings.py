@@ -160,6 +160,18 @@ class Settings(BaseSettings):
         pattern="^(named|required|auto|none)$",
         description="tool_choice: named (OpenAI, vLLM), required, auto (Ollama), none.",
     )
+    llm_output_mode: Literal["tools", "json_schema"] = Field(
+        "tools",
+        description="How the judge is asked to answer: tools (a final_judge function call: "
+        "OpenAI, vLLM with tool parsing, Ollama) or json_schema (response_format with the "
+        "verdict's schema, strict: OpenAI, vLLM, llama.cpp's server, Ollama's OpenAI API).",
+    )
+    llm_schema_strict: bool = Field(
+        True,
+        description="json_schema mode: strict schema (OpenAI; string lengths left out, since "
+        "strict refuses them) or not (llama.cpp, vLLM, Ollama: the whole schema, lengths "
+        "included, becomes a grammar, which keeps small models from looping in a string).",
+    )
     llm_temperature: float = Field(
         LLMConfig.temperature, ge=0, le=2, description="Sampling temperature."
     )

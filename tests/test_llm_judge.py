@@ -450,3 +450,49 @@ async def test_server_down_and_open_circuit_become_fallbacks() -> None:
     assert (first.judge_status, first.judge_error) == ("fallback", "connect")
     assert (second.judge_status, second.judge_error) == ("fallback", "circuit_open")
     assert second.overall_score == second.rule_score
+
+
+SEED_ANSWER = {
+    "success": False,
+    "incomplete": True,
+    "failedSteps": [{"aiName": "payment_api", "reason": "card declined"}],
+    "summary": "The booking was attempted but payment failed; nothing was booked.",
+}
+
+
+async def test_the_seeds_answer_shape_parses(fake: FakeLLM) -> None:
+    answer = await judge_once(fake, tool_call_reply(SEED_ANSWER))
+    assert (answer.success, answer.incomplete, answer.llm_score) == (False, True, None)
+    [step] = answer.failed_steps
+    assert (step.tool, step.reason) == ("payment_api", "card declined")
+
+
+def test_a_verdict_without_scores_keeps_the_rule_score() -> None:
+    window = window_of(trace(GOOD, [("book", True)]))
+    rules = RuleJudge().judge(window)
+    answer = parse_answer(tool_call_reply(SEED_ANSWER).body)
+    decision = conclude(
+        WindowFacts.of(window), rules, JudgeOutcome("ok", answer=answer), Policy(), "v", 0.0
+    )
+    evaluation = decision.evaluation
+    assert evaluation.overall_score == rules.rule_score and evaluation.llm_score is None
+    assert (evaluation.success, evaluation.incomplete) == (False, True)
+    assert any("no scores" in reason for reason in evaluation.reasons)
+    assert evaluation.failed_steps[0].tool == "payment_api"
+
+
+async def test_json_schema_mode_asks_for_the_verdict_as_content(fake: FakeLLM) -> None:
+    reply = content_reply(json.dumps(verdict(True, False, 75)))
+    answer = await judge_once(fake, reply, output_mode="json_schema")
+    assert (answer.success, answer.incomplete, answer.llm_score) == (True, False, 75)
+    [body] = fake.requests
+    assert "tools" not in body and "tool_choice" not in body
+    schema = body["response_format"]["json_schema"]
+    assert body["response_format"]["type"] == "json_schema" and schema["strict"] is True
+    assert "maxLength" not in json.dumps(schema)  # outside OpenAI's strict subset
+    assert schema["name"] == "final_judge"
+    # strict: every property required, nothing else allowed, every list bounded
+    assert set(schema["schema"]["required"]) == set(schema["schema"]["properties"])
+    assert schema["schema"]["additionalProperties"] is False
+    lists = [p for p in schema["schema"]["properties"].values() if p.get("type") == "array"]
+    assert lists and all("maxItems" in p for p in lists)

@@ -12,7 +12,14 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tracejudge.models.errors import TracejudgeError
 from tracejudge.models.outputs import FailedStep
@@ -35,7 +42,9 @@ def _to_bool(value: Any) -> bool:
     raise ValueError(f"expected a boolean or 'true'/'false', got {value!r}")
 
 
-def _to_score(value: Any) -> int:
+def _to_score(value: Any) -> int | None:
+    if value is None:
+        return None
     if isinstance(value, bool):
         raise ValueError("a boolean is not a score")
     if isinstance(value, str):
@@ -69,9 +78,11 @@ class JudgeAnswer(BaseModel):
     failed_steps: list[FailedStep] = Field(default_factory=list)
     remaining_steps: list[str] = Field(default_factory=list)
     summary: str = ""
-    correctness: int
-    relevance: int
-    actionability: int
+    # Optional: the seed's answer shape has none; a verdict without all three keeps the rule
+    # score as the overall score (and says so)
+    correctness: int | None = None
+    relevance: int | None = None
+    actionability: int | None = None
     reasons: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
 
@@ -101,10 +112,40 @@ class JudgeAnswer(BaseModel):
         return steps
 
     @property
-    def llm_score(self) -> int:
-        return round((self.correctness + self.relevance + self.actionability) / 3)
+    def llm_score(self) -> int | None:
+        scores = (self.correctness, self.relevance, self.actionability)
+        if any(score is None for score in scores):
+            return None
+        return round(sum(score for score in scores if score is not None) / 3)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_shape(cls, value: Any) -> Any:
+        """The seed's answer shape: camelCase keys, `failedSteps` items naming the tool (or the
+        agent) as `aiName` and the reason as `reason`/`error`."""
+        if not isinstance(value, dict):
+            return value
+        renamed = {_SEED_KEYS.get(k, k): v for k, v in value.items()}
+        steps = renamed.get("failed_steps")
+        if isinstance(steps, list):
+            renamed["failed_steps"] = [
+                {
+                    "index": item.get("index", item.get("stepIndex", item.get("step"))),
+                    "tool": item.get("tool", item.get("aiName", item.get("name"))),
+                    "reason": item.get("reason", item.get("error", item.get("description"))),
+                }
+                if isinstance(item, dict)
+                else item
+                for item in steps
+            ]
+        return renamed
 
 
+_SEED_KEYS = {
+    "failedSteps": "failed_steps",
+    "remainingSteps": "remaining_steps",
+    "failedStep": "failed_steps",
+}
 _SENTRA = re.compile(r"<sentra-tools>(.*?)</sentra-tools>", re.DOTALL | re.IGNORECASE)
 _INVOKE = re.compile(
     r"<invoke\s+name\s*=\s*[\"']([^\"']+)[\"']\s*>(.*?)</invoke>", re.DOTALL | re.IGNORECASE

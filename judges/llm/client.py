@@ -51,6 +51,8 @@ class LLMConfig:
     max_attempts: int = 3
     concurrency: int = 4
     tool_choice: str = "named"
+    output_mode: str = "tools"  # tools | json_schema (see prompt.request_body)
+    schema_strict: bool = True
     temperature: float = 0.0
     max_tokens: int = 1024
     backoff_base_s: float = 0.5
@@ -131,6 +133,8 @@ class LLMClient:
             self.prompt,
             self.config.model,
             tool_choice=self.config.tool_choice,
+            output_mode=self.config.output_mode,
+            schema_strict=self.config.schema_strict,
             temperature=self.config.temperature,
             max_tokens=self.config.max_tokens,
         )

@@ -143,6 +143,14 @@ def _clip_strings(value: Any, limit: int) -> Any:
     return value
 
 
+def _without(value: Any, keyword: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _without(v, keyword) for k, v in value.items() if k != keyword}
+    if isinstance(value, list):
+        return [_without(v, keyword) for v in value]
+    return value
+
+
 def cache_key(content: str, prompt: JudgePrompt, model: str) -> str:
     digest = hashlib.sha256(f"{prompt.version}\x00{model}\x00{content}".encode()).hexdigest()
     return f"tracejudge:judgecache:{digest}"
@@ -156,27 +164,44 @@ def request_body(
     tool_choice: str,
     temperature: float,
     max_tokens: int,
+    output_mode: str = "tools",
+    schema_strict: bool = True,
 ) -> dict[str, Any]:
-    """An OpenAI-compatible Chat Completions request; works with OpenAI, vLLM and Ollama."""
+    """An OpenAI-compatible Chat Completions request; works with OpenAI, vLLM, Ollama and
+    llama.cpp's server.
+
+    `tools` offers `final_judge` as a function; `json_schema` asks for the verdict itself as the
+    content, constrained by its schema (`response_format`), for servers whose chat template has
+    no tool calls (llama.cpp with most small models ignores `tools` and answers in prose)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": [
             {"role": "system", "content": prompt.system},
             {"role": "user", "content": content},
         ],
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": TOOL_NAME,
-                    "description": "Record the verdict on this request.",
-                    "parameters": prompt.schema,
-                },
-            }
-        ],
         "temperature": temperature,
         "max_tokens": max_tokens,
     }
+    if output_mode == "json_schema":
+        # strict (OpenAI): the schema is enforced, and keywords outside OpenAI's subset are
+        # refused, so string lengths go; otherwise (llama.cpp, vLLM, Ollama compile the whole
+        # schema to a grammar) maxLength keeps a small model from repeating itself in a string
+        schema = _without(prompt.schema, "maxLength") if schema_strict else prompt.schema
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": TOOL_NAME, "strict": schema_strict, "schema": schema},
+        }
+        return body
+    body["tools"] = [
+        {
+            "type": "function",
+            "function": {
+                "name": TOOL_NAME,
+                "description": "Record the verdict on this request.",
+                "parameters": prompt.schema,
+            },
+        }
+    ]
     if tool_choice == "named":
         body["tool_choice"] = {"type": "function", "function": {"name": TOOL_NAME}}
     elif tool_choice in ("required", "auto"):

@@ -53,6 +53,8 @@ class JudgeStage:
                 max_attempts=settings.llm_max_attempts,
                 concurrency=settings.llm_concurrency,
                 tool_choice=settings.llm_tool_choice,
+                output_mode=settings.llm_output_mode,
+                schema_strict=settings.llm_schema_strict,
                 temperature=settings.llm_temperature,
                 max_tokens=settings.llm_max_tokens,
             ),

@@ -1,0 +1,125 @@
+"""The LLM judge against a real model server: llama.cpp's OpenAI-compatible server running
+SmolLM2-135M-Instruct (tests/llm_server.py), the worker on the real broker and Redis.
+
+Form, not opinion: a 135M model is no judge anyone would run, so these tests check that real
+requests go out in each output mode, real answers come back and are parsed, and evaluations
+carry them, never what the tiny model thinks of the traces.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import WorkerProcess, grouped, produce_events, worker_env
+from tests.llm_server import MODEL_ALIAS, start_llm_server
+from tests.realservices import Service
+
+pytestmark = pytest.mark.integration
+TRACES = 2
+
+
+@pytest.fixture(scope="module")
+def llm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    server = start_llm_server(tmp_path_factory.mktemp("llm") / "llama-server.log")
+    yield server
+    server.stop()
+
+
+def short_tau_traces(path: Path, run: str, count: int) -> list[list[dict[str, Any]]]:
+    """The `count` shortest tau-bench runs (up to their final response), with fresh ids."""
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        rid = event["request_id"]
+        if not runs[rid] or runs[rid][-1]["type"] != "final_response":
+            runs[rid].append(event)
+    chosen = sorted(runs.values(), key=lambda events: len(json.dumps(events)))[:count]
+    return [
+        [{**event, "request_id": f"real-llm-{run}-{i}"} for event in events]
+        for i, events in enumerate(chosen)
+    ]
+
+
+async def judged(
+    kafka: str, redis: str, tmp: Path, server: Service, tau: Path, name: str, **llm: Any
+) -> list[dict[str, Any]]:
+    run = uuid.uuid4().hex[:6]
+    traces = short_tau_traces(tau, run, TRACES)
+    settings: dict[str, Any] = {
+        "llm_judge_enabled": "true",
+        "llm_base_url": server.address,
+        "llm_model": MODEL_ALIAS,
+        "llm_timeout_s": 240,
+        "llm_max_attempts": 1,
+        "llm_concurrency": 1,
+        "llm_max_input_chars": 6000,
+        "llm_max_tokens": 1024,
+    }
+    env = worker_env(kafka, redis, tmp, name, **{**settings, **llm})
+    worker = WorkerProcess(env, tmp / f"{name}.log").start()
+    try:
+        await produce_events(kafka, worker.topic("events"), [e for t in traces for e in t])
+        rids = {t[0]["request_id"] for t in traces}
+        found = await grouped(
+            worker, "evaluations", rids, wait_for_all=True, timeout_s=600, settle_s=1
+        )
+    finally:
+        worker.stop()
+    evaluations = [evs[0] for evs in found.values()]
+    assert len(evaluations) == TRACES, found
+    return evaluations
+
+
+async def test_json_schema_mode_gets_parsed_verdicts_from_a_real_server(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, llm_server: Service, tau_events: Path
+) -> None:
+    evaluations = await judged(
+        kafka_bootstrap,
+        redis_url,
+        tmp_path,
+        llm_server,
+        tau_events,
+        "real-json-schema",
+        llm_output_mode="json_schema",
+        llm_schema_strict="false",  # llama.cpp compiles maxLength into its grammar
+    )
+    for evaluation in evaluations:
+        assert evaluation["judge_status"] == "ok", evaluation
+        assert evaluation["judge_error"] is None
+        assert f"{MODEL_ALIAS}" in evaluation["evaluator_version"]
+        assert isinstance(evaluation["success"], bool)
+        assert isinstance(evaluation["incomplete"], bool)
+        assert 0 <= evaluation["overall_score"] <= 100
+
+
+async def test_tools_mode_against_a_server_that_ignores_tools(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, llm_server: Service, tau_events: Path
+) -> None:
+    # SmolLM2's chat template has no tool calls: llama.cpp ignores `tools` and the model
+    # answers in prose. The content-JSON path takes a JSON answer; prose becomes a rule
+    # verdict with judge_error invalid_output - never a crash, a hang or a made-up verdict.
+    evaluations = await judged(
+        kafka_bootstrap,
+        redis_url,
+        tmp_path,
+        llm_server,
+        tau_events,
+        "real-tools",
+        llm_output_mode="tools",
+        llm_tool_choice="auto",
+        llm_max_tokens=300,  # prose runs to the limit: keep it short
+    )
+    for evaluation in evaluations:
+        assert (evaluation["judge_status"], evaluation["judge_error"]) in (
+            ("ok", None),
+            ("fallback", "invalid_output"),
+        ), evaluation
+        if evaluation["judge_status"] == "fallback":
+            assert evaluation["overall_score"] == evaluation["rule_score"]
