@@ -101,7 +101,9 @@ class RuleJudge:
         remaining = list(missing)
         if missing:
             findings.append(("planned_step_not_attempted", ", ".join(missing[:5])))
-        completeness = self._completeness(window, missing, remaining, reasons, suggestions)
+        completeness = self._completeness(
+            window, missing, remaining, reasons, suggestions, findings
+        )
         completeness = min(completeness, self._outcome(window, remaining, reasons, findings))
         health = self._health(window, failed, reasons, suggestions)
         efficiency = self._efficiency(window, reasons, suggestions)
@@ -221,8 +223,10 @@ class RuleJudge:
         remaining: list[str],
         reasons: list[str],
         suggestions: list[str],
+        findings: list[tuple[str, str]],
     ) -> int:
         if window.final is None:
+            findings.append(("no_final_response", window.closed_by))
             why = "idle timeout" if window.closed_by == "idle_timeout" else "no terminal event"
             reasons.append(f"no final response ({why})")
             suggestions.append("make the agent publish a final_response when it finishes")
@@ -251,10 +255,12 @@ class RuleJudge:
                 + ("a stock phrase" if kind == "generic" else "only asking for clarification")
             )
             suggestions.append("answer with the result of the task, not filler or a question")
+            findings.append((f"{kind}_answer", output[:120]))
         left = first_match(output, REMAINING_WORK_RE)
         if left:
             score -= 30
             remaining.append(_sentence_around(output, left))
+            findings.append(("says_work_remains", _sentence_around(output, left)))
             reasons.append(f"final output says work remains ('{left}')")
             suggestions.append("finish the remaining work before answering")
         if missing and window.task is not None:
