@@ -195,7 +195,12 @@ _ADMITTED = re.compile(
     r"to|didn't manage to)\b|\b(?:could not|couldn't) be (?:completed|processed|"
     r"made|done|finished|applied|saved|sent|found)\b|\bwas unsuccessful\b|\b(?:did not|didn't) "
     r"go through\b|\b(?:an error|errors?) (?:occurred|prevented)\b"
-    r"|未能|没能|操作失败|处理失败|执行失败|无法完成",
+    # no answer found: what an information-seeking agent says when it gives up
+    r"|\b(?:i|we) (?:cannot|can't|am unable to|are unable to|could not|couldn't) (?:determine|"
+    r"find|locate|identify|verify)\b|\b(?:cannot|could not|couldn't) be (?:determined|found|"
+    r"located|identified|verified)\b|\bno (?:information|results?|data|answer) (?:was |were )?"
+    r"found\b|\bi (?:do not|don't) know\b"
+    r"|未能|没能|操作失败|处理失败|执行失败|无法完成|无法确定|未找到|没有找到",
     re.IGNORECASE,
 )
 _HANDOFF = re.compile(

@@ -267,6 +267,7 @@ def test_an_announced_action_no_successful_call_did_is_incomplete(
         # describing the record that was looked up is not a claim of having acted
         ("Your reservation was created on May 1 and the insurance was purchased.", [("get", True)]),
         ("Unfortunately, the cancellation cannot be processed under the 24-hour policy.", []),
+        ("If you are unable to locate it, contact support; I have the rest ready.", []),
         ("您的订单未取消，仍然有效。", []),
     ],
 )
@@ -291,6 +292,9 @@ def test_claims_that_are_backed_or_not_claims_pass(
         ("很抱歉，未能为您完成改签，系统返回错误。", "admitted_failure"),
         ("I have transferred you to a human agent who will finish the refund.", "handoff"),
         ("已为您转人工客服处理。", "handoff"),
+        ("The exact founding year could not be determined from the sources.", "admitted_failure"),
+        ("I could not find the paper's sample size; no results were found.", "admitted_failure"),
+        ("未找到相关数据，无法确定答案。", "admitted_failure"),
         ("TERMINATE", "placeholder_answer"),
         ("Done.", "placeholder_answer"),
     ],
