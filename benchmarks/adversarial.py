@@ -18,6 +18,7 @@ from collections.abc import Callable
 from tracejudge.judges.early_stop import errors_in, extract_tag, observation_success
 from tracejudge.judges.generic import assess_answer, prompt_is_complex
 from tracejudge.judges.llm.answer import InvalidAnswer, parse_answer
+from tracejudge.judges.outcomes import admitted_failure, claimed_actions, handoff
 from tracejudge.judges.redact import mask
 from tracejudge.models.events import parse_event
 
@@ -35,6 +36,8 @@ UNITS: dict[str, str] = {
     "url": "http://a:",
     "base64": "eyJhbGciOi.",
     "begin key": "-----BEGIN PRIVATE KEY-----",
+    "claims": "I have ",
+    "handoffs": "I have transferred ",
 }
 
 
@@ -56,6 +59,9 @@ FUNCTIONS: dict[str, Callable[[str], object]] = {
     "early_stop.errors_in": errors_in,
     "early_stop.observation_success": observation_success,
     "llm.parse_answer (content)": _judge_content,
+    "outcomes.claimed_actions": claimed_actions,
+    "outcomes.admitted_failure": admitted_failure,
+    "outcomes.handoff": handoff,
     "events.parse_event": _event,
 }
 
@@ -79,16 +85,24 @@ def of_length(unit: str, n: int) -> str:
 
 def main() -> None:
     print(f"{'function':<30} {'worst input':<14} {'1k ms':>8} {'8k ms':>8} {'ratio':>6}")
-    worst_ratio = 0.0
+    worst_ratio, worst_at = 0.0, ""
     for name, fn in FUNCTIONS.items():
         rows = []
         for label, unit in UNITS.items():
             small, large = timed(fn, of_length(unit, 1000)), timed(fn, of_length(unit, 8000))
             rows.append((large / max(small, 1e-7), label, small, large))
         ratio, label, small, large = max(rows, key=lambda r: (r[3], r[0]))
-        worst_ratio = max(worst_ratio, max(r[0] for r in rows))
+        # below 50 µs at 8k a call is effectively constant; its ratio is timer noise
+        measurable = [r for r in rows if r[3] >= 5e-5]
+        if measurable:
+            top = max(measurable)
+            if top[0] > worst_ratio:
+                worst_ratio, worst_at = top[0], f"{name} on {top[1]}"
         print(f"{name:<30} {label:<14} {small * 1e3:8.3f} {large * 1e3:8.3f} {ratio:6.1f}")
-    print(f"worst 8k/1k ratio over every function and input: {worst_ratio:.1f} (bar: 10)")
+    print(
+        f"worst 8k/1k ratio over every function and input taking 50 µs or more at 8k: "
+        f"{worst_ratio:.1f} ({worst_at}; bar: 10)"
+    )
 
 
 if __name__ == "__main__":

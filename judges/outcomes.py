@@ -153,7 +153,10 @@ def claimed_actions(text: str) -> list[Claim]:
         if not stripped or stripped.endswith(("?", "？")):
             continue
         for match in _CLAIM_EN.finditer(stripped):
-            before, after = stripped[: match.start()], stripped[match.end() :]
+            # only the words just before and after matter (and a bounded look keeps a long
+            # sentence full of claims linear)
+            before = stripped[max(0, match.start() - 80) : match.start()]
+            after = stripped[match.end() : match.end() + 20]
             if _NEGATED_EN.search(before + match.group(0)[: -len(match.group("verb"))]):
                 continue
             if re.search(r"\b(?:if|once|when|after|before|until|whether)\b[^,;]*$", before, re.I):
@@ -163,7 +166,7 @@ def claimed_actions(text: str) -> list[Claim]:
             family = _PAST[match.group("verb").lower()]
             found.setdefault(family, Claim(family, stripped[:200]))
         for match in _CLAIM_ZH.finditer(stripped):
-            if _NEGATED_ZH.search(stripped[: match.start()]):
+            if _NEGATED_ZH.search(stripped[max(0, match.start() - 20) : match.start()]):
                 continue
             family = _ZH[match.group("verb") or match.group("verb2")]
             found.setdefault(family, Claim(family, stripped[:200]))
@@ -200,6 +203,7 @@ _ADMITTED = re.compile(
     r"find|locate|identify|verify)\b|\b(?:cannot|could not|couldn't) be (?:determined|found|"
     r"located|identified|verified)\b|\bno (?:information|results?|data|answer) (?:was |were )?"
     r"found\b|\bi (?:do not|don't) know\b"
+    r"|(?:^|[.:!?]\s*|\banswer\W{0,3})(?:unable to|cannot|could not) (?:determine|find|identify)\b"
     r"|未能|没能|操作失败|处理失败|执行失败|无法完成|无法确定|未找到|没有找到",
     re.IGNORECASE,
 )

@@ -295,6 +295,7 @@ def test_claims_that_are_backed_or_not_claims_pass(
         ("The exact founding year could not be determined from the sources.", "admitted_failure"),
         ("I could not find the paper's sample size; no results were found.", "admitted_failure"),
         ("未找到相关数据，无法确定答案。", "admitted_failure"),
+        ("FINAL ANSWER: Unable to determine", "admitted_failure"),
         ("TERMINATE", "placeholder_answer"),
         ("Done.", "placeholder_answer"),
     ],
