@@ -41,7 +41,7 @@ async def main(runs: int, mode: str) -> None:
         tool_choice="auto",
         output_mode=mode,
         schema_strict=False,
-        max_tokens=1024,
+        max_tokens=2560,
     )
     client = LLMClient(config, final_judge_prompt(), breaker=CircuitBreaker(1000, 1))
     seconds: list[float] = []

@@ -56,11 +56,13 @@ async def judged(
         "llm_judge_enabled": "true",
         "llm_base_url": server.address,
         "llm_model": MODEL_ALIAS,
-        "llm_timeout_s": 240,
+        "llm_timeout_s": 300,
         "llm_max_attempts": 1,
         "llm_concurrency": 1,
         "llm_max_input_chars": 6000,
-        "llm_max_tokens": 1024,
+        # the schema bounds every string and list: an answer always fits in this many tokens,
+        # even one token per character
+        "llm_max_tokens": 2560,
     }
     env = worker_env(kafka, redis, tmp, name, **{**settings, **llm})
     worker = WorkerProcess(env, tmp / f"{name}.log").start()
