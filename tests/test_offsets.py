@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
+import pytest
 from aiokafka import TopicPartition
 
+from tests.realservices import free_port
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.worker import watchdog
 from tracejudge.streams.worker.offsets import SEEK_RETRY_S, OffsetGuard
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
@@ -125,3 +129,40 @@ def test_the_watchdog_fires_when_commits_stop_moving_behind_what_was_processed()
     reason = dog.commits_stuck({tp: 450}, now[0])
     assert reason is not None and "has not moved for 31s" in reason
     assert dog.commits_stuck({tp: 550}, now[0]) is None  # caught up: nothing to watch
+
+
+async def test_a_broker_gone_before_the_first_probe_is_watched_not_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The broker can die between the worker's start and the watchdog's: starting its probe
+    # consumer must count as an outage (503, then the exit), never crash the task.
+    monkeypatch.setattr(watchdog, "PROBE_INTERVAL_S", 0.01)
+    monkeypatch.setattr(watchdog, "PROBE_TIMEOUT_S", 1.0)
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens here
+    now = [0.0]
+    dog = StallWatchdog(
+        Settings(kafka_bootstrap=nobody, broker_down_exit_s=30),
+        ["events"],
+        owned=set,
+        last_progress=lambda: 0.0,
+        clock=lambda: now[0],
+    )
+    stalls: list[str] = []
+
+    def on_stall(reason: str) -> None:
+        stalls.append(reason)
+        raise asyncio.CancelledError  # the worker exits here
+
+    async def advance() -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            now[0] += 10.0
+
+    clock = asyncio.create_task(advance())
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(dog.run(on_stall), timeout=30)
+    finally:
+        clock.cancel()
+    assert dog.probe_failures >= 2
+    assert stalls and stalls[0].startswith("broker unreachable for")

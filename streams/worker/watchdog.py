@@ -17,6 +17,7 @@ answers, the embedded one included), not with the admin API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -96,14 +97,31 @@ class StallWatchdog:
         )
 
     async def run(self, on_stall: Callable[[str], None]) -> None:
-        consumer = self._consumer()
-        await consumer.start()
+        consumer: AIOKafkaConsumer | None = None
         try:
             while True:
                 await asyncio.sleep(PROBE_INTERVAL_S)
+                if consumer is None:
+                    # The broker may be gone already (even between the worker's start and
+                    # this task's): not reaching it is what this watches for, never a crash.
+                    consumer = await self._started(on_stall)
+                    if consumer is None:
+                        continue
                 await self.check(consumer, on_stall)
         finally:
-            await consumer.stop()
+            if consumer is not None:
+                await consumer.stop()
+
+    async def _started(self, on_stall: Callable[[str], None]) -> AIOKafkaConsumer | None:
+        consumer = self._consumer()
+        try:
+            await asyncio.wait_for(consumer.start(), PROBE_TIMEOUT_S)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+            self._broker_failed(self.clock(), exc, on_stall)
+            return None
+        return consumer
 
     async def check(self, consumer: AIOKafkaConsumer, on_stall: Callable[[str], None]) -> None:
         now = self.clock()
