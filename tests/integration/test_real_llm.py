@@ -47,9 +47,11 @@ def short_tau_traces(path: Path, run: str, count: int) -> list[list[dict[str, An
     ]
 
 
-async def judged(
-    kafka: str, redis: str, tmp: Path, server: Service, tau: Path, name: str, **llm: Any
-) -> list[dict[str, Any]]:
+Services = tuple[str, str, Path, Service, Path]  # Kafka, Redis, work dir, model server, tau data
+
+
+async def judged(services: Services, name: str, **llm: Any) -> list[dict[str, Any]]:
+    kafka, redis, tmp, server, tau = services
     run = uuid.uuid4().hex[:6]
     traces = short_tau_traces(tau, run, TRACES)
     settings: dict[str, Any] = {
@@ -83,11 +85,7 @@ async def test_json_schema_mode_gets_parsed_verdicts_from_a_real_server(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, llm_server: Service, tau_events: Path
 ) -> None:
     evaluations = await judged(
-        kafka_bootstrap,
-        redis_url,
-        tmp_path,
-        llm_server,
-        tau_events,
+        (kafka_bootstrap, redis_url, tmp_path, llm_server, tau_events),
         "real-json-schema",
         llm_output_mode="json_schema",
         llm_schema_strict="false",  # llama.cpp compiles maxLength into its grammar
@@ -108,11 +106,7 @@ async def test_tools_mode_against_a_server_that_ignores_tools(
     # answers in prose. The content-JSON path takes a JSON answer; prose becomes a rule
     # verdict with judge_error invalid_output - never a crash, a hang or a made-up verdict.
     evaluations = await judged(
-        kafka_bootstrap,
-        redis_url,
-        tmp_path,
-        llm_server,
-        tau_events,
+        (kafka_bootstrap, redis_url, tmp_path, llm_server, tau_events),
         "real-tools",
         llm_output_mode="tools",
         llm_tool_choice="auto",
