@@ -10,22 +10,23 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracejudge.judges.answer_checks import answer_outcome
+from tracejudge.judges.conversation import unconfirmed_changes
 from tracejudge.judges.generic import assess_answer
-from tracejudge.judges.outcomes import (
-    admitted_failure,
-    claimed_actions,
-    handoff,
-    is_placeholder,
-    performs,
-    reads_only,
-)
 from tracejudge.judges.phrases import REMAINING_WORK_RE, first_match
+from tracejudge.judges.trouble import trouble_kinds
 from tracejudge.models.outputs import FailedStep
 from tracejudge.models.window import Window
 
 RULES_VERSION = "rules-2"
 # A request the rules find failed or incomplete never scores above this: scores must separate.
 FLAGGED_CAP = 79
+# Two kinds of process trouble in one run (see _troubles) put it below the default warn threshold.
+TROUBLE_KINDS_TO_FAIL = 2
+TROUBLED_CAP = 55
+TROUBLE_COST = 6
+UNCONFIRMED_COST = 20
+UNCONFIRMED_COST_MAX = 40
 SHORT_OUTPUT = 15
 BRIEF_OUTPUT = 60
 
@@ -104,8 +105,18 @@ class RuleJudge:
         completeness = self._completeness(
             window, missing, remaining, reasons, suggestions, findings
         )
-        completeness = min(completeness, self._outcome(window, remaining, reasons, findings))
+        completeness = min(completeness, answer_outcome(window, remaining, reasons, findings))
         health = self._health(window, failed, reasons, suggestions)
+        unconfirmed = unconfirmed_changes(window)
+        if unconfirmed:
+            # acting on a choice or a question instead of a yes: how agents act on a wrong
+            # reading of the request (tau-bench: 21% of failed runs, 6% of successful ones)
+            findings.append(("change_without_go_ahead", "; ".join(unconfirmed[:3])))
+            reasons.append(
+                f"{len(unconfirmed)} state change(s) made without the user's explicit go-ahead"
+            )
+            suggestions.append("read the change back and wait for the user's yes before acting")
+            health = _clamp(health - min(UNCONFIRMED_COST_MAX, UNCONFIRMED_COST * len(unconfirmed)))
         efficiency = self._efficiency(window, reasons, suggestions)
         w = self.weights
         rule_score = _clamp(
@@ -122,6 +133,12 @@ class RuleJudge:
             findings.append(("unrecovered_failure", "; ".join(f.reason for f in failed[:3])))
         if not success or incomplete:
             rule_score = min(rule_score, FLAGGED_CAP)
+        troubles = trouble_kinds(window, unconfirmed)
+        rule_score = _clamp(rule_score - TROUBLE_COST * len(troubles))
+        if len(troubles) >= TROUBLE_KINDS_TO_FAIL:
+            findings.append(("compound_trouble", "; ".join(troubles)))
+            reasons.append("several kinds of trouble in one run: " + "; ".join(troubles))
+            rule_score = min(rule_score, TROUBLED_CAP)
         return RuleVerdict(
             completeness=completeness,
             execution_health=health,
@@ -136,54 +153,6 @@ class RuleJudge:
             suggestions=suggestions,
             findings=findings,
         )
-
-    @staticmethod
-    def _outcome(
-        window: Window, remaining: list[str], reasons: list[str], findings: list[tuple[str, str]]
-    ) -> int:
-        """The final answer against the trace: actions it announces that no successful tool
-        call performed, an attempt it admits failed, a hand-off to a human, a placeholder.
-        Each makes the request incomplete; the return value caps completeness."""
-        if window.final is None:
-            return 100
-        output = window.final.output
-        cap = 100
-        if is_placeholder(output):
-            findings.append(("placeholder_answer", output.strip()[:80] or "(empty)"))
-            reasons.append(f"the final answer is a placeholder ('{output.strip()[:40]}')")
-            remaining.append("give the user the actual result")
-            return 10
-        calls = window.tool_calls
-        # A tool often does more than its name says (a booking charges the card and mails the
-        # receipt), so a claim is held against the trace only when it is plainly not backed:
-        # every call that could have done it failed, or nothing but look-ups succeeded at all.
-        acting = [c for c in calls if c.success and not reads_only(c.tool)]
-        for claim in claimed_actions(output):
-            attempts = [c for c in calls if performs(c.tool, claim.family)]
-            if attempts and any(c.success for c in attempts):
-                continue
-            if not attempts and acting:
-                continue
-            findings.append(("claim_without_call", claim.evidence))
-            reasons.append(
-                f"the answer says '{claim.evidence[:120]}' but no successful tool call "
-                f"did it ({claim.family})"
-            )
-            remaining.append(f"actually {claim.family}: {claim.evidence[:120]}")
-            cap = min(cap, 40)
-        admitted = admitted_failure(output)
-        if admitted:
-            findings.append(("admitted_failure", admitted))
-            reasons.append(f"the answer admits an attempt failed ('{admitted[:120]}')")
-            remaining.append(admitted)
-            cap = min(cap, 50)
-        handed = handoff(output)
-        if handed:
-            findings.append(("handoff", handed))
-            reasons.append(f"the request was handed to a human ('{handed[:120]}')")
-            remaining.append(f"resolve what was handed off: {handed[:120]}")
-            cap = min(cap, 50)
-        return cap
 
     @staticmethod
     def _unrecovered_failures(window: Window) -> list[FailedStep]:
