@@ -97,8 +97,12 @@ _ANNOUNCED = re.compile(
 # "Would you like to proceed with this cancellation?", "Please confirm, and I'll proceed."
 _ASKS_GO_AHEAD = re.compile(
     r"\b(?:would you like (?:me )?to|do you want (?:me )?to|shall i|should i|may i|"
-    r"(?:please )?confirm|are you sure|ready to proceed|(?:wish|want) to proceed)\b"
-    r"|请确认|是否(?:确认|继续|需要我)|要不要",
+    r"are you sure|ready to proceed|(?:wish|want) to proceed)\b"
+    # "confirm" asks for a go-ahead when its object is the action, not a fact ("the date")
+    r"|\bconfirm (?:that |if |whether )?(?:you(?:'d| would)? (?:like|want)|this|these|"
+    r"the (?:change|booking|cancellation|update|upgrade|order|payment|details)s?\b|to proceed)"
+    r"|\bplease confirm\s*(?:[,.!]|and\b|$)"
+    r"|请确认(?:是否|一下)?|是否(?:确认|继续|需要我)|要不要",
     re.IGNORECASE,
 )
 # "To proceed with the cancellation, I need your reservation ID."
