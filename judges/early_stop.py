@@ -65,16 +65,24 @@ def task_complete(response: str) -> bool:
 
 
 _SUCCESS = re.compile(
-    r"(?<![\w-])(?:saved successfully|successfully saved|all tests passed|tests? passed"
-    r"|submission created|created successfully|completed successfully|build succeeded)(?![\w-])"
+    r"(?<![\w-])(?:saved successfully|successfully saved|all (?:\d+ )?tests? pass(?:ed|es)?"
+    r"|(?:\d+ )?tests? passed|submission created|created successfully|completed successfully"
+    r"|build succeeded)(?![\w-])"
     r"|已保存|保存成功|全部通过|测试通过|提交成功|创建成功",
     re.IGNORECASE,
 )
+# "not all tests passed", "0 tests passed", "tests passed: 0", "未全部通过", "测试没通过"
+_NOT_BEFORE = re.compile(
+    r"(?:\b(?:not|no|never|none of the)\s+(?:all\s+)?|n't\s+(?:all\s+)?|未|没有?|不|并非)$",
+    re.IGNORECASE,
+)
+_ZERO_COUNT = re.compile(r"^(?<!\d)0\s+|^(?:all\s+)?0\s+tests?", re.IGNORECASE)
+_ZERO_AFTER = re.compile(r"^\s*[:=]\s*0(?!\d)")
 _ERROR = re.compile(
     r"(?<![\w-])(?:traceback|error:|exception|failed|failure)(?![\w-])|失败|错误|异常",
     re.IGNORECASE,
 )
-_NEGATION = re.compile(r"(?:\b(?:no|without|zero|never|0)\s+|无|没有|0\s*)$", re.IGNORECASE)
+_NEGATION = re.compile(r"(?:\b(?:no|without|zero|never)\s+|(?<!\d)0\s*|无|没有)$", re.IGNORECASE)
 
 
 def errors_in(observation: str) -> list[str]:
@@ -89,10 +97,18 @@ def errors_in(observation: str) -> list[str]:
 
 
 def observation_success(observation: str) -> str | None:
-    hit = _SUCCESS.search(observation)
-    if hit is None or errors_in(observation):
+    """The success signal an observation shows, if it shows one and no error word: negated or
+    zero-count forms ("not all tests passed", "0 tests passed", "未全部通过") are not success."""
+    if errors_in(observation):
         return None
-    return _clip(hit.group(0))
+    for hit in _SUCCESS.finditer(observation):
+        before = observation[max(0, hit.start() - 16) : hit.start()]
+        if _NOT_BEFORE.search(before) or _ZERO_COUNT.search(hit.group(0)):
+            continue
+        if _ZERO_AFTER.search(observation[hit.end() : hit.end() + 8]):
+            continue
+        return _clip(hit.group(0))
+    return None
 
 
 def check_early_stop(

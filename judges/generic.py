@@ -20,7 +20,7 @@ ResponseType = Literal["generic", "clarification", "substantive"]
 # tiny sentences (each is matched against every phrase) without changing any real verdict.
 PHRASE_SENTENCES = 64
 _CJK = re.compile(r"[\u3400-\u9fff]")
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+_SENTENCE = re.compile(r"[^.!?。！？…\n]+[.!?。！？…]*")
 _CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
 # Each alternative that starts with a repeated class may only start where a run of that class
@@ -35,8 +35,12 @@ _ENTITY = re.compile(
 @dataclass(frozen=True)
 class Families:
     clarification: tuple[str, ...]
-    generic: tuple[str, ...]
+    filler: tuple[str, ...]
+    filler_patterns: tuple[re.Pattern[str], ...]
+    acknowledgements: tuple[str, ...]
     task_verbs: tuple[str, ...]
+    not_an_object: frozenset[str]
+    question_words: tuple[str, ...]
 
 
 def normalise(text: str) -> str:
@@ -49,8 +53,15 @@ def families() -> Families:
     data = json.loads(read_prompt("generic_patterns.json"))
     return Families(
         clarification=tuple(normalise(p) for p in data["clarification"]),
-        generic=tuple(normalise(p) for p in data["generic"]),
+        filler=tuple(normalise(p) for p in data["filler"]),
+        filler_patterns=tuple(re.compile(p) for p in data["filler_patterns"]),
+        # longest first, so "明白了" is stripped whole rather than "明白" leaving "了"
+        acknowledgements=tuple(
+            sorted((normalise(p) for p in data["acknowledgements"]), key=len, reverse=True)
+        ),
         task_verbs=tuple(normalise(p) for p in data["task_verbs"]),
+        not_an_object=frozenset(normalise(p) for p in data["not_an_object"]),
+        question_words=tuple(normalise(p) for p in data["question_words"]),
     )
 
 
@@ -64,15 +75,72 @@ def _first(text: str, phrases: tuple[str, ...]) -> str | None:
     return next((p for p in phrases if _contains(text, p)), None)
 
 
+def _strip_acknowledgements(norm: str) -> str:
+    """ "ok sure here it is" -> "here it is"; "好的 没问题" -> ""."""
+    fam = families()
+    changed = True
+    while norm and changed:
+        changed = False
+        for ack in fam.acknowledgements:
+            if _CJK.search(ack):
+                if norm.startswith(ack):
+                    norm, changed = norm[len(ack) :].strip(), True
+                    break
+            elif norm == ack or norm.startswith(ack + " "):
+                norm, changed = norm[len(ack) :].strip(), True
+                break
+    return norm
+
+
+def filler_in(norm: str) -> str | None:
+    """What makes a folded sentence filler (courtesy, readiness, capability, an announcement
+    with no result, a bare acknowledgement), or None when it says something."""
+    fam = families()
+    hit = _first(norm, fam.filler)
+    if hit:
+        return hit
+    rest = _strip_acknowledgements(norm)
+    if not rest:
+        return norm
+    for pattern in fam.filler_patterns:
+        found = pattern.search(rest)
+        if found:
+            return found.group(0)
+    return None
+
+
 def is_chinese(text: str) -> bool:
     return len(_CJK.findall(text)) >= max(1, len(text) // 10)
 
 
 def prompt_is_complex(prompt: str) -> bool:
-    """A real task: long, or asking for work (analyze, fix, 实现 …)."""
+    """A real task: long; a task verb with something to act on ("fix this", "翻译这段话";
+    a bare "Summarize", "翻译" or "test" is not); or a specific question."""
     if len(prompt) >= 120 or (is_chinese(prompt) and len(prompt) >= 40):
         return True
-    return _first(normalise(prompt), families().task_verbs) is not None
+    fam = families()
+    norm = normalise(prompt)
+    verb = _first(norm, fam.task_verbs)
+    if verb is not None and _has_object(norm, verb, fam):
+        return True
+    words = norm.split()
+    if _CJK.search(norm):
+        asks = any(q in norm for q in fam.question_words if _CJK.search(q))
+        return asks and len(_CJK.findall(norm)) >= 6
+    if not words or words[0] not in fam.question_words:
+        return False
+    topic = [w for w in words if len(w) >= 3 and w not in fam.not_an_object | {*fam.question_words}]
+    return len(topic) >= 2
+
+
+def _has_object(norm: str, verb: str, fam: Families) -> bool:
+    if _CJK.search(verb):
+        rest = norm.replace(" ", "").replace(verb, "", 1)
+        for word in sorted(fam.not_an_object, key=len, reverse=True):
+            rest = rest.replace(word, "")
+        return len(rest) >= 1
+    rest = re.sub(rf"(?<![a-z0-9]){re.escape(verb)}(?![a-z0-9])", " ", norm, count=1)
+    return any(word not in fam.not_an_object for word in rest.split())
 
 
 @dataclass(frozen=True)
@@ -114,12 +182,13 @@ def classify(response: str) -> Classification:
         if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept
             kept.append(sentence)
             continue
-        g = _first(norm, fam.generic)
-        c = None if g else _first(norm, fam.clarification)
+        c = _first(norm, fam.clarification)
+        g = None if c else filler_in(norm)
         generic_hit = generic_hit or g
         clarification_hit = clarification_hit or c
         if not g and not c:
             kept.append(sentence)
+    # substance is measured on what is left once every filler and question sentence is gone
     remainder = "\n".join(s.strip() for s in kept)
     points = substance(remainder) + (3 if _CODE.search(response) else 0)
     meaningful = len(normalise(remainder).replace(" ", "")) >= 10
@@ -128,14 +197,14 @@ def classify(response: str) -> Classification:
     if clarification_hit and points < 2:
         reasons = [f"asks for clarification ('{clarification_hit}') without doing any work"]
         if generic_hit:
-            reasons.append(f"and opens with a stock phrase ('{generic_hit}')")
+            reasons.append(f"and otherwise only filler ('{generic_hit}')")
         return Classification("clarification", clarification_hit, points, reasons)
     if generic_hit and not meaningful and points < 2:
         return Classification(
             "generic",
             generic_hit,
             points,
-            [f"stock phrase ('{generic_hit}') with nothing after it"],
+            [f"only filler ('{generic_hit}'), nothing of substance left without it"],
         )
     if generic_hit or clarification_hit:
         return Classification(
@@ -143,11 +212,24 @@ def classify(response: str) -> Classification:
             generic_hit or clarification_hit,
             points,
             [
-                f"opens with a stock phrase ('{generic_hit or clarification_hit}') "
-                "and then does the work"
+                f"has filler or a question ('{generic_hit or clarification_hit}') and "
+                f"substance without it ({points} points: {_describe(remainder)})"
             ],
         )
-    return Classification("substantive", None, points, [])
+    return Classification("substantive", None, points, [f"substance: {_describe(remainder)}"])
+
+
+def _describe(text: str) -> str:
+    parts = []
+    if _CODE.search(text):
+        parts.append("code")
+    if len(_LIST.findall(text)) >= 2:
+        parts.append("a list")
+    entities = _ENTITY.findall(text)
+    if entities:
+        parts.append("entities such as " + ", ".join(repr(e) for e in entities[:3]))
+    parts.append(f"{len(text)} characters")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ from tracejudge.judges.early_stop import (
     observation_success,
 )
 
-SCENARIOS = json.loads(
-    (Path(__file__).parent / "data" / "early_stop_scenarios.json").read_text(encoding="utf-8")
-)
+DATA = Path(__file__).parent / "data"
+# the tuning half, and the frozen half the detector was not tuned on (issue 12)
+SCENARIOS = json.loads((DATA / "early_stop_scenarios.json").read_text(encoding="utf-8"))
+FROZEN = json.loads((DATA / "early_stop_frozen.json").read_text(encoding="utf-8"))
 
 
 def replay(scenario: dict[str, Any]) -> list[list[Any]]:
@@ -36,13 +37,49 @@ def replay(scenario: dict[str, Any]) -> list[list[Any]]:
     return decisions
 
 
-def test_there_are_at_least_30_labelled_scenarios() -> None:
-    assert len(SCENARIOS) >= 30
+def test_there_are_at_least_30_labelled_scenarios_in_each_half() -> None:
+    assert len(SCENARIOS) >= 30 and len(FROZEN) >= 30
+    assert not {s["name"] for s in SCENARIOS} & {s["name"] for s in FROZEN}
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["name"] for s in SCENARIOS])
+@pytest.mark.parametrize(
+    "scenario", SCENARIOS + FROZEN, ids=[s["name"] for s in SCENARIOS + FROZEN]
+)
 def test_labelled_scenario(scenario: dict[str, Any]) -> None:
     assert replay(scenario) == scenario["expected"]
+
+
+@pytest.mark.parametrize(
+    "observation",
+    [
+        "all tests pass",
+        "All 42 tests passed in 3.1s",
+        "tests passed",
+        "File saved successfully.",
+        "Submission created: #1234",
+        "已保存",
+        "全部通过",
+        "测试通过，耗时 2 秒",
+    ],
+)
+def test_the_seeds_success_signals_in_their_forms(observation: str) -> None:
+    assert observation_success(observation)
+
+
+@pytest.mark.parametrize(
+    "observation",
+    [
+        "not all tests passed",
+        "0 tests passed",
+        "tests passed: 0",
+        "3 tests passed, 1 failed",
+        "12 tests passed, 10 failed",
+        "未全部通过",
+        "contests passed the committee",
+    ],
+)
+def test_negated_zero_and_failing_forms_are_not_success(observation: str) -> None:
+    assert observation_success(observation) is None
 
 
 def test_tag_extraction_tolerates_case_spacing_and_an_unclosed_tag() -> None:

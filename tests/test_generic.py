@@ -34,13 +34,20 @@ def test_labelled_set_precision_and_recall_of_retry() -> None:
         "ready \t to   assist",
         "Ready-to-assist.",
         "  ready to assist  ",
-        "有什么可以帮您？",
-        "有什么可以 帮您",
+        "我已准备好！",
+        "我已 准备好",
     ],
 )
 def test_matching_ignores_case_punctuation_and_spacing(response: str) -> None:
     c = classify(response)
     assert c.response_type == "generic" and c.detected_pattern
+
+
+@pytest.mark.parametrize(
+    "response", ["有什么可以帮您？", "有什么可以 帮您", "What can I help with?"]
+)
+def test_asking_what_can_i_help_is_clarification_as_seed_004_files_it(response: str) -> None:
+    assert classify(response).response_type == "clarification"
 
 
 def test_classification_says_what_and_why() -> None:
@@ -73,3 +80,57 @@ def test_generic_final_output_makes_the_request_incomplete() -> None:
     vague = trace("Hi! How can I help you today?", [])
     vague[0]["goal"] = "hello"
     assert not RuleJudge().judge(window_of(vague)).incomplete  # the right answer to "hello"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "response", "retry"),
+    [
+        # issue 12's held-out misses, decided as seed 004 files them
+        ("你好", "你好！有什么可以帮您的吗？", False),
+        ("hi", "What can I help with?", False),
+        ("您好", "您好！有什么我可以帮助您的吗？", False),
+        ("test", "It looks like you sent 'test'. What would you like me to do?", False),
+        ("Summarize", "What would you like me to summarize? Please paste the text…", False),
+        ("翻译", "请把需要翻译的内容发给我。", False),
+        ("在吗", "在的，请问有什么需要？", False),
+        (
+            "Speed up the dashboard's first load",
+            "Thank you for reaching out! I'm here and ready to assist you with whatever you "
+            "need. I can see this…",
+            True,
+        ),
+        (
+            "优化首页加载速度",
+            "感谢您的信任！我已经准备好为您提供帮助。我可以看到这是一个前端性能相关的任务，"
+            "我正在为此准备上下文。…",
+            True,
+        ),
+        (
+            "refactor the billing module",
+            "Understood. I'm setting up the context for this task.",
+            True,
+        ),
+        ("重构计费模块", "收到，正在准备上下文……", True),
+        # a bare verb is not a task, but a verb with its object is
+        (
+            "Summarize this article: the central bank held rates at 4%.",
+            "What would you like?",
+            True,
+        ),
+    ],
+)
+def test_issue_12_pairs(prompt: str, response: str, retry: bool) -> None:
+    assessment = assess_answer(prompt, response)
+    assert assessment.retry is retry, assessment.reasons
+
+
+def test_a_bare_verb_or_a_greeting_is_not_a_task_but_a_verb_with_an_object_is() -> None:
+    for simple in ("Summarize", "Fix", "翻译", "test", "hi", "在吗", "can you do something for me"):
+        assert not prompt_is_complex(simple), simple
+    for task in (
+        "fix this",
+        "翻译这段话",
+        "test the login flow",
+        "how do I reverse a list in Python",
+    ):
+        assert prompt_is_complex(task), task
