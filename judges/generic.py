@@ -7,20 +7,24 @@ phrase and then does the work is substantive.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Literal
 
-from tracejudge.prompts import read_prompt
+from tracejudge.judges.answer_families import (
+    CJK,
+    clarification_in,
+    families,
+    filler_in,
+    normalise,
+)
+from tracejudge.judges.prompt_kind import is_chinese, prompt_is_complex
 
 ResponseType = Literal["generic", "clarification", "substantive"]
 # Sentences looked at for stock phrases: bounds the cost of an answer made of thousands of
 # tiny sentences (each is matched against every phrase) without changing any real verdict.
 PHRASE_SENTENCES = 64
-_CJK = re.compile(r"[\u3400-\u9fff]")
-_SENTENCE = re.compile(r"[^.!?。！？…\n]+[.!?。！？…]*")
+_BOUNDARY = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？])|\n")
 _CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
 # Each alternative that starts with a repeated class may only start where a run of that class
@@ -30,117 +34,6 @@ _ENTITY = re.compile(
     r"|(?<![\w-])[\w-]+\.(?:py|js|ts|go|rs|java|md|json|yaml|yml|toml|txt|sql|sh)\b"
     r"|`[^`]+`|(?<!\w)\w+\(\)|(?<![\w/.-])/\w[\w/.-]+|https?://\S+|\b[a-z]+_[a-z_]+\b"
 )
-
-
-@dataclass(frozen=True)
-class Families:
-    clarification: tuple[str, ...]
-    filler: tuple[str, ...]
-    filler_patterns: tuple[re.Pattern[str], ...]
-    acknowledgements: tuple[str, ...]
-    task_verbs: tuple[str, ...]
-    not_an_object: frozenset[str]
-    question_words: tuple[str, ...]
-
-
-def normalise(text: str) -> str:
-    """Lower case, punctuation and spacing folded: "Ready  to assist!" -> "ready to assist"."""
-    return " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
-
-
-@cache
-def families() -> Families:
-    data = json.loads(read_prompt("generic_patterns.json"))
-    return Families(
-        clarification=tuple(normalise(p) for p in data["clarification"]),
-        filler=tuple(normalise(p) for p in data["filler"]),
-        filler_patterns=tuple(re.compile(p) for p in data["filler_patterns"]),
-        # longest first, so "明白了" is stripped whole rather than "明白" leaving "了"
-        acknowledgements=tuple(
-            sorted((normalise(p) for p in data["acknowledgements"]), key=len, reverse=True)
-        ),
-        task_verbs=tuple(normalise(p) for p in data["task_verbs"]),
-        not_an_object=frozenset(normalise(p) for p in data["not_an_object"]),
-        question_words=tuple(normalise(p) for p in data["question_words"]),
-    )
-
-
-def _contains(text: str, phrase: str) -> bool:
-    if _CJK.search(phrase):
-        return phrase in text.replace(" ", "") or phrase in text
-    return re.search(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", text) is not None
-
-
-def _first(text: str, phrases: tuple[str, ...]) -> str | None:
-    return next((p for p in phrases if _contains(text, p)), None)
-
-
-def _strip_acknowledgements(norm: str) -> str:
-    """ "ok sure here it is" -> "here it is"; "好的 没问题" -> ""."""
-    fam = families()
-    changed = True
-    while norm and changed:
-        changed = False
-        for ack in fam.acknowledgements:
-            if _CJK.search(ack):
-                if norm.startswith(ack):
-                    norm, changed = norm[len(ack) :].strip(), True
-                    break
-            elif norm == ack or norm.startswith(ack + " "):
-                norm, changed = norm[len(ack) :].strip(), True
-                break
-    return norm
-
-
-def filler_in(norm: str) -> str | None:
-    """What makes a folded sentence filler (courtesy, readiness, capability, an announcement
-    with no result, a bare acknowledgement), or None when it says something."""
-    fam = families()
-    hit = _first(norm, fam.filler)
-    if hit:
-        return hit
-    rest = _strip_acknowledgements(norm)
-    if not rest:
-        return norm
-    for pattern in fam.filler_patterns:
-        found = pattern.search(rest)
-        if found:
-            return found.group(0)
-    return None
-
-
-def is_chinese(text: str) -> bool:
-    return len(_CJK.findall(text)) >= max(1, len(text) // 10)
-
-
-def prompt_is_complex(prompt: str) -> bool:
-    """A real task: long; a task verb with something to act on ("fix this", "翻译这段话";
-    a bare "Summarize", "翻译" or "test" is not); or a specific question."""
-    if len(prompt) >= 120 or (is_chinese(prompt) and len(prompt) >= 40):
-        return True
-    fam = families()
-    norm = normalise(prompt)
-    verb = _first(norm, fam.task_verbs)
-    if verb is not None and _has_object(norm, verb, fam):
-        return True
-    words = norm.split()
-    if _CJK.search(norm):
-        asks = any(q in norm for q in fam.question_words if _CJK.search(q))
-        return asks and len(_CJK.findall(norm)) >= 6
-    if not words or words[0] not in fam.question_words:
-        return False
-    topic = [w for w in words if len(w) >= 3 and w not in fam.not_an_object | {*fam.question_words}]
-    return len(topic) >= 2
-
-
-def _has_object(norm: str, verb: str, fam: Families) -> bool:
-    if _CJK.search(verb):
-        rest = norm.replace(" ", "").replace(verb, "", 1)
-        for word in sorted(fam.not_an_object, key=len, reverse=True):
-            rest = rest.replace(word, "")
-        return len(rest) >= 1
-    rest = re.sub(rf"(?<![a-z0-9]){re.escape(verb)}(?![a-z0-9])", " ", norm, count=1)
-    return any(word not in fam.not_an_object for word in rest.split())
 
 
 @dataclass(frozen=True)
@@ -166,24 +59,38 @@ def substance(text: str) -> int:
     if sum(1 for line in text.splitlines() if line.strip()) >= 3:
         points += 1
     points += min(2, len(_ENTITY.findall(text)))
-    size = len(_CJK.findall(text)) * 3 + len(re.findall(r"[A-Za-z0-9]+", text)) * 5
+    size = len(CJK.findall(text)) * 3 + len(re.findall(r"[A-Za-z0-9]+", text)) * 5
     points += 2 if size >= 200 else 1 if size >= 60 else 0
     return points
 
 
-def classify(response: str) -> Classification:
-    fam = families()
+def sentences(text: str) -> list[str]:
+    """Sentences and lines; a full stop inside "tests/test_api.py" or "3.11" does not end one."""
+    return [s for s in _BOUNDARY.split(text) if s and s.strip()]
+
+
+def new_content(remainder: str, prompt: str) -> tuple[int, int]:
+    """(English words, Chinese characters) of the remainder that are neither assistant-speak
+    nor already in the prompt."""
+    meta = families().meta_words
+    asked = set(normalise(prompt).split())
+    words = [w for w in re.findall(r"[a-z0-9]+", remainder.lower()) if w not in meta]
+    fresh = [w for w in words if w not in asked and (len(w) > 1 or w.isdigit())]
+    return len(fresh), len(CJK.findall(remainder))
+
+
+def classify(response: str, prompt: str = "") -> Classification:
     kept: list[str] = []
     generic_hit = clarification_hit = None
-    for i, sentence in enumerate(_SENTENCE.findall(response)):
+    for i, sentence in enumerate(sentences(response)):
         norm = normalise(sentence)
         if not norm:
             continue
         if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept
             kept.append(sentence)
             continue
-        c = _first(norm, fam.clarification)
-        g = None if c else filler_in(norm)
+        c = clarification_in(sentence, norm)
+        g = None if c else filler_in(sentence, norm)
         generic_hit = generic_hit or g
         clarification_hit = clarification_hit or c
         if not g and not c:
@@ -191,15 +98,19 @@ def classify(response: str) -> Classification:
     # substance is measured on what is left once every filler and question sentence is gone
     remainder = "\n".join(s.strip() for s in kept)
     points = substance(remainder) + (3 if _CODE.search(response) else 0)
-    meaningful = len(normalise(remainder).replace(" ", "")) >= 10
+    words, hanzi = new_content(remainder, prompt)
+    # something new beyond filler: a word or a number the prompt did not already say
+    meaningful = points >= 2 or words >= 1 or hanzi >= 6
+    # enough to be an answer that also asks: explains, lists, gives the options
+    substantial = points >= 2 or words >= 8 or hanzi >= 20
     if not normalise(response):
         return Classification("generic", None, 0, ["the answer is empty"])
-    if clarification_hit and points < 2:
+    if clarification_hit and not substantial:
         reasons = [f"asks for clarification ('{clarification_hit}') without doing any work"]
         if generic_hit:
             reasons.append(f"and otherwise only filler ('{generic_hit}')")
         return Classification("clarification", clarification_hit, points, reasons)
-    if generic_hit and not meaningful and points < 2:
+    if generic_hit and not meaningful:
         return Classification(
             "generic",
             generic_hit,
@@ -241,7 +152,7 @@ class AnswerAssessment:
 
 
 def assess_answer(prompt: str, response: str) -> AnswerAssessment:
-    c = classify(response)
+    c = classify(response, prompt)
     complex_ = prompt_is_complex(prompt)
     retry = c.should_retry(complex_)
     reasons = list(c.reasons)

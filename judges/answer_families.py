@@ -1,0 +1,149 @@
+"""The phrase families of prompts/generic_patterns.json, and what one sentence of an answer is.
+
+A sentence is a question to the user (clarification), filler (courtesy, readiness, what the
+agent can do or is about to do, a bare acknowledgement, or English made only of the words of
+assistant-speak), or content. Families are data, filed as seed 004 files them; this module only
+folds text and applies them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from tracejudge.prompts import read_prompt
+
+CJK = re.compile(r"[\u3400-\u9fff]")
+# An answer that ends its one announcement with an ellipsis shows the work starting (seed 004:
+# "I can see this is...\n\nLet me analyze..." is not filler); "Setting up the context..." is.
+_CONTINUES = re.compile(r"^\s*let me \w+(?: \w+)?\s*(?:\.\.\.|…)\s*$", re.IGNORECASE)
+
+
+# code, numbers, file names, identifiers, calls: a sentence holding one is never filler by
+# pattern (announcements aside: "I'll open tests/test_api.py" still did nothing)
+_CONCRETE = re.compile(r"`|\d|\w\.\w|\w_\w|\w\(\)|https?://")
+
+
+_TO_THE_USER = re.compile(
+    r"\b(?:you|your|yours|you re|you d|you ll)\b|^(?:what|which|who|when|where|why|how|do|does|did|"
+    r"is|are|can|could|would|should|shall|will|may|any)\b|您|你|请问|吗|呢|哪|什么|是否|多少|几"
+)
+
+
+@dataclass(frozen=True)
+class Families:
+    clarification: tuple[str, ...]
+    filler: tuple[str, ...]
+    filler_patterns: tuple[re.Pattern[str], ...]
+    announcements: tuple[re.Pattern[str], ...]
+    capability: tuple[re.Pattern[str], ...]
+    acknowledgements: tuple[str, ...]
+    meta_words: frozenset[str]
+    clarification_patterns: tuple[re.Pattern[str], ...]
+    meta_hanzi: re.Pattern[str]
+    task_verbs: tuple[str, ...]
+    not_an_object: frozenset[str]
+    question_words: tuple[str, ...]
+
+
+def normalise(text: str) -> str:
+    """Lower case, punctuation and spacing folded: "Ready  to assist!" -> "ready to assist"."""
+    return " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
+
+
+@cache
+def families() -> Families:
+    data = json.loads(read_prompt("generic_patterns.json"))
+    return Families(
+        clarification=tuple(normalise(p) for p in data["clarification"]),
+        filler=tuple(normalise(p) for p in data["filler"]),
+        filler_patterns=tuple(re.compile(p) for p in data["filler_patterns"]),
+        announcements=tuple(re.compile(p) for p in data["announcements"]),
+        capability=tuple(re.compile(p) for p in data["capability"]),
+        # longest first, so "明白了" is stripped whole rather than "明白" leaving "了"
+        acknowledgements=tuple(
+            sorted((normalise(p) for p in data["acknowledgements"]), key=len, reverse=True)
+        ),
+        meta_words=frozenset(data["meta_words"]),
+        clarification_patterns=tuple(re.compile(p) for p in data["clarification_patterns"]),
+        meta_hanzi=re.compile(
+            "|".join(re.escape(w) for w in sorted(data["meta_hanzi"], key=len, reverse=True))
+        ),
+        task_verbs=tuple(normalise(p) for p in data["task_verbs"]),
+        not_an_object=frozenset(normalise(p) for p in data["not_an_object"]),
+        question_words=tuple(normalise(p) for p in data["question_words"]),
+    )
+
+
+def contains(text: str, phrase: str) -> bool:
+    if CJK.search(phrase):
+        return phrase in text.replace(" ", "") or phrase in text
+    return re.search(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", text) is not None
+
+
+def first(text: str, phrases: tuple[str, ...]) -> str | None:
+    return next((p for p in phrases if contains(text, p)), None)
+
+
+def strip_acknowledgements(norm: str) -> str:
+    """ "ok sure here it is" -> "here it is"; "好的 没问题" -> ""."""
+    fam = families()
+    changed = True
+    while norm and changed:
+        changed = False
+        for ack in fam.acknowledgements:
+            if CJK.search(ack):
+                if norm.startswith(ack):
+                    norm, changed = norm[len(ack) :].strip(), True
+                    break
+            elif norm == ack or norm.startswith(ack + " "):
+                norm, changed = norm[len(ack) :].strip(), True
+                break
+    return norm
+
+
+def clarification_in(sentence: str, norm: str) -> str | None:
+    """A question to the user, or a request for what is wanted: the phrase, or the question."""
+    fam = families()
+    hit = first(norm, fam.clarification)
+    if hit:
+        return hit
+    for pattern in fam.clarification_patterns:
+        found = pattern.search(norm)
+        if found and not _CONCRETE.search(sentence):
+            return found.group(0)
+    # a question to the user (a translated or quoted question in another language is not)
+    if sentence.rstrip().endswith(("?", "？")) and _TO_THE_USER.search(norm):
+        return norm[:60]
+    return None
+
+
+def filler_in(sentence: str, norm: str) -> str | None:
+    """What makes a sentence filler, or None when it says something."""
+    fam = families()
+    hit = first(norm, fam.filler)
+    if hit:
+        return hit
+    rest = strip_acknowledgements(norm)
+    if not rest:
+        return norm
+    if _CONTINUES.match(sentence):
+        return None
+    for pattern in fam.announcements:
+        found = pattern.search(rest)
+        if found:
+            return found.group(0).strip() or rest[:60]
+    if _CONCRETE.search(sentence):
+        return None  # "It's a known issue in pandas 2.0: use .loc" says something
+    for pattern in (*fam.filler_patterns, *fam.capability):
+        found = pattern.search(rest)
+        if found:
+            return found.group(0).strip() or rest[:60]
+    if not CJK.search(rest):
+        return rest[:60] if all(w in fam.meta_words for w in rest.split()) else None
+    # Chinese: what is left once the words of assistant-speak are gone
+    if len(CJK.findall(fam.meta_hanzi.sub("", rest))) <= 1:
+        return rest[:60]
+    return None
