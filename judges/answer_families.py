@@ -28,7 +28,14 @@ _CONCRETE = re.compile(r"`|\d|\w\.\w|\w_\w|\w\(\)|https?://")
 
 _TO_THE_USER = re.compile(
     r"\b(?:you|your|yours|you re|you d|you ll)\b|^(?:what|which|who|when|where|why|how|do|does|did|"
-    r"is|are|can|could|would|should|shall|will|may|any)\b|您|你|请问|吗|呢|哪|什么|是否|多少|几"
+    r"is|are|can|could|would|should|shall|will|may|any)\b|\b(?:should|shall) i\b"
+    r"|您|你|请问|吗|呢|哪|什么|是否|多少|几"
+)
+
+
+# text the prompt hands over to work on: quoted, or after a colon
+_QUOTED = re.compile(
+    r"'[^']{3,}'|\"[^\"]{3,}\"|“[^”]{3,}”|‘[^’]{3,}’|「[^」]{2,}」|『[^』]{2,}』|[:：]\s*\S"
 )
 
 
@@ -43,6 +50,11 @@ class Families:
     meta_words: frozenset[str]
     clarification_patterns: tuple[re.Pattern[str], ...]
     meta_hanzi: re.Pattern[str]
+    text_requests: tuple[re.Pattern[str], ...]
+    rewrites: tuple[re.Pattern[str], ...]
+    talks_about_the_request: tuple[re.Pattern[str], ...]
+    limitations: tuple[re.Pattern[str], ...]
+    answers_to_yes_no: frozenset[str]
     task_verbs: tuple[str, ...]
     not_an_object: frozenset[str]
     question_words: tuple[str, ...]
@@ -68,6 +80,11 @@ def families() -> Families:
         ),
         meta_words=frozenset(data["meta_words"]),
         clarification_patterns=tuple(re.compile(p) for p in data["clarification_patterns"]),
+        text_requests=tuple(re.compile(p) for p in data["text_requests"]),
+        rewrites=tuple(re.compile(p) for p in data["rewrites"]),
+        talks_about_the_request=tuple(re.compile(p) for p in data["talks_about_the_request"]),
+        limitations=tuple(re.compile(p) for p in data["limitations"]),
+        answers_to_yes_no=frozenset(normalise(p) for p in data["answers_to_yes_no"]),
         meta_hanzi=re.compile(
             "|".join(re.escape(w) for w in sorted(data["meta_hanzi"], key=len, reverse=True))
         ),
@@ -115,8 +132,50 @@ def clarification_in(sentence: str, norm: str) -> str | None:
         if found and not _CONCRETE.search(sentence):
             return found.group(0)
     # a question to the user (a translated or quoted question in another language is not)
-    if sentence.rstrip().endswith(("?", "？")) and _TO_THE_USER.search(norm):
+    if sentence.rstrip().endswith(("?", "？")) and _TO_THE_USER.search(
+        strip_acknowledgements(norm)
+    ):
         return norm[:60]
+    return None
+
+
+def states_content(norm: str, yes_no_question: bool) -> bool:
+    """A sentence that is an answer however short or plain: "Yes." to a yes/no question, or
+    a limitation with its reason ("I don't have access to live data, so …")."""
+    fam = families()
+    if yes_no_question and strip_acknowledgements(norm) in fam.answers_to_yes_no:
+        return True
+    if yes_no_question and norm in fam.answers_to_yes_no:
+        return True
+    return any(p.search(norm) for p in fam.limitations)
+
+
+def asks_for_text(prompt: str) -> bool:
+    """The prompt asks for a piece of text made of courtesy (a greeting, an introduction), or
+    to translate or rewrite a quoted one: courtesy in the answer is then the product."""
+    fam = families()
+    norm = normalise(prompt)
+    if any(p.search(norm) for p in fam.text_requests):
+        return True
+    quoted = _QUOTED.search(prompt)
+    return quoted is not None and any(p.search(norm) for p in fam.rewrites)
+
+
+def is_the_requested_text(response: str) -> bool:
+    """For a prompt that asks for a text: the answer is that text, not talk about the request
+    ("Sure! I'd be happy to translate that", "which text should I translate?")."""
+    norm = normalise(response)
+    if not norm or announcement_in(norm):
+        return False
+    return not any(p.search(norm) for p in families().talks_about_the_request)
+
+
+def announcement_in(norm: str) -> str | None:
+    rest = strip_acknowledgements(norm)
+    for pattern in families().announcements:
+        found = pattern.search(rest)
+        if found:
+            return found.group(0).strip() or rest[:60]
     return None
 
 
@@ -141,8 +200,9 @@ def filler_in(sentence: str, norm: str) -> str | None:
         found = pattern.search(rest)
         if found:
             return found.group(0).strip() or rest[:60]
-    if not CJK.search(rest):
-        return rest[:60] if all(w in fam.meta_words for w in rest.split()) else None
+    latin = re.findall(r"[a-z0-9]+", rest)
+    if any(w not in fam.meta_words for w in latin):
+        return None
     # Chinese: what is left once the words of assistant-speak are gone
     if len(CJK.findall(fam.meta_hanzi.sub("", rest))) <= 1:
         return rest[:60]

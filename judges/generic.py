@@ -13,10 +13,13 @@ from typing import Literal
 
 from tracejudge.judges.answer_families import (
     CJK,
+    asks_for_text,
     clarification_in,
     families,
     filler_in,
+    is_the_requested_text,
     normalise,
+    states_content,
 )
 from tracejudge.judges.prompt_kind import is_chinese, prompt_is_complex
 
@@ -24,7 +27,8 @@ ResponseType = Literal["generic", "clarification", "substantive"]
 # Sentences looked at for stock phrases: bounds the cost of an answer made of thousands of
 # tiny sentences (each is matched against every phrase) without changing any real verdict.
 PHRASE_SENTENCES = 64
-_BOUNDARY = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？])|\n")
+_BOUNDARY = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？])|(?<=…)(?=[\u3400-\u9fff])|\n")
+_CODEISH = re.compile(r"[A-Za-z_]\w*\([^)]*\)|[=<>]=?\s*[\w\"(]|[{}\[\];]|->|=>|::")
 _CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
 # Each alternative that starts with a repeated class may only start where a run of that class
@@ -54,6 +58,8 @@ def substance(text: str) -> int:
     points = 0
     if _CODE.search(text):
         points += 3
+    elif _CODEISH.search(text):
+        points += 2  # a formula or an expression: =SUMIF(A:A,"Paid",B:B), O(n log n)
     if len(_LIST.findall(text)) >= 2:
         points += 2
     if sum(1 for line in text.splitlines() if line.strip()) >= 3:
@@ -69,19 +75,56 @@ def sentences(text: str) -> list[str]:
     return [s for s in _BOUNDARY.split(text) if s and s.strip()]
 
 
-def new_content(remainder: str, prompt: str) -> tuple[int, int]:
-    """(English words, Chinese characters) of the remainder that are neither assistant-speak
-    nor already in the prompt."""
-    meta = families().meta_words
+@dataclass(frozen=True)
+class Content:
+    """What the remainder says that is neither assistant-speak nor already in the prompt."""
+
+    words: int  # English words
+    fresh_words: int
+    hanzi: int  # Chinese characters
+    fresh_hanzi: int
+
+    @property
+    def meaningful(self) -> bool:
+        """Something new: mostly new words (a short answer, "Canberra."), or many of them."""
+        english = self.fresh_words >= 6 or (
+            self.fresh_words >= 1 and self.fresh_words >= 0.3 * self.words
+        )
+        chinese = self.fresh_hanzi >= 12 or (
+            self.fresh_hanzi >= 2 and self.fresh_hanzi >= 0.3 * self.hanzi
+        )
+        return english or chinese
+
+    @property
+    def substantial(self) -> bool:
+        """Enough to be an answer that also asks: explains, lists, gives the options."""
+        return self.fresh_words >= 8 or self.fresh_hanzi >= 16
+
+
+def new_content(remainder: str, prompt: str) -> Content:
+    fam = families()
     asked = set(normalise(prompt).split())
-    words = [w for w in re.findall(r"[a-z0-9]+", remainder.lower()) if w not in meta]
-    fresh = [w for w in words if w not in asked and (len(w) > 1 or w.isdigit())]
-    return len(fresh), len(CJK.findall(remainder))
+    words = re.findall(r"[a-z0-9]+", remainder.lower())
+    fresh = [
+        w
+        for w in words
+        if w not in fam.meta_words and w not in asked and (len(w) > 1 or w.isdigit())
+    ]
+    hanzi = CJK.findall(remainder)
+    prompt_hanzi = set(CJK.findall(prompt))
+    fresh_hanzi = [
+        c for c in CJK.findall(fam.meta_hanzi.sub("", remainder)) if c not in prompt_hanzi
+    ]
+    return Content(len(words), len(fresh), len(hanzi), len(fresh_hanzi))
 
 
 def classify(response: str, prompt: str = "") -> Classification:
     kept: list[str] = []
     generic_hit = clarification_hit = None
+    answered = False
+    # a translation or a requested greeting is made of courtesy: it is the product, not filler
+    wants_text = asks_for_text(prompt) and is_the_requested_text(response)
+    yes_no = prompt.rstrip().endswith(("?", "？", "吗"))
     for i, sentence in enumerate(sentences(response)):
         norm = normalise(sentence)
         if not norm:
@@ -89,8 +132,15 @@ def classify(response: str, prompt: str = "") -> Classification:
         if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept
             kept.append(sentence)
             continue
-        c = clarification_in(sentence, norm)
-        g = None if c else filler_in(sentence, norm)
+        if states_content(norm, yes_no):
+            answered = True
+            kept.append(sentence)
+            continue
+        if wants_text:
+            c = g = None
+        else:
+            c = clarification_in(sentence, norm)
+            g = None if c else filler_in(sentence, norm)
         generic_hit = generic_hit or g
         clarification_hit = clarification_hit or c
         if not g and not c:
@@ -98,11 +148,9 @@ def classify(response: str, prompt: str = "") -> Classification:
     # substance is measured on what is left once every filler and question sentence is gone
     remainder = "\n".join(s.strip() for s in kept)
     points = substance(remainder) + (3 if _CODE.search(response) else 0)
-    words, hanzi = new_content(remainder, prompt)
-    # something new beyond filler: a word or a number the prompt did not already say
-    meaningful = points >= 2 or words >= 1 or hanzi >= 6
-    # enough to be an answer that also asks: explains, lists, gives the options
-    substantial = points >= 2 or words >= 8 or hanzi >= 20
+    content = new_content(remainder, prompt)
+    meaningful = answered or points >= 2 or content.meaningful or (wants_text and bool(kept))
+    substantial = points >= 2 or content.substantial
     if not normalise(response):
         return Classification("generic", None, 0, ["the answer is empty"])
     if clarification_hit and not substantial:
@@ -110,7 +158,8 @@ def classify(response: str, prompt: str = "") -> Classification:
         if generic_hit:
             reasons.append(f"and otherwise only filler ('{generic_hit}')")
         return Classification("clarification", clarification_hit, points, reasons)
-    if generic_hit and not meaningful:
+    # an answer that says nothing new is filler, whether or not a known phrase was found
+    if not meaningful and (generic_hit or content.words + content.hanzi >= 6):
         return Classification(
             "generic",
             generic_hit,

@@ -17,6 +17,8 @@ def prompt_is_complex(prompt: str) -> bool:
     if len(prompt) >= 120 or (is_chinese(prompt) and len(prompt) >= 40):
         return True
     fam = families()
+    # a placeholder or nothing after the colon is nothing to act on ("翻译成英文：")
+    prompt = re.sub(r"\[[^\]]*\]|<[^>]*>|\{[^}]*\}", " ", prompt).rstrip().rstrip(":：").rstrip()
     norm = normalise(prompt)
     verb = first(norm, fam.task_verbs)
     if verb is not None and _has_object(norm, verb, fam):
