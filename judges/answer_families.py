@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+import opencc
+
 from tracejudge.prompts import read_prompt
 
 CJK = re.compile(r"[\u3400-\u9fff]")
@@ -58,11 +60,24 @@ class Families:
     task_verbs: tuple[str, ...]
     not_an_object: frozenset[str]
     question_words: tuple[str, ...]
+    task_markers_zh: tuple[str, ...]
+
+
+@cache
+def _to_simplified() -> opencc.OpenCC:
+    return opencc.OpenCC("t2s")
+
+
+def fold_chinese(text: str) -> str:
+    """Traditional characters to simplified ("這是一個問題" -> "这是一个问题"), so one set of
+    Chinese families serves both (OpenCC, a few microseconds a call)."""
+    return str(_to_simplified().convert(text)) if CJK.search(text) else text
 
 
 def normalise(text: str) -> str:
-    """Lower case, punctuation and spacing folded: "Ready  to assist!" -> "ready to assist"."""
-    return " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
+    """Lower case, punctuation and spacing folded, traditional Chinese to simplified:
+    "Ready  to assist!" -> "ready to assist"."""
+    return " ".join(re.sub(r"[^\w]+", " ", fold_chinese(text).lower()).split())
 
 
 @cache
@@ -91,6 +106,7 @@ def families() -> Families:
         task_verbs=tuple(normalise(p) for p in data["task_verbs"]),
         not_an_object=frozenset(normalise(p) for p in data["not_an_object"]),
         question_words=tuple(normalise(p) for p in data["question_words"]),
+        task_markers_zh=tuple(data["task_markers_zh"]),
     )
 
 
@@ -143,10 +159,15 @@ def states_content(norm: str, yes_no_question: bool) -> bool:
     """A sentence that is an answer however short or plain: "Yes." to a yes/no question, or
     a limitation with its reason ("I don't have access to live data, so …")."""
     fam = families()
-    if yes_no_question and strip_acknowledgements(norm) in fam.answers_to_yes_no:
-        return True
-    if yes_no_question and norm in fam.answers_to_yes_no:
-        return True
+    if yes_no_question:
+        bare = strip_acknowledgements(norm)
+        if norm in fam.answers_to_yes_no or bare in fam.answers_to_yes_no:
+            return True
+        head = norm.split(" ", 1)[0]
+        if head in fam.answers_to_yes_no or any(
+            norm.startswith(a) for a in fam.answers_to_yes_no if CJK.search(a) and len(a) > 1
+        ):
+            return True  # "No — it's O(n log n)", "不对，多了一个 @"
     return any(p.search(norm) for p in fam.limitations)
 
 
@@ -161,11 +182,18 @@ def asks_for_text(prompt: str) -> bool:
     return quoted is not None and any(p.search(norm) for p in fam.rewrites)
 
 
-def is_the_requested_text(response: str) -> bool:
+def is_the_requested_text(response: str, prompt: str) -> bool:
     """For a prompt that asks for a text: the answer is that text, not talk about the request
-    ("Sure! I'd be happy to translate that", "which text should I translate?")."""
+    ("Sure! I'd be happy to translate that", "which text should I translate?"). Translating
+    an announcement ("Let me think step by step.") gives one: it is the product then."""
     norm = normalise(response)
-    if not norm or announcement_in(norm):
+    if not norm:
+        return False
+    quoted = _QUOTED.search(prompt)
+    source = normalise(quoted.group(0)) if quoted else ""
+    if announcement_in(norm) and not (
+        source and (announcement_in(source) or filler_in(source, source))
+    ):
         return False
     return not any(p.search(norm) for p in families().talks_about_the_request)
 

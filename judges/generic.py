@@ -17,6 +17,7 @@ from tracejudge.judges.answer_families import (
     clarification_in,
     families,
     filler_in,
+    fold_chinese,
     is_the_requested_text,
     normalise,
     states_content,
@@ -28,6 +29,20 @@ ResponseType = Literal["generic", "clarification", "substantive"]
 # tiny sentences (each is matched against every phrase) without changing any real verdict.
 PHRASE_SENTENCES = 64
 _BOUNDARY = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？])|(?<=…)(?=[\u3400-\u9fff])|\n")
+_YES_NO = re.compile(
+    r"(?:^|[:：,，;]\s*)(?:is|are|was|were|do|does|did|can|could|should|would|will|has|have|had|"
+    r"may|might|must)\b|\byes or no\b|吗[？?]?$|是否|是不是|能不能|可不可以|会不会|有没有|对不对",
+    re.IGNORECASE,
+)
+# markdown that is only a skeleton: headings, bold labels, empty list items, empty code blocks
+_SKELETON = re.compile(
+    r"^\s*(?:#{1,6}\s.*|\*\*[^*\n]{0,60}:?\*\*:?|(?:[-*•]|\d+[.)])\s*)$|```\w*\s*```"
+    r"|^\s*<[^>\n]{0,40}>\s*$",
+    re.MULTILINE,
+)
+_MARKER = re.compile(
+    r"^\s*(?:[-*•●]|\d+[.)、]|[一二三四五六七八九十]+、|step \d+:?)\s*", re.IGNORECASE
+)
 _CODEISH = re.compile(r"[A-Za-z_]\w*\([^)]*\)|[=<>]=?\s*[\w\"(]|[{}\[\];]|->|=>|::")
 _CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
@@ -111,7 +126,7 @@ def new_content(remainder: str, prompt: str) -> Content:
         if w not in fam.meta_words and w not in asked and (len(w) > 1 or w.isdigit())
     ]
     hanzi = CJK.findall(remainder)
-    prompt_hanzi = set(CJK.findall(prompt))
+    prompt_hanzi = set(CJK.findall(fold_chinese(prompt)))
     fresh_hanzi = [
         c for c in CJK.findall(fam.meta_hanzi.sub("", remainder)) if c not in prompt_hanzi
     ]
@@ -119,14 +134,17 @@ def new_content(remainder: str, prompt: str) -> Content:
 
 
 def classify(response: str, prompt: str = "") -> Classification:
+    if not asks_for_text(prompt):  # a requested template is a skeleton
+        response = _SKELETON.sub("", response)
     kept: list[str] = []
     generic_hit = clarification_hit = None
     answered = False
     # a translation or a requested greeting is made of courtesy: it is the product, not filler
-    wants_text = asks_for_text(prompt) and is_the_requested_text(response)
-    yes_no = prompt.rstrip().endswith(("?", "？", "吗"))
+    wants_text = asks_for_text(prompt) and is_the_requested_text(response, prompt)
+    yes_no = _YES_NO.search(prompt.strip()) is not None
     for i, sentence in enumerate(sentences(response)):
-        norm = normalise(sentence)
+        # "1. Read the file": the list marker is not content
+        norm = normalise(_MARKER.sub("", sentence))
         if not norm:
             continue
         if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept

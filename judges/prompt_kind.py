@@ -24,6 +24,14 @@ def prompt_is_complex(prompt: str) -> bool:
     if verb is not None and _has_object(norm, verb, fam):
         return True
     words = norm.split()
+    # "把 X 换算成 Y", "帮我 …": a Chinese request with something in it
+    hanzi = len(CJK.findall(norm))
+    if hanzi >= 6 and any(m in norm.replace(" ", "") for m in fam.task_markers_zh):
+        rest = norm.replace(" ", "")
+        for m in fam.task_markers_zh:
+            rest = rest.replace(m, "")
+        if len(CJK.findall(rest)) >= 4:
+            return True
     if CJK.search(norm):
         asks = any(q in norm for q in fam.question_words if CJK.search(q))
         return asks and len(CJK.findall(norm)) >= 6
