@@ -185,17 +185,29 @@ def asks_for_text(prompt: str) -> bool:
 def is_the_requested_text(response: str, prompt: str) -> bool:
     """For a prompt that asks for a text: the answer is that text, not talk about the request
     ("Sure! I'd be happy to translate that", "which text should I translate?"). Translating
-    an announcement ("Let me think step by step.") gives one: it is the product then."""
+    filler ("Let me think step by step.") gives filler of about the same length: the product."""
     norm = normalise(response)
     if not norm:
         return False
     quoted = _QUOTED.search(prompt)
     source = normalise(quoted.group(0)) if quoted else ""
-    if announcement_in(norm) and not (
-        source and (announcement_in(source) or filler_in(source, source))
-    ):
+    fam = families()
+    prompt_norm = normalise(prompt)
+    if any(p.search(prompt_norm) for p in fam.text_requests):
+        # a greeting or an introduction is courtesy and a question: only talk about the request
+        # or an announcement ("Generating your greeting now!") is not the product
+        return not announcement_in(norm) and not any(
+            p.search(norm) for p in fam.talks_about_the_request
+        )
+    echoes = bool(source) and bool(announcement_in(source) or filler_in(source, source))
+    echoes = echoes and len(response) <= 3 * len(source) + 20
+    if (announcement_in(norm) or filler_in(norm, norm)) and not echoes:
         return False
-    return not any(p.search(norm) for p in families().talks_about_the_request)
+    asked = quoted is not None and ("?" in quoted.group(0) or "？" in quoted.group(0))
+    questions = [q for q in re.split(r"(?<=[?？])", response) if q.strip()]
+    if not asked and any(clarification_in(q, normalise(q)) for q in questions):
+        return False
+    return not any(p.search(norm) for p in fam.talks_about_the_request)
 
 
 def announcement_in(norm: str) -> str | None:

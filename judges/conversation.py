@@ -90,6 +90,8 @@ _ANNOUNCED = re.compile(
     rf"{_VERB}\b"
     rf"|\blet me (?:now |first |go ahead and )?{_VERB}\b"
     r"|\blet'?s (?:continue|proceed|go ahead) with\b"
+    # an offer to act is pending too: "I can proceed with issuing the $50 certificate"
+    r"|\b(?:i|we) can (?:now )?(?:proceed|go ahead) (?:with|to)\b"
     r"|\bi(?:'m| am) (?:now )?(?:going to |about to )?(?:proceed|process|cancel|book|updat|modif)"
     rf"|(?:我|我们)(?:将|会|马上|现在|这就)(?:为您|帮您|给您)?{_VERB_ZH}",
     re.IGNORECASE,
@@ -225,12 +227,17 @@ def _proposes_action(agent_turn: str) -> bool:
     return False
 
 
-def unconfirmed_changes(window: Window) -> list[str]:
-    """For a conversation (the user spoke after the opening request): the user turns that a
-    state change directly followed without being an explicit go-ahead, one per change."""
+def is_conversation(window: Window) -> bool:
+    """The user spoke after the opening request (a one-shot request is not a conversation)."""
     turns = window.user_turns
     opening = window.task.goal.strip() if window.task is not None else ""
-    if not turns or (len(turns) == 1 and turns[0].text.strip() == opening):
+    return bool(turns) and not (len(turns) == 1 and turns[0].text.strip() == opening)
+
+
+def unconfirmed_changes(window: Window) -> list[str]:
+    """For a conversation: the user turns that a state change directly followed without being
+    an explicit go-ahead, one per change."""
+    if not is_conversation(window):
         return []  # a one-shot request: the request itself is the instruction
     found: list[str] = []
     last_user: str | None = None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracejudge.judges.answer_checks import answer_outcome
-from tracejudge.judges.conversation import unconfirmed_changes
+from tracejudge.judges.conversation import is_conversation, unconfirmed_changes
 from tracejudge.judges.generic import assess_answer
 from tracejudge.judges.phrases import REMAINING_WORK_RE, first_match
 from tracejudge.judges.trouble import trouble_kinds
@@ -212,7 +212,10 @@ class RuleJudge:
         # Same classifier as the retry stream: filler, or a question where work was asked
         # for, is not a result (a clarifying question to a vague goal is).
         answer = assess_answer(window.task.goal if window.task else "", output)
-        if answer.retry:
+        # the last message of a conversation may close it ("You're welcome! Safe travels."):
+        # the work is in the turns before it, which the other rules read
+        closing = answer.classification.response_type == "generic" and is_conversation(window)
+        if answer.retry and not closing:
             kind = answer.classification.response_type
             pattern = answer.classification.detected_pattern
             score -= 60
