@@ -55,6 +55,7 @@ class Families:
     text_requests: tuple[re.Pattern[str], ...]
     rewrites: tuple[re.Pattern[str], ...]
     talks_about_the_request: tuple[re.Pattern[str], ...]
+    missing_input: tuple[re.Pattern[str], ...]
     limitations: tuple[re.Pattern[str], ...]
     answers_to_yes_no: frozenset[str]
     task_verbs: tuple[str, ...]
@@ -98,6 +99,7 @@ def families() -> Families:
         text_requests=tuple(re.compile(p) for p in data["text_requests"]),
         rewrites=tuple(re.compile(p) for p in data["rewrites"]),
         talks_about_the_request=tuple(re.compile(p) for p in data["talks_about_the_request"]),
+        missing_input=tuple(re.compile(p) for p in data["missing_input"]),
         limitations=tuple(re.compile(p) for p in data["limitations"]),
         answers_to_yes_no=frozenset(normalise(p) for p in data["answers_to_yes_no"]),
         meta_hanzi=re.compile(
@@ -147,7 +149,10 @@ def clarification_in(sentence: str, norm: str) -> str | None:
         found = pattern.search(norm)
         if found and not _CONCRETE.search(sentence):
             return found.group(0)
-    # a question to the user (a translated or quoted question in another language is not)
+    # a question to the user (a translated or quoted question in another language is not; one
+    # that names code, "Are you looking for `df.rename(...)`?", carries the answer)
+    if "`" in sentence:
+        return None
     if sentence.rstrip().endswith(("?", "？")) and _TO_THE_USER.search(
         strip_acknowledgements(norm)
     ):
@@ -169,6 +174,15 @@ def states_content(norm: str, yes_no_question: bool) -> bool:
         ):
             return True  # "No — it's O(n log n)", "不对，多了一个 @"
     return any(p.search(norm) for p in fam.limitations)
+
+
+def asks_for_missing_input(response: str, prompt: str) -> bool:
+    """The answer asks for material the prompt points at but does not contain ("Summarize the
+    attached file" with nothing attached): asking is then the only right answer."""
+    if len(prompt) >= 200 or "```" in prompt or _QUOTED.search(prompt):
+        return False
+    norm = normalise(response)
+    return any(p.search(norm) for p in families().missing_input)
 
 
 def asks_for_text(prompt: str) -> bool:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from tracejudge.judges.answer_families import (
     CJK,
+    asks_for_missing_input,
     asks_for_text,
     clarification_in,
     families,
@@ -119,17 +120,16 @@ class Content:
 def new_content(remainder: str, prompt: str) -> Content:
     fam = families()
     asked = set(normalise(prompt).split())
-    words = re.findall(r"[a-z0-9]+", remainder.lower())
-    fresh = [
-        w
-        for w in words
-        if w not in fam.meta_words and w not in asked and (len(w) > 1 or w.isdigit())
-    ]
-    hanzi = CJK.findall(remainder)
+    # words the prompt did not say: the share of them that is not assistant-speak
+    words = [w for w in re.findall(r"[a-z0-9]+", remainder.lower()) if w not in asked]
+    fresh = [w for w in words if w not in fam.meta_words and (len(w) > 1 or w.isdigit())]
+    # a number or a name the prompt did not give is an answer ("5432", "Ottawa")
+    if any(w.isdigit() for w in fresh):
+        fresh += ["#"] * 5
+    folded = fold_chinese(remainder)
     prompt_hanzi = set(CJK.findall(fold_chinese(prompt)))
-    fresh_hanzi = [
-        c for c in CJK.findall(fam.meta_hanzi.sub("", remainder)) if c not in prompt_hanzi
-    ]
+    hanzi = [c for c in CJK.findall(folded) if c not in prompt_hanzi]
+    fresh_hanzi = [c for c in CJK.findall(fam.meta_hanzi.sub("", folded)) if c not in prompt_hanzi]
     return Content(len(words), len(fresh), len(hanzi), len(fresh_hanzi))
 
 
@@ -221,9 +221,14 @@ class AnswerAssessment:
 def assess_answer(prompt: str, response: str) -> AnswerAssessment:
     c = classify(response, prompt)
     complex_ = prompt_is_complex(prompt)
-    retry = c.should_retry(complex_)
+    needs_input = c.response_type == "clarification" and asks_for_missing_input(response, prompt)
+    retry = c.should_retry(complex_) and not needs_input
     reasons = list(c.reasons)
-    if c.response_type == "clarification":
+    if needs_input:
+        reasons.append(
+            "the prompt points at material it does not contain, so asking for it is right"
+        )
+    elif c.response_type == "clarification":
         reasons.append(
             "the prompt is a concrete task, so a question alone is not an answer"
             if complex_
