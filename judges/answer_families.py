@@ -35,6 +35,13 @@ _TO_THE_USER = re.compile(
 )
 
 
+_REFUSAL = re.compile(
+    r"\b(?:can t|cannot|can not|unable to|won t|not able to) "
+    r"(?:help|assist|comply|do (?:that|this)|"
+    r"translate|answer|respond|provide)|无法(?:帮助|回答|处理|协助|提供)|不能(?:帮助|回答)"
+)
+_CJK_GAP = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
+_CODE_SPAN = re.compile(r"`[^`]*[(=][^`]*`")
 # text the prompt hands over to work on: quoted, or after a colon
 _QUOTED = re.compile(
     r"'[^']{3,}'|\"[^\"]{3,}\"|“[^”]{3,}”|‘[^’]{3,}’|「[^」]{2,}」|『[^』]{2,}』|[:：]\s*\S"
@@ -151,7 +158,7 @@ def clarification_in(sentence: str, norm: str) -> str | None:
             return found.group(0)
     # a question to the user (a translated or quoted question in another language is not; one
     # that names code, "Are you looking for `df.rename(...)`?", carries the answer)
-    if "`" in sentence:
+    if _CODE_SPAN.search(sentence):
         return None
     if sentence.rstrip().endswith(("?", "？")) and _TO_THE_USER.search(
         strip_acknowledgements(norm)
@@ -210,9 +217,19 @@ def is_the_requested_text(response: str, prompt: str) -> bool:
     if any(p.search(prompt_norm) for p in fam.text_requests):
         # a greeting or an introduction is courtesy and a question: only talk about the request
         # or an announcement ("Generating your greeting now!") is not the product
-        return not announcement_in(norm) and not any(
-            p.search(norm) for p in fam.talks_about_the_request
+        # its "How can I help you?" is part of it; a question about specifics is not
+        specific = any(
+            q.rstrip().endswith(("?", "？")) and not first(normalise(q), fam.clarification)
+            for q in re.split(r"(?<=[?？])|\n", response)
+            if q.strip()
         )
+        return not (
+            specific
+            or announcement_in(norm)
+            or any(p.search(norm) for p in fam.talks_about_the_request)
+        )
+    if _REFUSAL.search(norm):
+        return False  # "I'm sorry, but I can't help with that." translates nothing
     echoes = bool(source) and bool(announcement_in(source) or filler_in(source, source))
     echoes = echoes and len(response) <= 3 * len(source) + 20
     if (announcement_in(norm) or filler_in(norm, norm)) and not echoes:
@@ -244,14 +261,16 @@ def filler_in(sentence: str, norm: str) -> str | None:
         return norm
     if _CONTINUES.match(sentence):
         return None
+    joined_early = _CJK_GAP.sub("", rest)
     for pattern in fam.announcements:
-        found = pattern.search(rest)
+        found = pattern.search(rest) or pattern.search(joined_early)
         if found:
             return found.group(0).strip() or rest[:60]
     if _CONCRETE.search(sentence):
         return None  # "It's a known issue in pandas 2.0: use .loc" says something
+    joined = _CJK_GAP.sub("", rest)  # "抱歉 我无法帮助您" -> "抱歉我无法帮助您"
     for pattern in (*fam.filler_patterns, *fam.capability):
-        found = pattern.search(rest)
+        found = pattern.search(rest) or pattern.search(joined)
         if found:
             return found.group(0).strip() or rest[:60]
     latin = re.findall(r"[a-z0-9]+", rest)
