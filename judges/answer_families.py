@@ -41,7 +41,9 @@ _REFUSAL = re.compile(
     r"translate|answer|respond|provide)|无法(?:帮助|回答|处理|协助|提供)|不能(?:帮助|回答)"
 )
 _CJK_GAP = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
-_CODE_SPAN = re.compile(r"`[^`]*[(=][^`]*`")
+# a code span with an expression or a command in it ("`df.rename(columns=…)`", "`pip install
+# requests`") answers; a bare name ("`/health` or `/healthz`?") only offers options
+_CODE_SPAN = re.compile(r"`[^`]*[(= ][^`]*`")
 # text the prompt hands over to work on: quoted, or after a colon
 _QUOTED = re.compile(
     r"'[^']{3,}'|\"[^\"]{3,}\"|“[^”]{3,}”|‘[^’]{3,}’|「[^」]{2,}」|『[^』]{2,}』|[:：]\s*\S"
