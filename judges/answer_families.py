@@ -40,6 +40,7 @@ _REFUSAL = re.compile(
     r"(?:help|assist|comply|do (?:that|this)|"
     r"translate|answer|respond|provide)|无法(?:帮助|回答|处理|协助|提供)|不能(?:帮助|回答)"
 )
+_CLAUSE = re.compile(r"[，；：,;:]")
 _CJK_GAP = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
 # a code span with an expression or a command in it ("`df.rename(columns=…)`", "`pip install
 # requests`") answers; a bare name ("`/health` or `/healthz`?") only offers options
@@ -65,6 +66,7 @@ class Families:
     rewrites: tuple[re.Pattern[str], ...]
     talks_about_the_request: tuple[re.Pattern[str], ...]
     missing_input: tuple[re.Pattern[str], ...]
+    vague_steps: tuple[re.Pattern[str], ...]
     limitations: tuple[re.Pattern[str], ...]
     answers_to_yes_no: frozenset[str]
     task_verbs: tuple[str, ...]
@@ -109,6 +111,7 @@ def families() -> Families:
         rewrites=tuple(re.compile(p) for p in data["rewrites"]),
         talks_about_the_request=tuple(re.compile(p) for p in data["talks_about_the_request"]),
         missing_input=tuple(re.compile(p) for p in data["missing_input"]),
+        vague_steps=tuple(re.compile(p) for p in data["vague_steps"]),
         limitations=tuple(re.compile(p) for p in data["limitations"]),
         answers_to_yes_no=frozenset(normalise(p) for p in data["answers_to_yes_no"]),
         meta_hanzi=re.compile(
@@ -243,6 +246,14 @@ def is_the_requested_text(response: str, prompt: str) -> bool:
     return not any(p.search(norm) for p in fam.talks_about_the_request)
 
 
+def vague_step(sentence: str, norm: str) -> str | None:
+    """A plan item with nothing concrete in it ("2. Locate the config loader", "第一步：理解需求"):
+    a plan of such steps, never carried out, did no work."""
+    if _CONCRETE.search(sentence):
+        return None
+    return next((norm[:60] for p in families().vague_steps if p.search(norm)), None)
+
+
 def announcement_in(norm: str) -> str | None:
     rest = strip_acknowledgements(norm)
     for pattern in families().announcements:
@@ -253,7 +264,20 @@ def announcement_in(norm: str) -> str | None:
 
 
 def filler_in(sentence: str, norm: str) -> str | None:
-    """What makes a sentence filler, or None when it says something."""
+    """What makes a sentence filler, or None when it says something. A Chinese sentence is
+    filler when each of its clauses is ("好的，这是一个乘法运算，我来帮您计算。"): filler and
+    work share one sentence there far more often than in English."""
+    hit = _filler_in(sentence, norm)
+    if hit or not CJK.search(sentence):
+        return hit
+    clauses = [c for c in _CLAUSE.split(sentence) if normalise(c)]
+    if len(clauses) < 2:
+        return None
+    hits = [_filler_in(c, normalise(c)) for c in clauses]
+    return hits[0] if all(hits) else None
+
+
+def _filler_in(sentence: str, norm: str) -> str | None:
     fam = families()
     hit = first(norm, fam.filler)
     if hit:

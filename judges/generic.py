@@ -22,6 +22,7 @@ from tracejudge.judges.answer_families import (
     is_the_requested_text,
     normalise,
     states_content,
+    vague_step,
 )
 from tracejudge.judges.prompt_kind import is_chinese, prompt_is_complex
 
@@ -144,8 +145,12 @@ def classify(response: str, prompt: str = "") -> Classification:
     yes_no = _YES_NO.search(prompt.strip()) is not None
     for i, sentence in enumerate(sentences(response)):
         # "1. Read the file": the list marker is not content
+        item = _MARKER.match(sentence) is not None
         norm = normalise(_MARKER.sub("", sentence))
         if not norm:
+            continue
+        if item and not wants_text and vague_step(sentence, norm):
+            generic_hit = generic_hit or vague_step(sentence, norm)
             continue
         if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept
             kept.append(sentence)
