@@ -13,11 +13,13 @@ from typing import Literal
 
 from tracejudge.judges.answer_families import (
     CJK,
+    announcement_in,
     asks_for_missing_input,
     asks_for_text,
     clarification_in,
     families,
     filler_in,
+    first,
     fold_chinese,
     is_the_requested_text,
     normalise,
@@ -140,6 +142,7 @@ def classify(response: str, prompt: str = "") -> Classification:
     kept: list[str] = []
     generic_hit = clarification_hit = None
     answered = False
+    last_announces = False  # the answer ends promising work ("下面我将为你创作…，希望你喜欢。")
     # a translation or a requested greeting is made of courtesy: it is the product, not filler
     wants_text = asks_for_text(prompt) and is_the_requested_text(response, prompt)
     yes_no = _YES_NO.search(prompt.strip()) is not None
@@ -155,6 +158,9 @@ def classify(response: str, prompt: str = "") -> Classification:
         if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept
             kept.append(sentence)
             continue
+        last_announces = bool(announcement_in(norm)) or (
+            last_announces and bool(first(norm, families().filler))
+        )
         if states_content(norm, yes_no):
             answered = True
             kept.append(sentence)
@@ -181,7 +187,10 @@ def classify(response: str, prompt: str = "") -> Classification:
         if generic_hit:
             reasons.append(f"and otherwise only filler ('{generic_hit}')")
         return Classification("clarification", clarification_hit, points, reasons)
-    # an answer that says nothing new is filler, whether or not a known phrase was found
+    # an answer that says nothing new is filler, whether or not a known phrase was found; so
+    # is one that ends announcing the work, with no code, list or figures before it
+    if last_announces and points < 2 and not answered and not wants_text:
+        meaningful = False
     if not meaningful and (generic_hit or content.words + content.hanzi >= 6):
         return Classification(
             "generic",
