@@ -151,6 +151,11 @@ def strip_acknowledgements(norm: str) -> str:
     return norm
 
 
+def continues(sentence: str) -> bool:
+    """ "Let me analyze..." with the work following (seed 004's own example)."""
+    return _CONTINUES.match(sentence) is not None
+
+
 def clarification_in(sentence: str, norm: str) -> str | None:
     """A question to the user, or a request for what is wanted: the phrase, or the question."""
     fam = families()

@@ -17,6 +17,7 @@ from tracejudge.judges.answer_families import (
     asks_for_missing_input,
     asks_for_text,
     clarification_in,
+    continues,
     families,
     filler_in,
     first,
@@ -47,7 +48,7 @@ _SKELETON = re.compile(
 _MARKER = re.compile(
     r"^\s*(?:[-*•●]|\d+[.)、]|[一二三四五六七八九十]+、|step \d+:?)\s*", re.IGNORECASE
 )
-_CODEISH = re.compile(r"[A-Za-z_]\w*\([^)]*\)|[=<>]=?\s*[\w\"(]|[{}\[\];]|->|=>|::")
+_CODEISH = re.compile(r"`[^`\n]+`|[A-Za-z_]\w*\([^)]*\)|[=<>]=?\s*[\w\"(]|[{}\[\];]|->|=>|::")
 _CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
 # Each alternative that starts with a repeated class may only start where a run of that class
@@ -158,7 +159,7 @@ def classify(response: str, prompt: str = "") -> Classification:
         if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept
             kept.append(sentence)
             continue
-        last_announces = bool(announcement_in(norm)) or (
+        last_announces = (bool(announcement_in(norm)) and not continues(sentence)) or (
             last_announces and bool(first(norm, families().filler))
         )
         if states_content(norm, yes_no):
@@ -191,7 +192,8 @@ def classify(response: str, prompt: str = "") -> Classification:
     # is one that ends announcing the work, with no code, list or figures before it
     if last_announces and points < 2 and not answered and not wants_text:
         meaningful = False
-    if not meaningful and (generic_hit or content.words + content.hanzi >= 6):
+    nothing_new = content.fresh_words == 0 and content.fresh_hanzi == 0
+    if not meaningful and (generic_hit or (nothing_new and content.words + content.hanzi >= 6)):
         return Classification(
             "generic",
             generic_hit,

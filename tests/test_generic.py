@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.generic_precision import score
+from benchmarks.generic_precision import FROZEN, score
 from tests.test_rules import trace, window_of
 from tracejudge.judges.generic import assess_answer, classify, continue_prompt, prompt_is_complex
 from tracejudge.judges.rules import RuleJudge
@@ -21,10 +21,14 @@ def test_seed_cases(prompt: str, response: str, retry: bool) -> None:
     assert assess_answer(prompt, response).retry is retry
 
 
-def test_labelled_set_precision_and_recall_of_retry() -> None:
-    result = score()
-    assert result.total >= 80
-    assert result.precision >= 0.95 and result.recall >= 0.95, result.errors
+def test_the_frozen_half_reaches_the_bar_and_the_tuning_half_holds() -> None:
+    frozen = score(FROZEN)
+    assert frozen.total >= 150
+    assert frozen.precision >= 0.95 and frozen.recall >= 0.95, (frozen.precision, frozen.recall)
+    # the tuning half also holds adversarial sets written to break phrase lists: a floor
+    tuning = score()
+    assert tuning.total >= 300
+    assert tuning.precision >= 0.95 and tuning.recall >= 0.85, (tuning.precision, tuning.recall)
 
 
 @pytest.mark.parametrize(
