@@ -44,10 +44,17 @@ _CLAUSE = re.compile(r"[，；：,;:]")
 _CJK_GAP = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
 # a code span with an expression or a command in it ("`df.rename(columns=…)`", "`pip install
 # requests`") answers; a bare name ("`/health` or `/healthz`?") only offers options
-_CODE_SPAN = re.compile(r"`[^`]*[(= ][^`]*`")
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _answers_in_code(sentence: str) -> bool:
+    return any(re.search(r"[(= ]", span) for span in _CODE_SPAN.findall(sentence))
+
+
 # text the prompt hands over to work on: quoted, or after a colon
 _QUOTED = re.compile(
-    r"'[^']{3,}'|\"[^\"]{3,}\"|“[^”]{3,}”|‘[^’]{3,}’|「[^」]{2,}」|『[^』]{2,}』|[:：]\s*\S"
+    r"'[^']{3,}'|\"[^\"]{3,}\"|“[^”]{3,}”|‘[^’]{3,}’|「[^」]{2,}」|『[^』]{2,}』|[:：]\s*\S.*",
+    re.DOTALL,
 )
 
 
@@ -168,7 +175,7 @@ def clarification_in(sentence: str, norm: str) -> str | None:
             return found.group(0)
     # a question to the user (a translated or quoted question in another language is not; one
     # that names code, "Are you looking for `df.rename(...)`?", carries the answer)
-    if _CODE_SPAN.search(sentence):
+    if _answers_in_code(sentence):
         return None
     if sentence.rstrip().endswith(("?", "？")) and _TO_THE_USER.search(
         strip_acknowledgements(norm)
@@ -261,8 +268,9 @@ def vague_step(sentence: str, norm: str) -> str | None:
 
 def announcement_in(norm: str) -> str | None:
     rest = strip_acknowledgements(norm)
+    joined = _CJK_GAP.sub("", rest)
     for pattern in families().announcements:
-        found = pattern.search(rest)
+        found = pattern.search(rest) or pattern.search(joined)
         if found:
             return found.group(0).strip() or rest[:60]
     return None
