@@ -74,6 +74,8 @@ class Families:
     talks_about_the_request: tuple[re.Pattern[str], ...]
     missing_input: tuple[re.Pattern[str], ...]
     vague_steps: tuple[re.Pattern[str], ...]
+    identity_questions: tuple[re.Pattern[str], ...]
+    tool_echo: re.Pattern[str]
     limitations: tuple[re.Pattern[str], ...]
     answers_to_yes_no: frozenset[str]
     task_verbs: tuple[str, ...]
@@ -119,6 +121,8 @@ def families() -> Families:
         talks_about_the_request=tuple(re.compile(p) for p in data["talks_about_the_request"]),
         missing_input=tuple(re.compile(p) for p in data["missing_input"]),
         vague_steps=tuple(re.compile(p) for p in data["vague_steps"]),
+        identity_questions=tuple(re.compile(p) for p in data["identity_questions"]),
+        tool_echo=re.compile(data["tool_echo"]),
         limitations=tuple(re.compile(p) for p in data["limitations"]),
         answers_to_yes_no=frozenset(normalise(p) for p in data["answers_to_yes_no"]),
         meta_hanzi=re.compile(
@@ -276,22 +280,30 @@ def announcement_in(norm: str) -> str | None:
     return None
 
 
-def filler_in(sentence: str, norm: str) -> str | None:
+def asks_who_it_is(prompt: str) -> bool:
+    """ "Who are you?", "你是哪个模型": a self-introduction is then the answer."""
+    norm = normalise(prompt)
+    return any(p.search(norm) for p in families().identity_questions)
+
+
+def filler_in(sentence: str, norm: str, *, about_itself: bool = False) -> str | None:
     """What makes a sentence filler, or None when it says something. A Chinese sentence is
     filler when each of its clauses is ("好的，这是一个乘法运算，我来帮您计算。"): filler and
     work share one sentence there far more often than in English."""
-    hit = _filler_in(sentence, norm)
+    hit = _filler_in(sentence, norm, about_itself)
     if hit or not CJK.search(sentence):
         return hit
     clauses = [c for c in _CLAUSE.split(sentence) if normalise(c)]
     if len(clauses) < 2:
         return None
-    hits = [_filler_in(c, normalise(c)) for c in clauses]
+    hits = [_filler_in(c, normalise(c), about_itself) for c in clauses]
     return hits[0] if all(hits) else None
 
 
-def _filler_in(sentence: str, norm: str) -> str | None:
+def _filler_in(sentence: str, norm: str, about_itself: bool = False) -> str | None:
     fam = families()
+    if fam.tool_echo.search(sentence):
+        return norm[:60] or "tool call"  # "⏺ Read(src/app.py)": a call, not its result
     hit = first(norm, fam.filler)
     if hit:
         return hit
@@ -308,7 +320,8 @@ def _filler_in(sentence: str, norm: str) -> str | None:
     if _CONCRETE.search(sentence):
         return None  # "It's a known issue in pandas 2.0: use .loc" says something
     joined = _CJK_GAP.sub("", rest)  # "抱歉 我无法帮助您" -> "抱歉我无法帮助您"
-    for pattern in (*fam.filler_patterns, *fam.capability):
+    patterns = fam.filler_patterns if about_itself else (*fam.filler_patterns, *fam.capability)
+    for pattern in patterns:
         found = pattern.search(rest) or pattern.search(joined)
         if found:
             return found.group(0).strip() or rest[:60]

@@ -16,6 +16,7 @@ from tracejudge.judges.answer_families import (
     announcement_in,
     asks_for_missing_input,
     asks_for_text,
+    asks_who_it_is,
     clarification_in,
     continues,
     families,
@@ -48,6 +49,7 @@ _SKELETON = re.compile(
 _MARKER = re.compile(
     r"^\s*(?:[-*•●]|\d+[.)、]|[一二三四五六七八九十]+、|step \d+:?)\s*", re.IGNORECASE
 )
+_CLAUSE_TAIL = re.compile(r"[，；,;]")
 _CODEISH = re.compile(r"`[^`\n]+`|[A-Za-z_]\w*\([^)]*\)|[=<>]=?\s*[\w\"(]|[{}\[\];]|->|=>|::")
 _CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
@@ -147,7 +149,9 @@ def classify(response: str, prompt: str = "") -> Classification:
     # a translation or a requested greeting is made of courtesy: it is the product, not filler
     wants_text = asks_for_text(prompt) and is_the_requested_text(response, prompt)
     yes_no = _YES_NO.search(prompt.strip()) is not None
-    for i, sentence in enumerate(sentences(response)):
+    about_itself = asks_who_it_is(prompt)
+    parts = sentences(response)
+    for i, sentence in enumerate(parts):
         # "1. Read the file": the list marker is not content
         item = _MARKER.match(sentence) is not None
         norm = normalise(_MARKER.sub("", sentence))
@@ -159,8 +163,15 @@ def classify(response: str, prompt: str = "") -> Classification:
         if i >= PHRASE_SENTENCES:  # stock phrases open an answer: the rest is only kept
             kept.append(sentence)
             continue
-        last_announces = (bool(announcement_in(norm)) and not continues(sentence)) or (
-            last_announces and bool(first(norm, families().filler))
+        clauses = _CLAUSE_TAIL.split(sentence) if CJK.search(sentence) else [sentence]
+        announces = any(announcement_in(normalise(c)) for c in clauses) or bool(
+            families().tool_echo.search(sentence)
+        )
+        last_announces = (
+            (announces and not continues(sentence))
+            or (last_announces and bool(first(norm, families().filler)))
+            # a lead-in that ends the answer: "Here's the refactored code:" and nothing after
+            or (i == len(parts) - 1 and sentence.rstrip().endswith((":", "：")))
         )
         if states_content(norm, yes_no):
             answered = True
@@ -170,7 +181,7 @@ def classify(response: str, prompt: str = "") -> Classification:
             c = g = None
         else:
             c = clarification_in(sentence, norm)
-            g = None if c else filler_in(sentence, norm)
+            g = None if c else filler_in(sentence, norm, about_itself=about_itself)
         generic_hit = generic_hit or g
         clarification_hit = clarification_hit or c
         if not g and not c:
