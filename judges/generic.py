@@ -203,6 +203,7 @@ def classify(response: str, prompt: str = "") -> Classification:
     # is one that ends announcing the work, with no code, list or figures before it
     if last_announces and points < 2 and not answered and not wants_text:
         meaningful = False
+        generic_hit = generic_hit or "ends announcing the work"
     nothing_new = content.fresh_words == 0 and content.fresh_hanzi == 0
     if not meaningful and (generic_hit or (nothing_new and content.words + content.hanzi >= 6)):
         return Classification(
