@@ -76,6 +76,7 @@ class Families:
     vague_steps: tuple[re.Pattern[str], ...]
     identity_questions: tuple[re.Pattern[str], ...]
     tool_echo: re.Pattern[str]
+    code_requests: tuple[re.Pattern[str], ...]
     limitations: tuple[re.Pattern[str], ...]
     answers_to_yes_no: frozenset[str]
     task_verbs: tuple[str, ...]
@@ -123,6 +124,7 @@ def families() -> Families:
         vague_steps=tuple(re.compile(p) for p in data["vague_steps"]),
         identity_questions=tuple(re.compile(p) for p in data["identity_questions"]),
         tool_echo=re.compile(data["tool_echo"]),
+        code_requests=tuple(re.compile(p) for p in data["code_requests"]),
         limitations=tuple(re.compile(p) for p in data["limitations"]),
         answers_to_yes_no=frozenset(normalise(p) for p in data["answers_to_yes_no"]),
         meta_hanzi=re.compile(
@@ -278,6 +280,12 @@ def announcement_in(norm: str) -> str | None:
         if found:
             return found.group(0).strip() or rest[:60]
     return None
+
+
+def asks_for_code(prompt: str) -> bool:
+    """ "Write a function that…", "写一个快速排序函数": the deliverable is code."""
+    norm = normalise(prompt)
+    return any(p.search(norm) for p in families().code_requests)
 
 
 def asks_who_it_is(prompt: str) -> bool:

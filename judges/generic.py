@@ -14,6 +14,7 @@ from typing import Literal
 from tracejudge.judges.answer_families import (
     CJK,
     announcement_in,
+    asks_for_code,
     asks_for_missing_input,
     asks_for_text,
     asks_who_it_is,
@@ -204,6 +205,17 @@ def classify(response: str, prompt: str = "") -> Classification:
     if last_announces and points < 2 and not answered and not wants_text:
         meaningful = False
         generic_hit = generic_hit or "ends announcing the work"
+    # asked for code, answered in prose that is neither a question nor long: no deliverable
+    if (
+        asks_for_code(prompt)
+        and not _CODE.search(response)
+        and not _CODEISH.search(response)
+        and not clarification_hit
+        and not answered
+        and len(remainder) < 300
+        and generic_hit
+    ):
+        meaningful = False
     nothing_new = content.fresh_words == 0 and content.fresh_hanzi == 0
     if not meaningful and (generic_hit or (nothing_new and content.words + content.hanzi >= 6)):
         return Classification(
