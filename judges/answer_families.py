@@ -144,7 +144,26 @@ def contains(text: str, phrase: str) -> bool:
 
 
 def first(text: str, phrases: tuple[str, ...]) -> str | None:
-    return next((p for p in phrases if contains(text, p)), None)
+    """A phrase of the family that the folded text contains (one pass over the text)."""
+    latin, hanzi = _alternation(phrases)
+    found = latin.search(text) if latin is not None else None
+    if found:
+        return found.group(0)
+    if hanzi:
+        squeezed = text.replace(" ", "")
+        return next((p for p in hanzi if p in squeezed or p in text), None)
+    return None
+
+
+@cache
+def _alternation(phrases: tuple[str, ...]) -> tuple[re.Pattern[str] | None, tuple[str, ...]]:
+    latin = sorted((p for p in phrases if not CJK.search(p)), key=len, reverse=True)
+    pattern = (
+        re.compile(r"(?<![a-z0-9])(?:" + "|".join(map(re.escape, latin)) + r")(?![a-z0-9])")
+        if latin
+        else None
+    )
+    return pattern, tuple(p for p in phrases if CJK.search(p))
 
 
 def strip_acknowledgements(norm: str) -> str:

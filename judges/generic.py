@@ -51,7 +51,10 @@ _MARKER = re.compile(
     r"^\s*(?:[-*•●]|\d+[.)、]|[一二三四五六七八九十]+、|step \d+:?)\s*", re.IGNORECASE
 )
 _CLAUSE_TAIL = re.compile(r"[，；,;]")
-_CODEISH = re.compile(r"`[^`\n]+`|[A-Za-z_]\w*\([^)]*\)|[=<>]=?\s*[\w\"(]|[{}\[\];]|->|=>|::")
+# (a name may only start where a word starts: tried inside a long token it would be quadratic)
+_CODEISH = re.compile(
+    r"`[^`\n]+`|(?<!\w)[A-Za-z_]\w*\([^)]*\)|[=<>]=?\s*[\w\"(]|[{}\[\];]|->|=>|::"
+)
 _CODE = re.compile(r"```|^( {4}|\t)\S", re.MULTILINE)
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)]|[一二三四五六七八九十]+、)\s+\S", re.MULTILINE)
 # Each alternative that starts with a repeated class may only start where a run of that class
