@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable
 
 from tracejudge.judges.early_stop import errors_in, extract_tag, observation_success
-from tracejudge.judges.generic import assess_answer, prompt_is_complex
+from tracejudge.judges.generic import assess_answer
 from tracejudge.judges.llm.answer import InvalidAnswer, parse_answer
 from tracejudge.judges.outcomes import admitted_failure, claimed_actions, handoff
+from tracejudge.judges.prompt_kind import prompt_is_complex
 from tracejudge.judges.redact import mask
 from tracejudge.models.events import parse_event
 

@@ -4,7 +4,8 @@ import pytest
 
 from benchmarks.generic_precision import FROZEN, score
 from tests.test_rules import trace, window_of
-from tracejudge.judges.generic import assess_answer, classify, continue_prompt, prompt_is_complex
+from tracejudge.judges.generic import assess_answer, classify, continue_prompt
+from tracejudge.judges.prompt_kind import prompt_is_complex
 from tracejudge.judges.rules import RuleJudge
 
 
