@@ -51,7 +51,7 @@ async def test_retries_exhaustion_duplicates_and_a_restart(
         response(hello, "hello", "How can I help you?"),  # right answer: no retry
         response(vague_ok, "hello", "Ready to assist"),  # filler: retry
         response(task, "analyze this repo", "Could you clarify?"),  # question: retry
-        response(zh, "分析这个项目的结构", "有什么可以帮您？"),  # filler: retry, in Chinese
+        response(zh, "分析这个项目的结构", "有什么可以帮您？"),  # question to a task: retry
         response(opener, "debug this", "I can see this is...\n\nLet me analyze..."),  # work
     ]
     env = worker_env(kafka_bootstrap, redis_url, tmp_path, "retries", generic_max_retries=1)
