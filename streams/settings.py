@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from dotenv import dotenv_values
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defaults of the judges' own settings are theirs: written there once, read here.
@@ -16,11 +19,34 @@ from tracejudge.judges.rules import DEFAULT_TOOL_CALL_BUDGET
 from tracejudge.judges.verdicts import Policy
 
 CONFIG_FILE_ENV = "TRACEJUDGE_CONFIG_FILE"
+PREFIX = "TRACEJUDGE_"
+# TRACEJUDGE_ variables that are not settings: the CLI's config file, the scripts' download cache
+NOT_SETTINGS = frozenset({CONFIG_FILE_ENV, "TRACEJUDGE_CACHE"})
+
+
+class SettingsError(ValueError):
+    """Configuration that cannot be used: one line per problem, naming the variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRACEJUDGE_", frozen=True, extra="ignore")
 
+    enabled: bool = Field(
+        True,
+        description="false: events are consumed and counted, nothing is judged, no output.",
+    )
+    mode: Literal["online"] = Field(
+        "online", description="Evaluation mode; online (judge as requests end) is the only one."
+    )
+    trace_capture: bool = Field(
+        True,
+        description="false: windows keep counters and the final response, no step details "
+        "(the judges then see the task and the answer only).",
+    )
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
@@ -107,7 +133,12 @@ class Settings(BaseSettings):
     embedded_broker_timing: bool = Field(
         False, description="Short group timeouts for the embedded demo broker (Tansu) only."
     )
-    log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level: debug, info, warning, error."
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as text or as one JSON object per line."
+    )
     early_stop_enabled: bool = Field(True, description="Decide early stops of iterative loops.")
     min_iterations: int = Field(
         EarlyStopPolicy.min_iterations, ge=1, description="No early stop before this iteration."
@@ -228,13 +259,41 @@ class Settings(BaseSettings):
 
 
 def load_settings(config_file: str | None = None) -> Settings:
-    """Environment wins over the file (dotenv syntax), which wins over defaults."""
+    """Environment wins over the file (dotenv syntax), which wins over defaults. An unknown
+    TRACEJUDGE_ variable or file key, or a bad value, is a SettingsError naming it."""
     path = config_file or os.environ.get(CONFIG_FILE_ENV)
+    problems = unknown_names(k for k in os.environ if k.upper().startswith(PREFIX))
     if path:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"config file not found: {path}")
-        return Settings(_env_file=path)  # type: ignore[call-arg]
-    return Settings()
+        problems += [f"{path}: {p}" for p in unknown_names(dotenv_values(path))]
+    if problems:
+        raise SettingsError(problems)
+    try:
+        return Settings(_env_file=path) if path else Settings()  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise SettingsError([_bad_value(error) for error in exc.errors()]) from None
+
+
+def unknown_names(keys: Iterable[str]) -> list[str]:
+    """ "unknown setting TRACEJUDGE_WARN_TRESHOLD (did you mean TRACEJUDGE_WARN_THRESHOLD?)"."""
+    known = [PREFIX + name.upper() for name in Settings.model_fields]
+    problems = []
+    for key in keys:
+        name = key.upper() if key.upper().startswith(PREFIX) else PREFIX + key.upper()
+        if name in known or name in NOT_SETTINGS:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(f"unknown setting {key}{hint}")
+    return problems
+
+
+def _bad_value(error: Any) -> str:
+    name = PREFIX + "_".join(str(part) for part in error.get("loc", ())).upper()
+    value = error.get("input")
+    shown = "" if isinstance(value, dict) else f"={str(value)[:80]!r}"
+    return f"{name}{shown}: {error.get('msg', 'invalid value')}"
 
 
 def describe_settings() -> str:

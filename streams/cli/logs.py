@@ -5,20 +5,21 @@ from __future__ import annotations
 import logging
 
 from tracejudge.judges.redact import mask
+from tracejudge.streams.worker.log_format import JsonLogFormatter
 
 _CONFIGURED = False
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def setup_logging(level: str = "info") -> None:
+def setup_logging(level: str = "info", fmt: str = "text") -> None:
     global _CONFIGURED
     if _CONFIGURED:
         return
     _CONFIGURED = True
     mask_log_records()
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     # aiokafka is chatty about every group join at INFO.
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.streams import names
 from tracejudge.streams.cli.logs import setup_logging
-from tracejudge.streams.settings import Settings, describe_settings, load_settings
+from tracejudge.streams.settings import Settings, SettingsError, describe_settings, load_settings
 
 TAIL_KINDS = (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS, names.RETRIES, names.DLQ)
 
@@ -55,10 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
+    except SettingsError as exc:
+        for problem in exc.problems:
+            print(f"tracejudge: bad configuration: {problem}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ValueError) as exc:
         print(f"tracejudge: bad configuration: {exc}", file=sys.stderr)
         return 2
-    setup_logging(settings.log_level)
+    setup_logging(settings.log_level, settings.log_format)
     try:
         if args.command == "worker":
             return _worker(settings)

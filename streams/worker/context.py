@@ -95,20 +95,12 @@ class WorkerContext:
             steps=tables.window_steps,
             seen=tables.window_seen,
             max_steps=settings.max_trace_steps,
+            capture=settings.trace_capture,
         )
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         rules = RuleJudge(tool_call_budget=settings.tool_call_budget)
         policy = settings.verdict_policy()
-        version = evaluator_version(rules.version)
-        llm = None
-        if settings.llm_judge_enabled:
-            version = evaluator_version(
-                rules.version, judge_version(settings, final_judge_prompt())
-            )
-            judge_stage = judge_stage or JudgeStage(settings, redis, policy, version)
-            llm = LLMRouting(settings.llm_sample_rate, settings.llm_max_input_chars)
-        else:
-            judge_stage = None
+        version, judge_stage, llm = _judging(settings, rules, redis, judge_stage)
         publisher = VerdictPublisher(
             channels.evaluations, channels.reflections, channels.alerts, lookup, counters
         )
@@ -133,7 +125,16 @@ class WorkerContext:
             errors=ErrorPolicy(DeadLetters(channels.dlq, counters, settings.dlq_payload), exit),
             partitions=liveness,
             events=EventHandler(
-                store, closer, early, timeouts, markers, liveness, counters, clock, limit
+                store,
+                closer,
+                early,
+                timeouts,
+                markers,
+                liveness,
+                counters,
+                clock,
+                limit,
+                judging=settings.enabled,
             ),
             responses=ResponseHandler(
                 tables.retry_state,
@@ -143,9 +144,21 @@ class WorkerContext:
                 counters,
                 clock,
                 limit,
+                judging=settings.enabled,
             ),
             idle=IdleScanner(
                 store, channels.events, *timeouts.seconds(), markers, liveness, counters, clock
             ),
             judge_jobs=JudgeJobHandler(judge_stage, publisher.publish) if judge_stage else None,
         )
+
+
+def _judging(
+    settings: Settings, rules: RuleJudge, redis: aioredis.Redis | None, stage: JudgeStage | None
+) -> tuple[str, JudgeStage | None, LLMRouting | None]:
+    """The evaluator version, and the judge stage and routing when the LLM judge is on."""
+    if not settings.llm_judge_enabled:
+        return evaluator_version(rules.version), None, None
+    version = evaluator_version(rules.version, judge_version(settings, final_judge_prompt()))
+    stage = stage or JudgeStage(settings, redis, settings.verdict_policy(), version)
+    return version, stage, LLMRouting(settings.llm_sample_rate, settings.llm_max_input_chars)

@@ -38,6 +38,7 @@ class EventHandler:
     counters: Counter[str]
     clock: Callable[[], float]
     max_event_bytes: int | None = None
+    judging: bool = True  # TRACEJUDGE_ENABLED=false: events are parsed and counted, no more
 
     async def __call__(self, record: InRecord) -> None:
         try:
@@ -61,6 +62,9 @@ class EventHandler:
                 f"message key {record.key!r:.80} is not the event's request_id "
                 f"{event.request_id!r:.80}: key every event by its request_id",
             )
+        if not self.judging:
+            self.counters[f"events_counted_{event.type}"] += 1
+            return
         status = self.store.add(event, record.partition, self.clock())
         self.counters[f"events_{status}"] += 1
         rid = event.request_id

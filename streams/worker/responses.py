@@ -26,9 +26,13 @@ class ResponseHandler:
     counters: Counter[str]
     clock: Callable[[], float]
     max_event_bytes: int | None = None
+    judging: bool = True  # TRACEJUDGE_ENABLED=false: answers are parsed and counted, no more
 
     async def __call__(self, record: InRecord) -> None:
         response = parse_model_response(record.value, self.max_event_bytes)
+        if not self.judging:
+            self.counters["responses_counted"] += 1
+            return
         plan = plan_retry(response, self.max_retries, self.clock())
         marks: list[str] = (self.marks.get(response.session_id) or {}).get("marks", [])
         if plan.fingerprint in marks:  # a redelivered answer: it was handled already

@@ -14,6 +14,7 @@ import faust
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.app import create_app
+from tracejudge.streams.worker.log_format import worker_logging_config
 from tracejudge.streams.worker.quiet_logs import quiet_library_logs
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ def run_worker(settings: Settings) -> int:
     worker = Worker(
         app,
         loglevel=settings.log_level.upper(),
+        logging_config=worker_logging_config(settings.log_level, settings.log_format),
         quiet=True,
         stop_timeout_s=settings.stop_timeout_s,
     )

@@ -63,6 +63,9 @@ class WindowStore:
     steps: MutableMapping[str, Any]
     seen: MutableMapping[str, Any]
     max_steps: int
+    # TRACEJUDGE_TRACE_CAPTURE=false: every step kept as a stub (identity, a tool call's name
+    # and outcome), never its text; not counted as dropped, since nothing was over a limit
+    capture: bool = True
     # Every meta write goes through `_save` and `purge`, which keep this in step; what the
     # changelog restores at an assignment is read in by `reindex`.
     activity: dict[str, Activity] = field(default_factory=dict)
@@ -114,7 +117,9 @@ class WindowStore:
         beyond_limit = False
         if event.type in STEP_TYPES:
             meta.step_count += 1
-            if meta.step_count > self.max_steps:
+            if not self.capture:
+                beyond_limit = True
+            elif meta.step_count > self.max_steps:
                 meta.steps_dropped += 1
                 beyond_limit = True
         seq = meta.next_seq

@@ -1,0 +1,98 @@
+"""Settings: seed 001's keys, and configuration mistakes named in one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.memory import memory_worker
+from tracejudge.streams.settings import SettingsError, load_settings
+
+
+def test_a_misspelled_variable_is_named_with_the_closest_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRACEJUDGE_WARN_TRESHOLD", "70")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert caught.value.problems == [
+        "unknown setting TRACEJUDGE_WARN_TRESHOLD (did you mean TRACEJUDGE_WARN_THRESHOLD?)"
+    ]
+
+
+def test_the_scripts_cache_variable_is_not_a_setting_and_not_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRACEJUDGE_CACHE", "/tmp/cache")
+    assert load_settings().mode == "online"
+
+
+def test_an_unknown_key_in_the_config_file_is_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "a.env"
+    config.write_text("TRACEJUDGE_PARTITIONS=8\nTRACEJUDGE_IDLE_TIMEOUT=30\n")
+    with pytest.raises(SettingsError) as caught:
+        load_settings(str(config))
+    [problem] = caught.value.problems
+    assert problem.startswith(f"{config}: unknown setting TRACEJUDGE_IDLE_TIMEOUT")
+    assert "TRACEJUDGE_IDLE_TIMEOUT_S" in problem
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("TRACEJUDGE_PARTITIONS", "zero", "valid integer"),
+        ("TRACEJUDGE_MODE", "batch", "'online'"),
+        ("TRACEJUDGE_TABLE_STORE", "disk", "'rocksdb' or 'memory'"),
+        ("TRACEJUDGE_ENABLED", "maybe", "valid boolean"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_variable_value_and_what_is_allowed(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    [line] = caught.value.problems
+    assert line.startswith(f"{name}={value!r}: ") and says in line and "\n" not in line
+
+
+async def test_disabled_the_worker_counts_events_and_judges_nothing() -> None:
+    w = memory_worker(enabled=False)
+    for event in (
+        {"type": "task_started", "request_id": "r", "goal": "g"},
+        {"type": "tool_call", "request_id": "r", "step_index": 1, "tool": "t", "success": True},
+        {"type": "final_response", "request_id": "r", "output": "done: 42"},
+    ):
+        await w.event(event)
+    await w.response(
+        {"type": "model_response", "session_id": "s", "prompt": "fix x.py", "response": "Ready"}
+    )
+    assert w.channel("evaluations").sent == [] and w.channel("retries").sent == []
+    assert w.ctx.counters["events_counted_tool_call"] == 1
+    assert w.ctx.counters["responses_counted"] == 1
+    assert not w.ctx.store.is_open("r") and w.channel("dlq").sent == []
+
+
+async def test_without_trace_capture_steps_keep_no_text_but_the_verdict_still_counts_them() -> None:
+    w = memory_worker(trace_capture=False)
+    secret_note = "the customer's card 4111 1111 1111 1111 was declined twice"
+    await w.event({"type": "task_started", "request_id": "r", "goal": "pay the invoice"})
+    await w.event(
+        {
+            "type": "reasoning_step",
+            "request_id": "r",
+            "step_index": 1,
+            "phase": "synthesis",
+            "intent_summary": secret_note,
+        }
+    )
+    await w.event(
+        {"type": "tool_call", "request_id": "r", "step_index": 2, "tool": "pay", "success": False}
+    )
+    stored = " ".join(str(v) for v in w.tables.window_steps.values())
+    assert "declined" not in stored and "pay" in stored
+    await w.event({"type": "final_response", "request_id": "r", "output": "Paid invoice 7."})
+    (evaluation,) = w.channel("evaluations").values()
+    assert evaluation["success"] is False  # the failed call still counts
+    assert "dropped" not in " ".join(evaluation["reasons"])
