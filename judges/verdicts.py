@@ -113,6 +113,7 @@ class JudgeJob(BaseModel):
     rules: RuleVerdict
     content: str
     closed_at: float
+    terminal_at: float | None = None  # the terminal event's broker timestamp: verdict latency
 
 
 @dataclass(frozen=True)

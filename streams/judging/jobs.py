@@ -13,8 +13,8 @@ from tracejudge.streams.kafka.records import InRecord
 @dataclass
 class JudgeJobHandler:
     stage: JudgeStage
-    publish: Callable[[Verdict], Awaitable[None]]
+    publish: Callable[[Verdict, float | None], Awaitable[None]]
 
     async def __call__(self, record: InRecord) -> None:
         job = JudgeJob.model_validate_json(record.value or b"")
-        await self.publish(await self.stage.judge(job))
+        await self.publish(await self.stage.judge(job), job.terminal_at)

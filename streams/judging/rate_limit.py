@@ -36,6 +36,7 @@ class SharedRateLimiter:
         self._heartbeat_at = 0.0
         self._local: deque[float] = deque()
         self.redis_failures = 0
+        self.waits = 0  # times a call waited for the limit (tracejudge_judge_rate_limit_waits)
 
     async def acquire(self, deadline: float) -> bool:
         if self.rpm <= 0:
@@ -47,6 +48,7 @@ class SharedRateLimiter:
                 return True
             if loop.time() + wait_s >= deadline:
                 return False
+            self.waits += 1
             await asyncio.sleep(wait_s)
 
     async def _try_once(self) -> tuple[bool, float]:

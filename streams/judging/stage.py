@@ -16,6 +16,7 @@ from tracejudge.models.outputs import Alert
 from tracejudge.prompts import JudgePrompt, final_judge_prompt
 from tracejudge.streams.judging.cache import JudgeCache
 from tracejudge.streams.judging.rate_limit import SharedRateLimiter
+from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -27,9 +28,15 @@ def judge_version(settings: Settings, prompt: JudgePrompt) -> str:
 
 class JudgeStage:
     def __init__(
-        self, settings: Settings, redis: aioredis.Redis | None, policy: Policy, version: str
+        self,
+        settings: Settings,
+        redis: aioredis.Redis | None,
+        policy: Policy,
+        version: str,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or Metrics()
         self.policy = policy
         self.version = version
         self.prompt = final_judge_prompt()
@@ -67,15 +74,21 @@ class JudgeStage:
         key = cache_key(job.content, self.prompt, self.settings.llm_model)
         cached = await self.cache.get(key)
         if cached is not None:
+            self.metrics.judge_cache_hits.inc()
             return JudgeOutcome("ok", answer=cached)
+        started = time.monotonic()
         try:
             answer = await self.client.judge(job.content)
         except JudgeError as exc:
             log.info("judge fallback for %s: %s", job.facts.request_id, exc.code)
+            self.metrics.judge_errors.labels(exc.code).inc()
             return JudgeOutcome("fallback", error=exc.code)  # type: ignore[arg-type]
         except Exception:
             log.exception("unexpected judge failure for %s", job.facts.request_id)
+            self.metrics.judge_errors.labels("internal").inc()
             return JudgeOutcome("fallback", error="internal")
+        finally:
+            self.metrics.judge_latency.observe(time.monotonic() - started)
         await self.cache.put(key, answer)
         return JudgeOutcome("ok", answer=answer)
 

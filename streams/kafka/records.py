@@ -16,6 +16,7 @@ class InRecord:
     key: bytes | None
     value: bytes | None
     headers: dict[str, bytes] = field(default_factory=dict)
+    timestamp: float | None = None  # the broker's record timestamp, seconds since the epoch
 
     @classmethod
     def of_faust(cls, event: Any) -> InRecord:
@@ -24,10 +25,19 @@ class InRecord:
         items = raw.items() if isinstance(raw, dict) else raw
         headers = {k: (v if isinstance(v, bytes) else str(v).encode()) for k, v in items}
         return cls(
-            message.topic, message.partition, message.offset, event.key, event.value, headers
+            message.topic,
+            message.partition,
+            message.offset,
+            event.key,
+            event.value,
+            headers,
+            message.timestamp,  # faust gives seconds
         )
 
     @classmethod
     def of_aiokafka(cls, record: Any) -> InRecord:
         headers = {k: v for k, v in (record.headers or ())}
-        return cls(record.topic, record.partition, record.offset, record.key, record.value, headers)
+        stamp = record.timestamp / 1000 if record.timestamp is not None else None  # milliseconds
+        return cls(
+            record.topic, record.partition, record.offset, record.key, record.value, headers, stamp
+        )

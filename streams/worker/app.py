@@ -21,6 +21,7 @@ from faust.types import TP
 from tracejudge.streams import names
 from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
@@ -201,6 +202,11 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
     events = settings.topic(names.EVENTS)
 
     def offsets_seen(ends: dict[TopicPartition, int], committed: dict[TopicPartition, int]) -> None:
+        # consumer lag per owned input partition, read by /metrics (a partition the group has
+        # never committed on counts from offset 0)
+        ctx.metrics.readings.lag = {
+            (tp.topic, tp.partition): max(0, end - committed.get(tp, 0)) for tp, end in ends.items()
+        }
         if app.rebalancing:
             ctx.partitions.lost()
             return
@@ -240,6 +246,12 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
         @app.page("/debug/tasks")  # type: ignore[misc]
         async def tasks(web: Any, request: Any) -> Any:
             return web.text(async_stacks())
+
+    @app.page("/metrics")  # type: ignore[misc]
+    async def metrics(web: Any, request: Any) -> Any:
+        # the exposition format's type with its charset: a header, since aiohttp refuses a
+        # charset in content_type
+        return web.bytes(ctx.metrics.exposition(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     @app.page("/health")  # type: ignore[misc]
     async def health(web: Any, request: Any) -> Any:

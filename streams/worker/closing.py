@@ -42,7 +42,11 @@ class WindowCloser:
     counters: Counter[str]
     clock: Callable[[], float]
 
-    async def close(self, request_id: str, closed_by: ClosedBy) -> None:
+    async def close(
+        self, request_id: str, closed_by: ClosedBy, terminal_at: float | None = None
+    ) -> None:
+        """Judge and close; `terminal_at` (the terminal event's broker timestamp) times the
+        verdict."""
         now = self.clock()
         window = self.store.collect(request_id, closed_by)
         verdict = self.rules.judge(window)
@@ -54,14 +58,16 @@ class WindowCloser:
                 rules=verdict,
                 content=build_input(window, self.llm.max_input_chars).content,
                 closed_at=now,
+                terminal_at=terminal_at,
             )
             await deliver(self.judge_requests, request_id.encode("utf-8"), encode(job))
             self.counters["judge_queued"] += 1
         else:
             outcome = SKIPPED if self.llm is not None else DISABLED
             await self.publisher.publish(
-                conclude(facts, verdict, outcome, self.policy, self.version, now)
+                conclude(facts, verdict, outcome, self.policy, self.version, now), terminal_at
             )
         # marked closed only now: a crash before this line re-judges it, same evaluation_id
         self.store.close(request_id, closed_by, now)
         self.counters[f"closed_by_{closed_by}"] += 1
+        self.publisher.metrics.windows_closed.labels(closed_by).inc()

@@ -19,6 +19,7 @@ from tracejudge.judges.verdicts import evaluator_version
 from tracejudge.prompts import final_judge_prompt
 from tracejudge.streams.judging.jobs import JudgeJobHandler
 from tracejudge.streams.judging.stage import JudgeStage, judge_version
+from tracejudge.streams.metrics import Metrics, Readings
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.closing import LLMRouting, WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
@@ -63,6 +64,7 @@ class Liveness:
 class WorkerContext:
     settings: Settings
     counters: Counter[str]
+    metrics: Metrics
     liveness: Liveness
     store: WindowStore
     lookup: Lookup
@@ -90,6 +92,7 @@ class WorkerContext:
         """Wire the handlers. `lookup` and `judge_stage` default to the real ones; tests may
         pass their own (a memory lookup, a stage whose model is a fake server)."""
         counters: Counter[str] = Counter()
+        metrics = Metrics()
         store = WindowStore(
             meta=tables.window_meta,
             steps=tables.window_steps,
@@ -99,53 +102,52 @@ class WorkerContext:
         )
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         rules = RuleJudge(tool_call_budget=settings.tool_call_budget)
-        policy = settings.verdict_policy()
-        version, judge_stage, llm = _judging(settings, rules, redis, judge_stage)
+        version, judge_stage, llm = _judging(settings, rules, redis, judge_stage, metrics)
         publisher = VerdictPublisher(
-            channels.evaluations, channels.reflections, channels.alerts, lookup, counters
+            channels.evaluations, channels.reflections, channels.alerts, lookup, counters, metrics
         )
         closer = WindowCloser(
-            store, rules, policy, version, publisher, channels.judge_requests, llm, counters, clock
+            store,
+            rules,
+            settings.verdict_policy(),
+            version,
+            publisher,
+            channels.judge_requests,
+            llm,
+            counters,
+            clock,
         )
-        early = None
-        if settings.early_stop_enabled:
-            early = EarlyStopper(
-                store, settings.early_stop_policy(), channels.control, lookup, counters, clock
-            )
+        early = _early_stopper(settings, store, channels.control, lookup, counters, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
         timeouts = Timeouts(settings.idle_timeout_s, settings.closed_retention_s)
-        limit = settings.max_event_bytes
+        limit, judging = settings.max_event_bytes, settings.enabled
+        _read_into(metrics.readings, store, lookup, counters, judge_stage)
         return cls(
             settings=settings,
             counters=counters,
+            metrics=metrics,
             liveness=Liveness(),
             store=store,
             lookup=lookup,
             publisher=publisher,
-            errors=ErrorPolicy(DeadLetters(channels.dlq, counters, settings.dlq_payload), exit),
+            errors=ErrorPolicy(
+                DeadLetters(channels.dlq, counters, settings.dlq_payload, metrics), exit
+            ),
             partitions=liveness,
             events=EventHandler(
-                store,
-                closer,
-                early,
-                timeouts,
-                markers,
-                liveness,
-                counters,
-                clock,
-                limit,
-                judging=settings.enabled,
+                store=store,
+                closer=closer,
+                early_stopper=early,
+                timeouts=timeouts,
+                markers=markers,
+                liveness=liveness,
+                counters=counters,
+                clock=clock,
+                max_event_bytes=limit,
+                judging=judging,
+                metrics=metrics,
             ),
-            responses=ResponseHandler(
-                tables.retry_state,
-                channels.retries,
-                channels.alerts,
-                settings.generic_max_retries,
-                counters,
-                clock,
-                limit,
-                judging=settings.enabled,
-            ),
+            responses=_responses(settings, tables, channels, counters, clock, metrics),
             idle=IdleScanner(
                 store, channels.events, *timeouts.seconds(), markers, liveness, counters, clock
             ),
@@ -153,12 +155,68 @@ class WorkerContext:
         )
 
 
+def _early_stopper(
+    settings: Settings,
+    store: WindowStore,
+    control: Channel,
+    lookup: Lookup,
+    counters: Counter[str],
+    clock: Callable[[], float],
+    metrics: Metrics,
+) -> EarlyStopper | None:
+    if not settings.early_stop_enabled:
+        return None
+    policy = settings.early_stop_policy()
+    return EarlyStopper(store, policy, control, lookup, counters, clock, metrics)
+
+
+def _responses(
+    settings: Settings,
+    tables: Tables,
+    channels: Channels,
+    counters: Counter[str],
+    clock: Callable[[], float],
+    metrics: Metrics,
+) -> ResponseHandler:
+    return ResponseHandler(
+        marks=tables.retry_state,
+        retries=channels.retries,
+        alerts=channels.alerts,
+        max_retries=settings.generic_max_retries,
+        counters=counters,
+        clock=clock,
+        max_event_bytes=settings.max_event_bytes,
+        judging=settings.enabled,
+        metrics=metrics,
+    )
+
+
+def _read_into(
+    readings: Readings,
+    store: WindowStore,
+    lookup: Lookup,
+    counters: Counter[str],
+    stage: JudgeStage | None,
+) -> None:
+    """What /metrics reads at scrape time from where it lives."""
+    readings.open_windows = lambda: sum(1 for a in store.activity.values() if not a.closed)
+    readings.redis_errors = lambda: lookup.errors
+    readings.offset_repairs = lambda: counters["offset_skips_repaired"]
+    if stage is not None:
+        readings.breaker_open = lambda: stage.breaker.state == "open"
+        readings.rate_limit_waits = lambda: stage.limiter.waits
+
+
 def _judging(
-    settings: Settings, rules: RuleJudge, redis: aioredis.Redis | None, stage: JudgeStage | None
+    settings: Settings,
+    rules: RuleJudge,
+    redis: aioredis.Redis | None,
+    stage: JudgeStage | None,
+    metrics: Metrics,
 ) -> tuple[str, JudgeStage | None, LLMRouting | None]:
     """The evaluator version, and the judge stage and routing when the LLM judge is on."""
     if not settings.llm_judge_enabled:
         return evaluator_version(rules.version), None, None
     version = evaluator_version(rules.version, judge_version(settings, final_judge_prompt()))
-    stage = stage or JudgeStage(settings, redis, settings.verdict_policy(), version)
+    stage = stage or JudgeStage(settings, redis, settings.verdict_policy(), version, metrics)
     return version, stage, LLMRouting(settings.llm_sample_rate, settings.llm_max_input_chars)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tracejudge.judges.early_stop import EarlyStopPolicy, Round, check_early_stop
 from tracejudge.judges.verdicts import stable_id
 from tracejudge.models.outputs import EarlyStopDecision
+from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.names import REDIS_CONTROL_KEY
 from tracejudge.streams.worker.outputs import Channel, Lookup, deliver, encode
 from tracejudge.streams.worker.windows import WindowStore
@@ -22,6 +23,7 @@ class EarlyStopper:
     lookup: Lookup
     counters: Counter[str]
     clock: Callable[[], float]
+    metrics: Metrics = field(default_factory=Metrics)
 
     async def check(self, request_id: str) -> None:
         """Publish a decision if the rounds so far call for one not yet published."""
@@ -49,3 +51,4 @@ class EarlyStopper:
         # recorded after delivery: a crash in between re-sends the same decision_id
         self.store.record_early(request_id, found.action, found.iteration)
         self.counters[f"early_{found.action}"] += 1
+        self.metrics.early_stops.labels(found.action).inc()

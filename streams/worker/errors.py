@@ -13,7 +13,7 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
 from aiokafka.errors import KafkaError
@@ -22,6 +22,7 @@ from tracejudge.judges.redact import mask
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.streams import names
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.worker.outputs import Channel
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class DeadLetters:
     # keep: the original value (it holds nothing the input topic does not); mask: its text
     # masked like every output; drop: no value, only what identifies it (headers)
     payload: DlqPayload = "keep"
+    metrics: Metrics = field(default_factory=Metrics)
 
     def _value(self, record: InRecord) -> bytes | None:
         if self.payload == "keep" or record.value is None:
@@ -121,6 +123,7 @@ class DeadLetters:
             await (await self.dlq.send(key=key, value=stub, headers=stub_headers))
             self.counters["dead_lettered_stub"] += 1
         self.counters["dead_lettered"] += 1
+        self.metrics.dead_letters.labels(code).inc()
         self.counters[f"dead_lettered_{code}"] += 1
         log.warning(
             "dead-lettered %s[%d]@%d: %s", record.topic, record.partition, record.offset, code

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import Iteration, parse_event
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.names import MARKER_HEADER
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
@@ -39,6 +40,7 @@ class EventHandler:
     clock: Callable[[], float]
     max_event_bytes: int | None = None
     judging: bool = True  # TRACEJUDGE_ENABLED=false: events are parsed and counted, no more
+    metrics: Metrics = field(default_factory=Metrics)
 
     async def __call__(self, record: InRecord) -> None:
         try:
@@ -64,9 +66,11 @@ class EventHandler:
             )
         if not self.judging:
             self.counters[f"events_counted_{event.type}"] += 1
+            self.metrics.events.labels(event.type, "counted").inc()
             return
         status = self.store.add(event, record.partition, self.clock())
         self.counters[f"events_{status}"] += 1
+        self.metrics.events.labels(event.type, status).inc()
         rid = event.request_id
         stopper = self.early_stopper if isinstance(event, Iteration) else None
         if stopper is not None and status != "late" and self.store.is_open(rid):
@@ -75,7 +79,7 @@ class EventHandler:
         # A duplicate terminal event on an open window means the close it triggered never
         # finished (the worker died in between): finish it now.
         if is_terminal(event) and status != "late" and self.store.is_open(rid):
-            await self.closer.close(rid, "final_response")
+            await self.closer.close(rid, "final_response", terminal_at=record.timestamp)
 
     async def on_marker(self, request_id: str, marker: Marker) -> None:
         """A marker the idle scan sent through the stream; re-checked, since an event may have

@@ -11,7 +11,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from tracejudge.judges.redact import masked_json
 from tracejudge.judges.verdicts import Verdict
 from tracejudge.models.outputs import Evaluation
+from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.names import REDIS_EVALUATION_KEY
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,9 @@ class VerdictPublisher:
     alerts: Channel
     lookup: Lookup
     counters: Counter[str]
+    metrics: Metrics = field(default_factory=Metrics)
 
-    async def publish(self, verdict: Verdict) -> None:
+    async def publish(self, verdict: Verdict, terminal_at: float | None = None) -> None:
         evaluation = verdict.evaluation
         key = evaluation.request_id.encode("utf-8")
         pending = [await self.evaluations.send(key=key, value=encode(evaluation))]
@@ -95,6 +97,16 @@ class VerdictPublisher:
         if verdict.reflection is not None:
             self.counters["reflections"] += 1
         self.counters["alerts"] += len(verdict.alerts)
+        m = self.metrics
+        m.evaluations.labels(
+            evaluation.judge_status, quadrant(evaluation.success, evaluation.incomplete)
+        ).inc()
+        if verdict.reflection is not None:
+            m.reflections.inc()
+        for alert in verdict.alerts:
+            m.alerts.labels(alert.kind).inc()
+        if terminal_at is not None:
+            m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
         log.info(
             "evaluated %s score=%d success=%s incomplete=%s closed_by=%s judge=%s",
             evaluation.request_id,

@@ -1,0 +1,161 @@
+"""Prometheus metrics of one worker, served at GET /metrics on its web port.
+
+prometheus-client's own types, in a registry per worker (tests build several in one process).
+Label values come from closed sets (event types, statuses, error codes of our own, quadrants,
+alert kinds, partitions), so no label can grow with the traffic. Values that live elsewhere
+(open windows, consumer lag, Redis errors, the breaker) are read when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+# Seconds: a verdict is expected within milliseconds of the terminal event, a judged one within
+# the model's latency; the tail buckets show backlogs.
+VERDICT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+JUDGE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def quadrant(success: bool, incomplete: bool) -> str:
+    """The seed's four verdict quadrants, as one label."""
+    return ("success" if success else "failure") + ("_incomplete" if incomplete else "_complete")
+
+
+@dataclass
+class Readings:
+    """What the scrape reads from elsewhere; each is a callable so nothing is copied."""
+
+    open_windows: Callable[[], int] = lambda: 0
+    redis_errors: Callable[[], int] = lambda: 0
+    offset_repairs: Callable[[], int] = lambda: 0
+    breaker_open: Callable[[], bool] = lambda: False
+    rate_limit_waits: Callable[[], int] = lambda: 0
+    # (topic, partition) -> records not yet committed by the group
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class _Readings(Collector):
+    def __init__(self, readings: Readings) -> None:
+        self.readings = readings
+
+    def collect(self) -> Iterable[Metric]:
+        r = self.readings
+        yield _gauge("tracejudge_open_windows", "Requests whose window is open.", r.open_windows())
+        yield _counter("tracejudge_redis_errors", "Failed Redis writes.", r.redis_errors())
+        yield _counter(
+            "tracejudge_offset_repairs",
+            "Ranges of input records skipped by the consumer and read again.",
+            r.offset_repairs(),
+        )
+        yield _gauge(
+            "tracejudge_judge_breaker_open",
+            "1 while the LLM judge's breaker is open.",
+            int(r.breaker_open()),
+        )
+        yield _counter(
+            "tracejudge_judge_rate_limit_waits",
+            "Judge calls that waited for the shared per-minute limit.",
+            r.rate_limit_waits(),
+        )
+        lag = GaugeMetricFamily(
+            "tracejudge_consumer_lag",
+            "Input records not yet committed by the worker's group, per partition.",
+            labels=["topic", "partition"],
+        )
+        for (topic, partition), behind in sorted(r.lag.items()):
+            lag.add_metric([topic, str(partition)], behind)
+        yield lag
+
+
+def _gauge(name: str, doc: str, value: float) -> Metric:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> Metric:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+class Metrics:
+    def __init__(self, readings: Readings | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.readings = readings or Readings()
+        r = self.registry
+        self.events = Counter(
+            "tracejudge_events",
+            "Input events by type and status (added, duplicate, late, counted: judging off).",
+            ["type", "status"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "tracejudge_dead_letters", "Records dead-lettered, by reason.", ["reason"], registry=r
+        )
+        self.evaluations = Counter(
+            "tracejudge_evaluations",
+            "Evaluations published, by judge status and verdict quadrant.",
+            ["judge_status", "quadrant"],
+            registry=r,
+        )
+        self.windows_closed = Counter(
+            "tracejudge_windows_closed", "Windows closed, by cause.", ["closed_by"], registry=r
+        )
+        self.reflections = Counter(
+            "tracejudge_reflections", "Reflection requests published.", registry=r
+        )
+        self.alerts = Counter(
+            "tracejudge_alerts", "Alerts published, by kind.", ["kind"], registry=r
+        )
+        self.responses = Counter(
+            "tracejudge_responses",
+            "Model answers by status (handled, duplicate, counted: judging off).",
+            ["status"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "tracejudge_retries", "Retry decisions, by type.", ["type"], registry=r
+        )
+        self.early_stops = Counter(
+            "tracejudge_early_stops", "Early-stop decisions, by action.", ["action"], registry=r
+        )
+        self.verdict_latency = Histogram(
+            "tracejudge_verdict_latency_seconds",
+            "From the terminal event's broker timestamp to its evaluation published.",
+            buckets=VERDICT_BUCKETS,
+            registry=r,
+        )
+        self.judge_latency = Histogram(
+            "tracejudge_judge_call_seconds",
+            "LLM judge calls, cache misses only, retries included.",
+            buckets=JUDGE_BUCKETS,
+            registry=r,
+        )
+        self.judge_errors = Counter(
+            "tracejudge_judge_errors",
+            "LLM judge calls that failed, by code.",
+            ["code"],
+            registry=r,
+        )
+        self.judge_cache_hits = Counter(
+            "tracejudge_judge_cache_hits", "Judge verdicts served from the cache.", registry=r
+        )
+        r.register(_Readings(self.readings))
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+def metric_names(metrics: Metrics) -> set[str]:
+    """Every series name the registry can expose, whether or not it has samples yet (a
+    labelled counter shows none until its first increment): counters with `_total`,
+    histograms with `_bucket`, `_sum` and `_count`."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    names: set[str] = set()
+    for family in metrics.registry.collect():
+        names.update(family.name + end for end in suffixes.get(family.type, ("",)))
+    return names
