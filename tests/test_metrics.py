@@ -1,0 +1,87 @@
+"""The worker's Prometheus metrics, and the dashboard and alert rules that use them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.memory import memory_worker
+from tracejudge.streams.metrics import Metrics, metric_names
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+SERIES = re.compile(r"\b(tracejudge_[a-z_]+)\b")
+
+
+def samples(exposition: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(exposition.decode())
+        for s in family.samples
+    }
+
+
+async def test_handled_records_show_up_with_bounded_labels() -> None:
+    w = memory_worker()
+    await w.event({"type": "task_started", "request_id": "r", "goal": "refund order 7"})
+    await w.event(
+        {"type": "tool_call", "request_id": "r", "step_index": 1, "tool": "refund", "success": True}
+    )
+    await w.event(
+        {"type": "tool_call", "request_id": "r", "step_index": 1, "tool": "refund", "success": True}
+    )  # the same event again: a duplicate
+    await w.event(b"not json")
+    got = samples(w.ctx.metrics.exposition())
+    assert got[("tracejudge_events_total", (("status", "added"), ("type", "tool_call")))] == 1
+    assert got[("tracejudge_events_total", (("status", "duplicate"), ("type", "tool_call")))] == 1
+    assert got[("tracejudge_dead_letters_total", (("reason", "not_json"),))] == 1
+    assert got[("tracejudge_open_windows", ())] == 1
+    await w.event({"type": "final_response", "request_id": "r", "output": "Refunded order 7."})
+    got = samples(w.ctx.metrics.exposition())
+    assert got[("tracejudge_open_windows", ())] == 0
+    quadrant = (("judge_status", "disabled"), ("quadrant", "success_complete"))
+    assert got[("tracejudge_evaluations_total", quadrant)] == 1
+    assert got[("tracejudge_windows_closed_total", (("closed_by", "final_response"),))] == 1
+
+
+def used_series() -> dict[str, set[str]]:
+    dashboard = json.loads((DEPLOY / "grafana" / "tracejudge.json").read_text())
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    found = {
+        "dashboard": {
+            name
+            for panel in dashboard["panels"]
+            for target in panel["targets"]
+            for name in SERIES.findall(target["expr"])
+        },
+        "alerts": {
+            name
+            for group in rules["groups"]
+            for rule in group["rules"]
+            for name in SERIES.findall(rule["expr"])
+        },
+    }
+    return found
+
+
+def test_every_series_the_dashboard_and_the_alerts_use_exists() -> None:
+    known = metric_names(Metrics())
+    for where, names in used_series().items():
+        assert names, where
+        assert names <= known, (where, sorted(names - known))
+
+
+def test_the_alert_rules_cover_what_ops_asked_for() -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    by_name = {r["alert"]: r for g in rules["groups"] for r in g["rules"]}
+    assert set(by_name) == {
+        "TracejudgeWorkerDown",
+        "TracejudgeLagGrowing",
+        "TracejudgeDeadLetters",
+        "TracejudgeJudgeFallingBack",
+        "TracejudgeNoEvaluations",
+    }
+    assert all(r["labels"]["severity"] in {"warning", "critical"} for r in by_name.values())
