@@ -9,7 +9,13 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from tracejudge.models.events import CONTRACT_VERSION, EVENT_ADAPTER
-from tracejudge.models.outputs import Alert, Evaluation, ReflectionRequest, RetryRequest
+from tracejudge.models.outputs import (
+    Alert,
+    EarlyStopDecision,
+    Evaluation,
+    ReflectionRequest,
+    RetryRequest,
+)
 from tracejudge.models.responses import ModelResponse
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"
@@ -31,6 +37,7 @@ def contract_schemas() -> dict[str, dict[str, Any]]:
         ("reflection_request", ReflectionRequest),
         ("alert", Alert),
         ("retry_request", RetryRequest),
+        ("early_stop", EarlyStopDecision),
     ):
         adapter: TypeAdapter[Any] = TypeAdapter(model)
         schemas[f"{name}.schema.json"] = (

@@ -89,6 +89,11 @@ class Settings(BaseSettings):
         "it holds nothing the input topic does not), mask (its text masked like every output) "
         "or drop (no value; headers identify it). The reason header is masked in every mode.",
     )
+    status_workers: str = Field(
+        "",
+        description="Comma-separated base URLs of workers whose /health `tracejudge status` "
+        "shows (default: this host's web port).",
+    )
     debug_endpoints: bool = Field(
         False, description="Serve /debug/tasks (every coroutine's stack) on the web port."
     )

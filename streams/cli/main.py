@@ -1,4 +1,4 @@
-"""`tracejudge` command line: worker, demo, tail, publish, schema."""
+"""`tracejudge` command line: worker, demo, status, tail, publish, replay, schema."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from tracejudge.streams import names
 from tracejudge.streams.cli.logs import setup_logging
 from tracejudge.streams.settings import Settings, SettingsError, describe_settings, load_settings
 
-TAIL_KINDS = (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS, names.RETRIES, names.DLQ)
+TAIL_KINDS = (
+    names.EVALUATIONS,
+    names.ALERTS,
+    names.REFLECTIONS,
+    names.RETRIES,
+    names.CONTROL,
+    names.DLQ,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +50,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stop after SECONDS without an event (default: follow until Ctrl-C)",
     )
+    status = sub.add_parser(
+        "status", help="configuration, topics with last-minute counts and lag, workers' health"
+    )
+    status.add_argument(
+        "--worker",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="a worker's base URL, e.g. http://10.0.0.5:6066 (repeatable)",
+    )
+    status.add_argument("--json", action="store_true", help="print JSON")
     publish = sub.add_parser("publish", help="send contract events from a JSONL file ('-': stdin)")
     publish.add_argument("file")
     publish.add_argument("--topic", default=None, help="topic (default: <prefix>events)")
@@ -80,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 return asyncio.run(_tail(settings, args))
             return 0
+        if args.command == "status":
+            return _status(settings, args.worker, args.json)
         if args.command == "publish":
             return _publish(settings, args.file, args.topic)
         if args.command == "schema":
@@ -125,6 +145,22 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> int:
         if args.limit is not None and count >= args.limit:
             break
     return 0
+
+
+def _status(settings: Settings, workers: list[str] | None, as_json: bool) -> int:
+    from tracejudge.streams.kafka.status import collect_status, render_status
+
+    urls = workers or [u.strip() for u in settings.status_workers.split(",") if u.strip()]
+    urls = urls or [f"http://127.0.0.1:{settings.web_port}"]
+    from aiokafka.errors import KafkaError
+
+    try:
+        status = asyncio.run(collect_status(settings, urls))
+    except (TimeoutError, OSError, KafkaError) as exc:
+        print(f"tracejudge: broker {settings.kafka_bootstrap} unreachable: {exc}", file=sys.stderr)
+        return 1
+    print(status.to_json() if as_json else render_status(status))
+    return 0 if all(w.code == 200 for w in status.workers) else 3
 
 
 def _publish(settings: Settings, file: str, topic: str | None) -> int:

@@ -70,4 +70,9 @@ def render(
             + (f" send={follow!r}" if follow else "")
             + f" | {_short('; '.join(event.get('reasons') or []), 100)}"
         )
+    if kind == names.CONTROL:
+        return (
+            f"{when} {rid} iteration={event.get('iteration')} {event.get('action')} "
+            f"({event.get('reason')}) | {_short(event.get('evidence'), 100)}"
+        )
     return _short(json.dumps(event, ensure_ascii=False), 200)

@@ -157,6 +157,18 @@ async def _align_changelog_configs(admin: AIOKafkaAdminClient, topics: list[str]
         log.warning("cannot check the changelogs' compaction settings: %r", exc)
 
 
+async def partition_counts(settings: Settings, timeout_s: float = 10.0) -> dict[str, int]:
+    """Topic -> partition count, of every topic on the cluster."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=int(timeout_s * 1000)
+    )
+    await admin.start()
+    try:
+        return await _partition_counts(admin)
+    finally:
+        await admin.close()
+
+
 async def _partition_counts(admin: AIOKafkaAdminClient) -> dict[str, int]:
     names = await admin.list_topics()
     if not names:

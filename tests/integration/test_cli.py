@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import WorkerProcess
+from tests.integration.harness import WorkerProcess, produce_events
 from tests.realservices import ROOT
 from tracejudge.streams.demo.samples import sample_traces
 
@@ -101,3 +101,56 @@ async def test_tail_dlq_shows_the_reason(pipeline_worker: WorkerProcess, tmp_pat
 def test_publish_reports_a_missing_file(pipeline_worker: WorkerProcess) -> None:
     result = cli(pipeline_worker, "publish", "/nonexistent/traces.jsonl")
     assert result.returncode == 1 and "cannot read" in result.stderr
+
+
+async def test_tail_control_shows_early_stop_decisions(pipeline_worker: WorkerProcess) -> None:
+    rid = f"cli-stop-{uuid.uuid4().hex[:6]}"
+    events = [{"type": "task_started", "request_id": rid, "goal": "find the slow query"}] + [
+        {
+            "type": "iteration",
+            "request_id": rid,
+            "step_index": i,
+            "iteration": i,
+            "max_iterations": 5,
+            "response": text,
+        }
+        for i, text in enumerate(
+            ["<Hypothesis>missing index</Hypothesis>", "<Conclusion>Add the index.</Conclusion>"],
+            start=1,
+        )
+    ]
+    await produce_events(
+        pipeline_worker.settings.kafka_bootstrap, pipeline_worker.topic("events"), events
+    )
+    for _ in range(20):  # the decision follows the second iteration within milliseconds
+        tailed = await asyncio.to_thread(
+            cli, pipeline_worker, "tail", "control", "--from-beginning", "--idle-exit", "2"
+        )
+        mine = [line for line in tailed.stdout.splitlines() if rid in line]
+        if mine:
+            break
+    assert mine == [mine[0]] and "iteration=2 stop (conclusion) | Add the index." in mine[0]
+
+
+async def test_status_shows_topics_lag_and_the_workers_health(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    url = f"http://127.0.0.1:{pipeline_worker.settings.web_port}"
+    shown = await asyncio.to_thread(cli, pipeline_worker, "status", "--worker", url)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "configuration (secrets masked)" in shown.stdout
+    assert f"{pipeline_worker.topic('events')} " in shown.stdout
+    assert f"{url}  ok (200)" in shown.stdout
+    as_json = await asyncio.to_thread(
+        cli, pipeline_worker, "status", "--worker", url, "--worker", "http://127.0.0.1:1", "--json"
+    )
+    assert as_json.returncode == 3  # a worker that does not answer
+    status = json.loads(as_json.stdout)
+    topics = {t["topic"]: t for t in status["topics"]}
+    events = topics[pipeline_worker.topic("events")]
+    assert events["partitions"] == pipeline_worker.settings.partitions
+    assert events["lag"] is not None and events["lag"] >= 0
+    assert topics[pipeline_worker.topic("evaluations")]["lag"] is None
+    codes = [w["code"] for w in status["workers"]]
+    assert codes == [200, 0]
+    assert status["settings"]["llm_api_key"] in ("", "***")
