@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import SHARED_DATA
+from tracejudge.judges.agreement import auc
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import Policy
 from tracejudge.models.events import STEP_TYPES, parse_event
@@ -52,14 +53,6 @@ def report(name: str, predicted: dict[str, bool], actual: dict[str, bool]) -> No
         f"{name:<48} tp={tp:<3} fp={fp:<3} fn={fn:<3} tn={tn:<3} "
         f"precision={precision:.2f} recall={recall:.2f} accuracy={(tp + tn) / len(actual):.2f}"
     )
-
-
-def auc(scores: dict[str, float], ok: dict[str, bool]) -> float:
-    """Probability that an ok run scores above a failed one (ties count half)."""
-    good = [scores[r] for r in ok if ok[r]]
-    bad = [scores[r] for r in ok if not ok[r]]
-    wins = sum(1.0 if g > b else 0.5 if g == b else 0.0 for g in good for b in bad)
-    return wins / (len(good) * len(bad)) if good and bad else float("nan")
 
 
 def main(data: Path) -> None:

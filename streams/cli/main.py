@@ -61,6 +61,19 @@ def _parser() -> argparse.ArgumentParser:
         help="a worker's base URL, e.g. http://10.0.0.5:6066 (repeatable)",
     )
     status.add_argument("--json", action="store_true", help="print JSON")
+    replay = sub.add_parser(
+        "replay",
+        help="re-evaluate recorded events offline with the worker's code; compare two settings",
+    )
+    replay.add_argument("file", nargs="?", help="recorded events, JSONL (as `publish` reads)")
+    replay.add_argument("--config", dest="replay_config", metavar="A.env", help="settings A")
+    replay.add_argument("--against", metavar="B.env", help="settings B: compare B with A")
+    replay.add_argument("--labels", metavar="FILE", help="JSON: request_id -> ok/reward label")
+    replay.add_argument("--out", type=Path, metavar="DIR", help="write evaluations and report")
+    replay.add_argument(
+        "--from-topic", action="store_true", help="read the cluster's events topic instead"
+    )
+    replay.add_argument("--since", default="1h", help="with --from-topic: 30m, 2h, 1d (1h)")
     publish = sub.add_parser("publish", help="send contract events from a JSONL file ('-': stdin)")
     publish.add_argument("file")
     publish.add_argument("--topic", default=None, help="topic (default: <prefix>events)")
@@ -98,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 return asyncio.run(_tail(settings, args))
             return 0
+        if args.command == "replay":
+            from tracejudge.streams.cli.replay import run_replay
+
+            return run_replay(settings, args)
         if args.command == "status":
             return _status(settings, args.worker, args.json)
         if args.command == "publish":

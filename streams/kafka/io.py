@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from tracejudge.streams.settings import Settings
 
@@ -86,5 +86,40 @@ async def read_topic(
                 yield record
             if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
                 return
+    finally:
+        await consumer.stop()
+
+
+async def read_since(
+    settings: Settings, topic: str, since_s: float
+) -> list[tuple[bytes | None, bytes]]:
+    """(key, value) of every record written to `topic` in the last `since_s` seconds, up to
+    the end offsets at the call, in offset order per partition and time order across them.
+    No group: nothing committed, the workers undisturbed."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False
+    )
+    from tracejudge.streams.kafka.admin import partition_counts
+
+    count = (await partition_counts(settings)).get(topic, 0)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(count)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        since = int((time.time() - since_s) * 1000)
+        starts = await consumer.offsets_for_times({tp: since for tp in tps})
+        for tp in tps:
+            found = starts.get(tp)
+            consumer.seek(tp, found.offset if found is not None else ends[tp])
+        taken: list[ConsumerRecord] = []
+        remaining = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
+        while remaining:
+            batch = await consumer.getmany(*remaining, timeout_ms=1000)
+            for tp, records in batch.items():
+                taken += [r for r in records if r.offset < ends[tp]]
+            remaining = {tp for tp in remaining if await consumer.position(tp) < ends[tp]}
+        taken.sort(key=lambda r: (r.timestamp, r.partition, r.offset))
+        return [(r.key, r.value or b"") for r in taken]
     finally:
         await consumer.stop()

@@ -1,5 +1,6 @@
 """GET /metrics on the real broker: counts and the verdict-latency histogram agree with what
-was published and what came out."""
+was published and what came out; `replay` of the same events (from the file and from the
+topic) gives the worker's verdicts."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import SHARED_DATA
 from tests.integration.harness import WorkerProcess, grouped, produce, worker_env
+from tracejudge.streams.kafka.io import read_since
+from tracejudge.streams.replay.engine import replay
 
 pytestmark = pytest.mark.integration
 RUNS = 20  # tau-bench runs replayed
@@ -110,5 +113,20 @@ async def test_metrics_count_what_was_published_and_time_every_verdict(
             worker.topic("events"),
             worker.topic("responses"),
         }
+        # replay, offline and from what the cluster saw: the worker's verdicts, ts aside
+        offline = await replay(
+            worker.settings, [(e["request_id"].encode(), json.dumps(e).encode()) for e in events]
+        )
+        seen = await read_since(worker.settings, worker.topic("events"), since_s=600)
+        online = await replay(worker.settings, seen)
+        published = {rid: v[0] for rid, v in evaluations.items()}
+        for result in (offline, online):
+            assert {r: without_ts(e) for r, e in result.evaluations.items()} == {
+                r: without_ts(e) for r, e in published.items()
+            }
     finally:
         worker.stop()
+
+
+def without_ts(evaluation: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in evaluation.items() if k != "ts"}

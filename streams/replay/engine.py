@@ -1,0 +1,170 @@
+"""`tracejudge replay`: recorded events through the worker's own handlers, without Kafka.
+
+The same `WorkerContext` the worker builds (windows, rules, early stops, the LLM judge and its
+cache when the settings turn it on), with in-memory channels and tables: a replay's verdicts
+are the worker's verdicts. Evaluations are kept in memory, never written to Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from pydantic import BaseModel
+
+from tracejudge.streams import names
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.settings import Settings
+from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
+from tracejudge.streams.worker.outputs import redis_client
+
+
+@dataclass
+class CollectingChannel:
+    """A topic in memory: what was sent, in order."""
+
+    sent: list[tuple[bytes | None, bytes | None]] = field(default_factory=list)
+
+    async def send(
+        self,
+        *,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> Awaitable[Any]:
+        self.sent.append((key, value))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    def values(self, start: int = 0) -> list[dict[str, Any]]:
+        return [json.loads(v or b"null") for _, v in self.sent[start:]]
+
+
+@dataclass
+class MemoryLookup:
+    """Evaluations and early-stop decisions stay in the replay (production Redis untouched)."""
+
+    data: dict[str, str] = field(default_factory=dict)
+    errors: int = 0
+    enabled: bool = True
+
+    async def put(self, evaluation: Any) -> bool:
+        return await self.put_at(evaluation.request_id, evaluation)
+
+    async def put_at(self, key: str, value: BaseModel) -> bool:
+        self.data[key] = value.model_dump_json()
+        return True
+
+
+class ReplayFailed(RuntimeError):
+    """What would have made the worker exit for its supervisor."""
+
+
+def _stop(reason: str, exc: BaseException) -> NoReturn:
+    raise ReplayFailed(reason) from exc
+
+
+@dataclass
+class ReplayResult:
+    settings: Settings
+    events: int
+    evaluations: dict[str, dict[str, Any]]  # request_id -> the evaluation published last
+    reflections: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+    early_stops: list[dict[str, Any]]
+    dead_letters: int
+
+
+async def replay(
+    settings: Settings,
+    records: Iterable[tuple[bytes | None, bytes]],
+    progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    """Feed (key, value) records in order; close what is still open at the end as the idle
+    timeout would; run queued judge jobs as the judge consumer would."""
+    channels = Channels(*(CollectingChannel() for _ in range(8)))
+    redis = redis_client(settings.redis_url) if settings.llm_judge_enabled else None
+    ctx = WorkerContext.build(
+        settings, channels, Tables({}, {}, {}, {}), redis, lookup=MemoryLookup(), exit=_stop
+    )
+    ctx.partitions.observe({p: 0 for p in range(settings.partitions)}, {})  # all live
+    topic = settings.topic(names.EVENTS)
+    jobs = _JobDrain(ctx, channels, settings)
+    count = 0
+    try:
+        for count, (key, value) in enumerate(records, start=1):
+            if key is None:  # the worker refuses unkeyed events; so do we, the same way
+                key = b""
+            await ctx.errors.run(InRecord(topic, 0, count, key, value, {}), ctx.events)
+            await jobs.run()
+            if progress is not None:
+                progress(count)
+        for rid in [r for r, a in ctx.store.activity.items() if not a.closed]:
+            await ctx.events.closer.close(rid, "idle_timeout")
+        await jobs.run(final=True)
+    finally:
+        if ctx.judge_jobs is not None:
+            await ctx.judge_jobs.stage.aclose()
+        if redis is not None:
+            await redis.aclose()
+    return _result(settings, count, channels, ctx)
+
+
+@dataclass
+class _JobDrain:
+    """Judge jobs the closer queued, run as the judge consumer runs them: up to
+    `llm_concurrency` at once."""
+
+    ctx: WorkerContext
+    channels: Channels
+    settings: Settings
+    done: int = 0
+
+    async def run(self, final: bool = False) -> None:
+        handler = self.ctx.judge_jobs
+        queue = self.channels.judge_requests
+        assert isinstance(queue, CollectingChannel)
+        if handler is None:
+            return
+        width = 1 if final else self.settings.llm_concurrency
+        while len(queue.sent) - self.done >= width or (final and self.done < len(queue.sent)):
+            batch = queue.sent[self.done : self.done + self.settings.llm_concurrency]
+            self.done += len(batch)
+            topic = self.settings.topic(names.JUDGE_REQUESTS)
+            await asyncio.gather(
+                *(
+                    self.ctx.errors.run(InRecord(topic, 0, self.done, k, v, {}), handler)
+                    for k, v in batch
+                )
+            )
+
+
+def _result(
+    settings: Settings, events: int, channels: Channels, ctx: WorkerContext
+) -> ReplayResult:
+    def sent(channel: Any) -> list[dict[str, Any]]:
+        assert isinstance(channel, CollectingChannel)
+        return channel.values()
+
+    evaluations = {e["request_id"]: e for e in sent(channels.evaluations)}
+    return ReplayResult(
+        settings=settings,
+        events=events,
+        evaluations=evaluations,
+        reflections=sent(channels.reflections),
+        alerts=sent(channels.alerts),
+        early_stops=sent(channels.control),
+        dead_letters=ctx.counters["dead_lettered"],
+    )
+
+
+def lines_of(raw: bytes) -> list[tuple[bytes | None, bytes]]:
+    """A JSONL recording as (key, value) records: keyed by request_id, as `publish` sends."""
+    from tracejudge.streams.kafka.io import key_of
+
+    return [(key_of(line), line) for line in raw.splitlines() if line.strip()]

@@ -1,0 +1,111 @@
+"""What `tracejudge replay` prints: a summary of one run, two runs side by side, agreement
+with ground-truth labels."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from tracejudge.judges.agreement import auc, label_ok
+from tracejudge.streams.metrics import quadrant
+from tracejudge.streams.replay.engine import ReplayResult
+
+BANDS = ((0, 19), (20, 39), (40, 59), (60, 79), (80, 100))
+QUADRANTS = ("success_complete", "success_incomplete", "failure_complete", "failure_incomplete")
+
+
+def _quadrant(e: Mapping[str, Any]) -> str:
+    return quadrant(bool(e["success"]), bool(e["incomplete"]))
+
+
+def describe(name: str, result: ReplayResult) -> str:
+    s = result.settings
+    judge = f"LLM judge {s.llm_model}" if s.llm_judge_enabled else "rules only"
+    return f"{name}: {judge}, warn threshold {s.warn_threshold}, rule weight {s.rule_weight}"
+
+
+def summary(result: ReplayResult) -> list[str]:
+    evs = list(result.evaluations.values())
+    scores = [e["overall_score"] for e in evs]
+    bands = "  ".join(f"{lo}-{hi}: {sum(1 for x in scores if lo <= x <= hi)}" for lo, hi in BANDS)
+    quads = Counter(_quadrant(e) for e in evs)
+    alerts = Counter(a["kind"] for a in result.alerts)
+    passed = sum(1 for e in evs if e["passed"])
+    mean = sum(scores) / len(scores) if scores else float("nan")
+    return [
+        f"{len(evs)} requests from {result.events} events ({result.dead_letters} dead-lettered)",
+        f"scores    {bands}   (mean {mean:.1f})",
+        "quadrants " + "  ".join(f"{q} {quads.get(q, 0)}" for q in QUADRANTS),
+        f"passed    {passed}/{len(evs)}   reflections {len(result.reflections)}   "
+        f"early stops {len(result.early_stops)}",
+        "alerts    " + ("  ".join(f"{k} {n}" for k, n in sorted(alerts.items())) or "none"),
+    ]
+
+
+def agreement(result: ReplayResult, labels: Mapping[str, Any]) -> list[str]:
+    ok = {rid: v for rid, raw in labels.items() if (v := label_ok(raw)) is not None}
+    ok = {rid: v for rid, v in ok.items() if rid in result.evaluations}
+    if not ok:
+        return ["labels: none of the replayed requests is labelled"]
+    evs = result.evaluations
+    flagged = {
+        r: (not evs[r]["passed"]) or (not evs[r]["success"]) or evs[r]["incomplete"] for r in ok
+    }
+    bad = [r for r in ok if not ok[r]]
+    good = [r for r in ok if ok[r]]
+
+    def share(rs: list[str]) -> str:
+        hit = sum(flagged[r] for r in rs)
+        return f"{hit}/{len(rs)}" + (f" ({hit / len(rs):.0%})" if rs else "")
+
+    score = auc({r: float(evs[r]["overall_score"]) for r in ok}, ok)
+    return [
+        f"labels    {len(ok)} labelled ({len(good)} ok, {len(bad)} failed)   AUC {score:.3f}",
+        f"flagged   failed runs {share(bad)}   ok runs {share(good)}"
+        "   (flagged: not passed, not success or incomplete)",
+    ]
+
+
+def comparison(a: ReplayResult, b: ReplayResult, top: int = 10) -> list[str]:
+    both = sorted(set(a.evaluations) & set(b.evaluations))
+    ea, eb = a.evaluations, b.evaluations
+    rows = [
+        ("passed", sum(ea[r]["passed"] for r in both), sum(eb[r]["passed"] for r in both)),
+        ("success", sum(ea[r]["success"] for r in both), sum(eb[r]["success"] for r in both)),
+        (
+            "incomplete",
+            sum(ea[r]["incomplete"] for r in both),
+            sum(eb[r]["incomplete"] for r in both),
+        ),
+    ]
+    lines = [f"{'':<12} {'A':>8} {'B':>8} {'changed':>8}"]
+    for field, x, y in rows:
+        flips = sum(1 for r in both if ea[r][field] != eb[r][field])
+        lines.append(f"{field:<12} {x:>8} {y:>8} {flips:>8}")
+    deltas = {r: eb[r]["overall_score"] - ea[r]["overall_score"] for r in both}
+    moved = [d for d in deltas.values() if d]
+    mean = sum(deltas.values()) / len(deltas) if deltas else 0.0
+    lines.append(
+        f"{'score':<12} mean delta {mean:+.1f}, {len(moved)} requests moved"
+        + (f" (from {min(moved):+d} to {max(moved):+d})" if moved else "")
+    )
+    moved_rids = [
+        r
+        for r in both
+        if deltas[r] or any(ea[r][f] != eb[r][f] for f in ("passed", "success", "incomplete"))
+    ]
+    moved_rids.sort(key=lambda r: (-abs(deltas[r]), r))
+    if moved_rids:
+        lines.append(f"most changed (of {len(moved_rids)}):")
+        lines.append(f"  {'request':<44} {'score A→B':>10} {'passed':>12} {'quadrant A → B'}")
+        for r in moved_rids[:top]:
+            lines.append(
+                f"  {r[:44]:<44} {ea[r]['overall_score']:>4}→{eb[r]['overall_score']:<5} "
+                f"{ea[r]['passed']!s:>5}→{eb[r]['passed']!s:<6} "
+                f"{_quadrant(ea[r])} → {_quadrant(eb[r])}"
+            )
+    only = len(set(a.evaluations) ^ set(b.evaluations))
+    if only:
+        lines.append(f"{only} requests were evaluated in one run only")
+    return lines
