@@ -155,7 +155,26 @@ def create_app(settings: Settings) -> faust.App:
 
     _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard)
+    _add_phase_logs(app, settings)
     return app
+
+
+def _add_phase_logs(app: faust.App, settings: Settings) -> None:
+    """One line per phase of a start, so a worker joining its group is not silent."""
+    phases: dict[str, bool] = {}
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def _assigned(sender: Any, assigned: Any, **_: Any) -> None:
+        if not phases.get("assigned"):
+            phases["assigned"] = True
+            log.info(
+                "assigned %d partitions; recovering tables from their changelogs", len(assigned)
+            )
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def ready() -> None:
+        await app.tables.recovery.completed.wait()  # type: ignore[attr-defined]
+        log.info("tables recovered; ready (GET /health answers 200 once consuming)")
 
 
 @dataclass

@@ -50,7 +50,13 @@ class Worker(faust.Worker):  # type: ignore[misc]
 
 def run_worker(settings: Settings) -> int:
     log.info("settings: %s", settings.masked())
-    asyncio.run(ensure_topics(settings))
+    log.info("connecting to Kafka at %s", settings.kafka_bootstrap)
+    created = asyncio.run(ensure_topics(settings))
+    log.info("topics ok (%d created)", len(created))
+    log.info(
+        "joining consumer group %s (the first assignment can take the broker's rebalance delay)",
+        settings.app_id,
+    )
     app = create_app(settings)
     quiet_library_logs()
     worker = Worker(
