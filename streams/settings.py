@@ -48,6 +48,25 @@ class Settings(BaseSettings):
         "(the judges then see the task and the answer only).",
     )
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT",
+        description="How every Kafka client connects: PLAINTEXT, SSL, SASL_PLAINTEXT or "
+        "SASL_SSL (TLS with SASL; what managed Kafka services require).",
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."
+    )
+    kafka_sasl_username: str = Field("", description="SASL user name.")
+    kafka_sasl_password: SecretStr = Field(
+        SecretStr(""), description="SASL password (secret; never logged)."
+    )
+    kafka_ssl_cafile: str = Field(
+        "", description="CA certificates (PEM) to trust; empty: the system's trust store."
+    )
+    kafka_ssl_certfile: str = Field(
+        "", description="Client certificate (PEM) for mutual TLS; empty: none."
+    )
+    kafka_ssl_keyfile: str = Field("", description="Private key (PEM) of the client certificate.")
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         description="Redis URL for verdict look-ups; empty disables Redis.",

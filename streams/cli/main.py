@@ -24,6 +24,9 @@ TAIL_KINDS = (
 )
 
 
+KAFKA_COMMANDS = ("publish", "tail", "status")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tracejudge",
@@ -95,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(settings.log_level, settings.log_format)
     try:
+        if args.command in KAFKA_COMMANDS or getattr(args, "from_topic", False):
+            # one clear line for an unreachable, untrusted or credential-refusing broker
+            from tracejudge.streams.kafka.security import check_connection
+
+            asyncio.run(check_connection(settings))
         if args.command == "worker":
             return _worker(settings)
         if args.command == "topics":

@@ -18,6 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
+from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class JudgeRunner:
         session_ms = int(self.settings.broker_session_timeout_s * 1000)
         return AIOKafkaConsumer(
             self.topic,
-            bootstrap_servers=self.settings.kafka_bootstrap,
+            **client_options(self.settings),
             group_id=f"{self.settings.app_id}-judge",
             enable_auto_commit=False,
             auto_offset_reset="earliest",

@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.streams import names
+from tracejudge.streams.kafka.security import check_connection, client_options
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,11 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
 
 
 async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str]:
-    """Create missing topics; raise ConfigurationError on a partition-count mismatch."""
+    """Create missing topics; raise ConfigurationError on a partition-count mismatch, or on
+    a broker that cannot be reached, refuses the credentials or is not trusted."""
+    await check_connection(settings)
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=int(timeout_s * 1000)
+        **client_options(settings), request_timeout_ms=int(timeout_s * 1000)
     )
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
@@ -112,7 +115,7 @@ async def seed_group_offsets(settings: Settings, topic: str) -> None:
     has no live member; otherwise a running worker owns those commits anyway.
     """
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_options(settings),
         group_id=settings.app_id,
         enable_auto_commit=False,
     )
@@ -160,7 +163,7 @@ async def _align_changelog_configs(admin: AIOKafkaAdminClient, topics: list[str]
 async def partition_counts(settings: Settings, timeout_s: float = 10.0) -> dict[str, int]:
     """Topic -> partition count, of every topic on the cluster."""
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=int(timeout_s * 1000)
+        **client_options(settings), request_timeout_ms=int(timeout_s * 1000)
     )
     await admin.start()
     try:

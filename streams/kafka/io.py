@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 
 
@@ -33,7 +34,7 @@ def key_of(line: bytes) -> bytes | None:
 async def publish_lines(settings: Settings, topic: str, lines: Iterable[bytes]) -> PublishReport:
     """Send every non-blank line as one message keyed by its request_id; wait for delivery."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_options(settings),
         acks="all",
         max_request_size=settings.kafka_max_request_bytes,
     )
@@ -69,7 +70,7 @@ async def read_topic(
     """
     consumer = AIOKafkaConsumer(
         topic,
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_options(settings),
         group_id=None,
         auto_offset_reset="earliest" if from_beginning else "latest",
         metadata_max_age_ms=5000,
@@ -96,9 +97,7 @@ async def read_since(
     """(key, value) of every record written to `topic` in the last `since_s` seconds, up to
     the end offsets at the call, in offset order per partition and time order across them.
     No group: nothing committed, the workers undisturbed."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(**client_options(settings), group_id=None, enable_auto_commit=False)
     from tracejudge.streams.kafka.admin import partition_counts
 
     count = (await partition_counts(settings)).get(topic, 0)

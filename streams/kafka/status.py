@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tracejudge.streams import names
 from tracejudge.streams.kafka.admin import partition_counts
+from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 
 WINDOW_S = 60.0  # "the last minute"
@@ -56,7 +57,7 @@ async def collect_status(settings: Settings, workers: list[str], timeout_s: floa
 async def _topics(settings: Settings) -> list[TopicStatus]:
     # a consumer of the worker group, never subscribed: OffsetFetch only, as the watchdog does
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_options(settings),
         group_id=settings.app_id,
         enable_auto_commit=False,
     )

@@ -21,6 +21,7 @@ from faust.types import TP
 from tracejudge.streams import names
 from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
 from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
@@ -39,6 +40,21 @@ def _broker_urls(bootstrap: str) -> list[str]:
     return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
 
 
+def _faust_credentials(settings: Settings) -> Any:
+    """`broker_credentials` for the Faust app (None: plaintext)."""
+    protocol = settings.kafka_security_protocol
+    if protocol == "SSL":
+        return faust.SSLCredentials(ssl_context(settings))
+    if protocol in SASL:
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=settings.kafka_sasl_password.get_secret_value(),
+            mechanism=settings.kafka_sasl_mechanism,
+            ssl_context=ssl_context(settings) if protocol == "SASL_SSL" else None,
+        )
+    return None
+
+
 def _faust_app(settings: Settings) -> faust.App:
     timing: dict[str, Any] = {"broker_session_timeout": settings.broker_session_timeout_s}
     if settings.embedded_broker_timing:
@@ -49,6 +65,7 @@ def _faust_app(settings: Settings) -> faust.App:
     return faust.App(
         settings.app_id,
         broker=_broker_urls(settings.kafka_bootstrap),
+        broker_credentials=_faust_credentials(settings),
         # RocksDB keeps the tables on disk (one database per table partition under datadir),
         # with the offset of the last changelog record it holds: a restart on the same data
         # directory reads only the changelogs' tail instead of rebuilding every window.
@@ -113,7 +130,7 @@ def create_app(settings: Settings) -> faust.App:
         retry_state=table(names.RETRY_STATE),
     )
     ctx = WorkerContext.build(settings, channels, tables, redis_client(settings.redis_url))
-    group = GroupOffsets(settings.kafka_bootstrap, settings.app_id)
+    group = GroupOffsets(client_options(settings), settings.app_id)
 
     async def seek(tp: tuple[str, int], offset: int) -> None:
         await app.consumer.seek(TP(*tp), offset)

@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AIOTopicPartition
@@ -129,8 +130,8 @@ class GroupOffsets:
 
     ATTEMPTS = 6
 
-    def __init__(self, bootstrap: str, group_id: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, connection: dict[str, Any], group_id: str) -> None:
+        self.connection = connection  # bootstrap servers and security: client_options()
         self.group_id = group_id
         self._consumer: AIOKafkaConsumer | None = None
 
@@ -150,7 +151,7 @@ class GroupOffsets:
     async def first_offset(self, tp: TopicPartition, offset: int) -> int | None:
         """The offset of the first record at or after `offset`, reading the partition directly
         (a consumer without a group: nothing is committed)."""
-        reader = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        reader = AIOKafkaConsumer(**self.connection, enable_auto_commit=False)
         await reader.start()
         try:
             partition = AIOTopicPartition(*tp)
@@ -165,7 +166,7 @@ class GroupOffsets:
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
             consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap, group_id=self.group_id, enable_auto_commit=False
+                **self.connection, group_id=self.group_id, enable_auto_commit=False
             )
             await consumer.start()
             self._consumer = consumer

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class StallWatchdog:
 
     def _consumer(self) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
+            **client_options(self.settings),
             group_id=self.settings.app_id,  # never subscribes: reads the group's commits only
             enable_auto_commit=False,
             request_timeout_ms=int(PROBE_TIMEOUT_S * 1000),

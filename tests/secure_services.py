@@ -1,0 +1,235 @@
+"""Kafka with a SASL_SSL listener and Redis with TLS and an ACL user, generated per test run.
+
+The pinned Apache Kafka (same jars as `realservices.py`) with SCRAM-SHA-512 users created at
+format time; a CA and certificates made with the machine's `openssl`; everything on loopback.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.realservices import LOG4J, Service, _wait_port, free_port, kafka_libs
+
+STORE_PASSWORD = "store-secret"
+KAFKA_USER, KAFKA_PASSWORD = "tracejudge", "kafka-secret-1"
+
+
+@dataclass(frozen=True)
+class Tls:
+    ca: Path  # the CA certificate clients trust
+    cert: Path  # the server certificate (127.0.0.1 and localhost)
+    key: Path
+    keystore: Path  # PKCS12 of cert and key, for Kafka
+
+
+def make_tls(workdir: Path, name: str = "server") -> Tls:
+    """A fresh CA and a server certificate it signed, for 127.0.0.1 and localhost."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca_key, ca = workdir / "ca.key", workdir / "ca.pem"
+    key, csr, cert = workdir / f"{name}.key", workdir / f"{name}.csr", workdir / f"{name}.pem"
+    ext = workdir / f"{name}.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    keystore = workdir / f"{name}.p12"
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=tracejudge test CA",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca),
+    )
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(cert),
+    )
+    openssl(
+        "pkcs12",
+        "-export",
+        "-in",
+        str(cert),
+        "-inkey",
+        str(key),
+        "-out",
+        str(keystore),
+        "-passout",
+        f"pass:{STORE_PASSWORD}",
+    )
+    return Tls(ca, cert, key, keystore)
+
+
+SASL_SSL_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{cport}
+listeners=SASL_SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=SASL_SSL://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=SASL_SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=\
+org.apache.kafka.common.security.scram.ScramLoginModule required \
+username="{user}" password="{password}";
+ssl.keystore.type=PKCS12
+ssl.keystore.location={keystore}
+ssl.keystore.password={store_password}
+ssl.key.password={store_password}
+ssl.truststore.type=PEM
+ssl.truststore.location={ca}
+ssl.endpoint.identification.algorithm=
+log.dirs={data}
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+"""
+
+
+def start_kafka_sasl_ssl(workdir: Path, tls: Tls, timeout_s: float = 90.0) -> Service:
+    """A single-node KRaft broker whose only client listener is SASL_SSL with SCRAM-SHA-512;
+    the user is created at format time (`--add-scram`)."""
+    java = shutil.which("java")
+    assert java, "java not found: run scripts/ensure-services.sh"
+    libs = kafka_libs()
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, cport = free_port(), free_port()
+    props = workdir / "server.properties"
+    props.write_text(
+        SASL_SSL_PROPERTIES.format(
+            port=port,
+            cport=cport,
+            user=KAFKA_USER,
+            password=KAFKA_PASSWORD,
+            keystore=tls.keystore,
+            store_password=STORE_PASSWORD,
+            ca=tls.ca,
+            data=workdir / "data",
+        )
+    )
+    (workdir / "log4j.properties").write_text(LOG4J)
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    subprocess.run(
+        [
+            java,
+            "-cp",
+            f"{libs}/*",
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={cluster_id}",
+            "-c",
+            str(props),
+            "--add-scram",
+            f"SCRAM-SHA-512=[name={KAFKA_USER},password={KAFKA_PASSWORD}]",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    log = workdir / "kafka.log"
+    args = [
+        java,
+        "-Xmx512m",
+        f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
+        "-cp",
+        f"{libs}/*",
+        "kafka.Kafka",
+        str(props),
+    ]
+    process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    _wait_port(port, process, log, timeout_s)
+    return Service(f"127.0.0.1:{port}", process, log, args)
+
+
+REDIS_USER, REDIS_PASSWORD = "tracejudge", "redis-secret-1"
+# least privilege: tracejudge's keys only, and the commands the worker and its clients use
+REDIS_ACL = (
+    f"user {REDIS_USER} on >{REDIS_PASSWORD} ~tracejudge:* resetchannels "
+    "-@all +get +set +incr +expire +zadd +zremrangebyscore +zcard +multi +exec +ping"
+)
+
+
+def start_redis_tls(workdir: Path, tls: Tls, timeout_s: float = 30.0) -> Service:
+    """redis-server with TLS only (no plaintext port), the default user off and one ACL user
+    limited to `tracejudge:*`."""
+    server = shutil.which("redis-server")
+    assert server, "redis-server not found: run scripts/ensure-services.sh"
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    acl = workdir / "users.acl"
+    acl.write_text(f"user default off\n{REDIS_ACL}\n")
+    log = workdir / "redis.log"
+    process = subprocess.Popen(
+        [
+            server,
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            str(tls.cert),
+            "--tls-key-file",
+            str(tls.key),
+            "--tls-ca-cert-file",
+            str(tls.ca),
+            "--tls-auth-clients",
+            "no",
+            "--aclfile",
+            str(acl),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    _wait_port(port, process, log, timeout_s)
+    return Service(f"rediss://{REDIS_USER}:{REDIS_PASSWORD}@127.0.0.1:{port}/0", process, log)
