@@ -85,7 +85,7 @@ async def test_worker_publish_and_tail_over_sasl_ssl_with_tls_redis(
         published = await asyncio.to_thread(cli, env, "publish", str(path))
         assert published.returncode == 0, published.stderr
         rids = {t.request_id for t in traces}
-        deadline, seen = time.monotonic() + 60, set()
+        deadline, seen = time.monotonic() + 60, set[str]()
         while seen != rids and time.monotonic() < deadline:
             tailed = await asyncio.to_thread(
                 cli, env, "tail", "evaluations", "--json", "--from-beginning", "--idle-exit", "2"
