@@ -17,4 +17,4 @@ fi
 # mypy cannot see through the editable install's import hook (the folders models/, judges/,
 # streams/, prompts/ are installed as tracejudge.*): give it the same names as links.
 mkdir -p build/typecheck/tracejudge
-for d in models judges streams prompts; do ln -sfn "../../../$d" "build/typecheck/tracejudge/$d"; done
+for d in models judges streams prompts client; do ln -sfn "../../../$d" "build/typecheck/tracejudge/$d"; done

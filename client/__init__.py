@@ -1,0 +1,13 @@
+"""tracejudge for agent authors: record what an agent does, have it judged, read the verdict.
+
+    from tracejudge.client import Tracer
+
+No Faust and nothing of the worker: an aiokafka producer (and Redis, when given, for verdicts
+and early-stop decisions).
+"""
+
+from tracejudge.client.events import Recorder
+from tracejudge.client.tracer import AsyncTracer, Tracer
+from tracejudge.streams.client import AsyncEarlyStopClient, EarlyStopClient
+
+__all__ = ["AsyncEarlyStopClient", "AsyncTracer", "EarlyStopClient", "Recorder", "Tracer"]

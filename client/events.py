@@ -1,0 +1,137 @@
+"""Contract events for one request, with step indexes, event ids and clipping filled in."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, clip
+
+Emit = Callable[[dict[str, Any]], bool]  # queue an event; False: the queue was full (dropped)
+
+
+class Recorder:
+    """One request: `task_started` when made, then steps in order, `final_response` last.
+
+    Every event gets the request id (the message key), a step index, an event id derived from
+    both (so a resend is recognised as a duplicate) and texts clipped to the contract's limits
+    before they leave the process.
+    """
+
+    def __init__(
+        self,
+        emit: Emit,
+        goal: str,
+        *,
+        request_id: str | None = None,
+        agent_name: str | None = None,
+        session_key: str | None = None,
+        planned_steps: list[str] | None = None,
+    ) -> None:
+        self.request_id = request_id or uuid.uuid4().hex
+        self.started_at = time.time()
+        self._emit = emit
+        self._common = {
+            k: v for k, v in (("agent_name", agent_name), ("session_key", session_key)) if v
+        }
+        self._step = 0
+        self.dropped = 0
+        self.finished = False
+        self._send(
+            "task_started",
+            goal=clip(goal, LONG_TEXT_LIMIT),
+            planned_steps=[clip(s, SUMMARY_LIMIT) for s in (planned_steps or [])][:100],
+        )
+
+    def reasoning(
+        self,
+        summary: str,
+        *,
+        phase: str = "plan",
+        action: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """A reasoning step: a short summary of the thought, never the whole chain."""
+        self._send(
+            "reasoning_step",
+            phase=phase,
+            intent_summary=clip(summary, SUMMARY_LIMIT),
+            action=_clipped(action),
+            error=_clipped(error),
+        )
+
+    def tool_call(
+        self,
+        tool: str,
+        *,
+        success: bool,
+        args: Any = None,
+        result: Any = None,
+        error: str | None = None,
+        latency_ms: float | None = None,
+    ) -> None:
+        self._send(
+            "tool_call",
+            tool=tool[:256],
+            success=success,
+            args_summary=_clipped(
+                args if args is None or isinstance(args, str) else json.dumps(args, default=str)
+            ),
+            result_preview=_clipped(
+                result
+                if result is None or isinstance(result, str)
+                else json.dumps(result, default=str)
+            ),
+            error=_clipped(error),
+            latency_ms=latency_ms,
+        )
+
+    def user(self, text: str) -> None:
+        """A later turn of the user in a conversation."""
+        self._send("user_message", text=clip(text, SUMMARY_LIMIT))
+
+    def iteration(
+        self,
+        iteration: int,
+        *,
+        response: str = "",
+        observation: str = "",
+        exec_success: bool | None = None,
+        max_iterations: int | None = None,
+    ) -> None:
+        """One round of an iterative loop (early-stop decisions follow these)."""
+        self._send(
+            "iteration",
+            iteration=iteration,
+            max_iterations=max_iterations,
+            response=clip(response, LONG_TEXT_LIMIT),
+            observation=clip(observation, LONG_TEXT_LIMIT),
+            exec_success=exec_success,
+        )
+
+    def final(self, output: str) -> None:
+        """The answer: ends the request, which is judged at once."""
+        self._send("final_response", output=clip(output, LONG_TEXT_LIMIT))
+        self.finished = True
+
+    def _send(self, kind: str, **fields: Any) -> None:
+        step = self._step
+        self._step += 1
+        event = {
+            "type": kind,
+            "request_id": self.request_id,
+            "step_index": step,
+            "event_id": f"{self.request_id}:{step}",
+            "ts": time.time(),
+            **self._common,
+            **{k: v for k, v in fields.items() if v is not None},
+        }
+        if not self._emit(event):
+            self.dropped += 1
+
+
+def _clipped(text: str | None) -> str | None:
+    return None if text is None else clip(text, SUMMARY_LIMIT)
