@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("models", "judges", "streams", "prompts")
+FOLDERS = ("models", "judges", "streams", "prompts", "client")
 
 
 def tracejudge_tree(base: Path, copy: bool) -> Path:
-    """The four folders under their installed name, as links or as copies to edit."""
+    """The folders under their installed name, as links or as copies to edit."""
     package = base / "tracejudge"
     package.mkdir()
     for folder in FOLDERS:

@@ -52,10 +52,11 @@ def test_the_wheel_has_only_tracejudge_at_top_level(tmp_path: Path) -> None:
         "tracejudge/prompts/generic_patterns.json",
         "tracejudge/streams/worker/app.py",
         "tracejudge/streams/cli/__main__.py",
+        "tracejudge/client/tracer.py",
     ):
         assert expected in names
     # every folder of the source tree is a package of the wheel
-    for folder in ("models", "judges", "streams", "prompts"):
+    for folder in ("models", "judges", "streams", "prompts", "client"):
         for init in (ROOT / folder).rglob("__init__.py"):
             inside = init.relative_to(ROOT).as_posix()
             assert f"tracejudge/{inside}" in names, f"{inside} missing from the wheel"
