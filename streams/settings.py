@@ -113,6 +113,14 @@ class Settings(BaseSettings):
         description="Comma-separated base URLs of workers whose /health `tracejudge status` "
         "shows (default: this host's web port).",
     )
+    otel_host: str = Field("127.0.0.1", description="Address `tracejudge otel` listens on.")
+    otel_grpc_port: int = Field(4317, description="OTLP/gRPC port of `tracejudge otel`.")
+    otel_http_port: int = Field(4318, description="OTLP/HTTP port of `tracejudge otel`.")
+    otel_capture_content: bool = Field(
+        False,
+        description="Read message content (prompts, answers, tool arguments) from GenAI spans; "
+        "off by default, as OpenTelemetry keeps it opt-in.",
+    )
     debug_endpoints: bool = Field(
         False, description="Serve /debug/tasks (every coroutine's stack) on the web port."
     )

@@ -24,7 +24,7 @@ TAIL_KINDS = (
 )
 
 
-KAFKA_COMMANDS = ("publish", "tail", "status")
+KAFKA_COMMANDS = ("publish", "tail", "status", "otel")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("worker", help="run the evaluation worker")
     sub.add_parser("topics", help="create every topic (the worker also does it at start)")
+    sub.add_parser("otel", help="receive OTLP traces (gRPC :4317, HTTP :4318) as contract events")
     demo = sub.add_parser("demo", help="run the demo on an embedded broker and print verdicts")
     demo.add_argument("--timeout", type=float, default=180.0, help="give up after SECONDS")
     tail = sub.add_parser("tail", help="print an output topic, one line per event")
@@ -105,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(check_connection(settings))
         if args.command == "worker":
             return _worker(settings)
+        if args.command == "otel":
+            from tracejudge.streams.otel.receiver import serve
+
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(serve(settings))
+            return 0
         if args.command == "topics":
             from tracejudge.streams.kafka.admin import ensure_topics
 

@@ -1,0 +1,176 @@
+"""OpenTelemetry GenAI spans to contract events, one span at a time (no buffering).
+
+A trace is one request (`otel-<trace id>`). The root span (no parent; `invoke_agent` in the
+GenAI semantic conventions) gives the task and, as it ends last, the final response that ends
+the request; `execute_tool` spans are tool calls; model calls (`chat`, `text_completion`,
+`generate_content`) and nested agents are reasoning steps. Steps are ordered by their start
+time (the step index is the start in microseconds), so spans may arrive in any order. Message
+content is read only when `capture_content` is set, as the conventions make it opt-in.
+OpenInference's span kinds (AGENT, TOOL, LLM, CHAIN) and attribute names are read too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, clip
+
+STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
+MODEL_CALLS = ("chat", "text_completion", "generate_content", "embeddings")
+
+
+@dataclass(frozen=True)
+class SpanInfo:
+    trace_id: str  # hex
+    span_id: str
+    parent_span_id: str  # "" for a root span
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    status_code: int
+    status_message: str
+
+    @property
+    def operation(self) -> str:
+        op = self.attributes.get("gen_ai.operation.name")
+        if isinstance(op, str) and op:
+            return op
+        kind = str(self.attributes.get("openinference.span.kind", "")).upper()
+        by_kind = {"AGENT": "invoke_agent", "TOOL": "execute_tool", "LLM": "chat"}
+        return by_kind.get(kind, self.name.split(" ", 1)[0])
+
+    @property
+    def failed(self) -> bool:
+        return self.status_code == STATUS_ERROR or bool(self.attributes.get("error.type"))
+
+    @property
+    def error(self) -> str | None:
+        if not self.failed:
+            return None
+        return self.status_message or str(self.attributes.get("error.type") or "error")
+
+
+def request_id(trace_id: str) -> str:
+    return f"otel-{trace_id}"
+
+
+def events_of(span: SpanInfo, capture_content: bool) -> list[dict[str, Any]]:
+    """The contract events one finished span stands for."""
+    rid = request_id(span.trace_id)
+    a = span.attributes
+    common: dict[str, Any] = {"request_id": rid, "ts": span.end_ns / 1e9}
+    for key, name in (
+        ("gen_ai.conversation.id", "session_key"),
+        ("gen_ai.agent.name", "agent_name"),
+    ):
+        if isinstance(a.get(key), str) and a[key]:
+            common[name] = a[key][:256]
+    step = span.start_ns // 1000
+    op = span.operation
+    if not span.parent_span_id:
+        return _root(span, common, capture_content)
+    if op == "execute_tool":
+        return [
+            {
+                **common,
+                "type": "tool_call",
+                "event_id": f"{rid}:{span.span_id}",
+                "step_index": step,
+                "tool": str(a.get("gen_ai.tool.name") or a.get("tool.name") or span.name)[:256],
+                "success": not span.failed,
+                "error": _clip(span.error),
+                "latency_ms": max(0.0, (span.end_ns - span.start_ns) / 1e6),
+                "args_summary": _clip(_content(a, ("gen_ai.tool.call.arguments", "input.value")))
+                if capture_content
+                else None,
+                "result_preview": _clip(_content(a, ("gen_ai.tool.call.result", "output.value")))
+                if capture_content
+                else None,
+            }
+        ]
+    if op in MODEL_CALLS or op in ("invoke_agent", "create_agent"):
+        model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or ""
+        what = (
+            f"{op} {model}".strip()
+            if op in MODEL_CALLS
+            else f"{op} {a.get('gen_ai.agent.name', '')}"
+        )
+        said = _content(a, ("gen_ai.output.messages", "output.value")) if capture_content else None
+        return [
+            {
+                **common,
+                "type": "reasoning_step",
+                "event_id": f"{rid}:{span.span_id}",
+                "step_index": step,
+                "phase": "synthesis" if op in MODEL_CALLS else "plan",
+                "intent_summary": _clip(said) or what.strip(),
+                "error": _clip(span.error),
+            }
+        ]
+    return []  # other spans (HTTP, database) are not steps of the agent
+
+
+def _root(span: SpanInfo, common: dict[str, Any], capture_content: bool) -> list[dict[str, Any]]:
+    rid, a = common["request_id"], span.attributes
+    agent = str(a.get("gen_ai.agent.name") or span.name)
+    asked = _content(a, ("gen_ai.input.messages", "input.value")) if capture_content else None
+    answer = _content(a, ("gen_ai.output.messages", "output.value")) if capture_content else None
+    goal = asked or str(a.get("gen_ai.agent.description") or f"run of {agent}")
+    if span.failed:
+        output = f"{agent} failed: {span.error}"
+    else:
+        # without content capture the answer itself is not known: say what ended, not "done"
+        output = answer or f"{agent} finished its run (answer not captured: content is opt-in)"
+    return [
+        {
+            **common,
+            "type": "task_started",
+            "event_id": f"{rid}:start",
+            "step_index": 0,
+            "goal": clip(goal, LONG_TEXT_LIMIT),
+        },
+        {
+            **common,
+            "type": "final_response",
+            "event_id": f"{rid}:final",
+            "step_index": span.end_ns // 1000,
+            "output": clip(output, LONG_TEXT_LIMIT),
+        },
+    ]
+
+
+def _content(attributes: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    """Text of the first content attribute present: GenAI messages (JSON: parts with text)
+    or OpenInference's input/output values."""
+    for key in keys:
+        value = attributes.get(key)
+        if value in (None, ""):
+            continue
+        if isinstance(value, str):
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                return value
+            return _texts(parsed) or value
+        return _texts(value) or str(value)
+    return None
+
+
+def _texts(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        if isinstance(value.get("content"), str):
+            return str(value["content"])
+        return " ".join(_texts(v) for k, v in value.items() if k in ("parts", "content", "text"))
+    if isinstance(value, list):
+        return " ".join(t for t in (_texts(v) for v in value) if t)
+    return ""
+
+
+def _clip(text: str | None) -> str | None:
+    return None if text is None else clip(text, SUMMARY_LIMIT)

@@ -1,0 +1,167 @@
+"""`tracejudge otel`: an OTLP trace receiver (gRPC and HTTP) that publishes contract events.
+
+Built on the official `opentelemetry-proto` messages (and grpcio's server; aiohttp for OTLP/HTTP,
+binary protobuf or JSON). A span batch is answered only after its events were acknowledged by
+Kafka, so an exporter's retry covers a failure in between: at-least-once, and the event ids make
+a resend a duplicate the worker recognises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from typing import Any
+
+import grpc
+from aiohttp import web
+from aiokafka import AIOKafkaProducer
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from tracejudge.streams import names
+from tracejudge.streams.kafka.security import client_options
+from tracejudge.streams.otel.mapping import SpanInfo, events_of
+from tracejudge.streams.settings import Settings
+
+log = logging.getLogger(__name__)
+Request = trace_service_pb2.ExportTraceServiceRequest
+Response = trace_service_pb2.ExportTraceServiceResponse
+
+
+def value_of(v: AnyValue) -> Any:
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [value_of(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: value_of(kv.value) for kv in v.kvlist_value.values}
+    return getattr(v, kind) if kind else None
+
+
+def spans_of(request: Any) -> list[SpanInfo]:
+    found = []
+    for resource in request.resource_spans:
+        for scope in resource.scope_spans:
+            for span in scope.spans:
+                found.append(
+                    SpanInfo(
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_span_id=span.parent_span_id.hex(),
+                        name=span.name,
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
+                        attributes={a.key: value_of(a.value) for a in span.attributes},
+                        status_code=span.status.code,
+                        status_message=span.status.message,
+                    )
+                )
+    return found
+
+
+class Receiver:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topic = settings.topic(names.EVENTS)
+        self.producer = AIOKafkaProducer(
+            **client_options(settings),
+            acks="all",
+            max_request_size=settings.kafka_max_request_bytes,
+        )
+        self.spans = 0
+        self.events = 0
+
+    async def accept(self, request: Any) -> None:
+        """Publish the events of every span in the batch and wait for the broker."""
+        pending = []
+        for span in spans_of(request):
+            self.spans += 1
+            for event in events_of(span, self.settings.otel_capture_content):
+                clean = {k: v for k, v in event.items() if v is not None}
+                pending.append(
+                    await self.producer.send(
+                        self.topic,
+                        json.dumps(clean).encode(),
+                        key=clean["request_id"].encode(),
+                    )
+                )
+        await asyncio.gather(*pending)
+        self.events += len(pending)
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+
+    async def Export(self, request: Any, context: Any) -> Any:
+        try:
+            await self.receiver.accept(request)
+        except Exception as exc:  # the exporter retries UNAVAILABLE
+            log.warning("cannot publish a span batch: %r", exc)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot publish to Kafka")
+        return Response()
+
+
+def http_app(receiver: Receiver) -> web.Application:
+    async def traces(request: web.Request) -> web.Response:
+        body = await request.read()
+        as_json = request.content_type == "application/json"
+        message = Request()
+        try:
+            if as_json:
+                json_format.Parse(body, message)
+            else:
+                message.ParseFromString(body)
+        except Exception:
+            return web.Response(status=400, text="not an OTLP ExportTraceServiceRequest")
+        try:
+            await receiver.accept(message)
+        except Exception as exc:
+            log.warning("cannot publish a span batch: %r", exc)
+            return web.Response(status=503, text="cannot publish to Kafka")
+        if as_json:
+            return web.Response(text="{}", content_type="application/json")
+        return web.Response(
+            body=Response().SerializeToString(), content_type="application/x-protobuf"
+        )
+
+    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app.router.add_post("/v1/traces", traces)
+    return app
+
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Both receivers until `stop` is set (or SIGINT/SIGTERM)."""
+    receiver = Receiver(settings)
+    await receiver.producer.start()
+    server = grpc.aio.server()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        _TraceService(receiver), server
+    )
+    host = settings.otel_host
+    server.add_insecure_port(f"{host}:{settings.otel_grpc_port}")
+    await server.start()
+    runner = web.AppRunner(http_app(receiver))
+    await runner.setup()
+    await web.TCPSite(runner, host, settings.otel_http_port).start()
+    log.info(
+        "OTLP receiver on %s: gRPC :%d, HTTP :%d/v1/traces -> %s",
+        host,
+        settings.otel_grpc_port,
+        settings.otel_http_port,
+        receiver.topic,
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(grace=5)
+        await runner.cleanup()
+        await receiver.producer.stop()

@@ -1,0 +1,87 @@
+"""GenAI spans to contract events: roots end requests, tools are calls, content is opt-in."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tracejudge.models.events import parse_event
+from tracejudge.streams.otel.mapping import SpanInfo, events_of
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+def span(name: str, parent: str = "", status: int = 0, **attributes: Any) -> SpanInfo:
+    return SpanInfo(
+        TRACE,
+        name.replace(" ", "")[:16],
+        parent,
+        name,
+        1_000_000_000,
+        2_500_000_000,
+        attributes,
+        status,
+        "boom" if status == 2 else "",
+    )
+
+
+MESSAGES_IN = json.dumps(
+    [{"role": "user", "parts": [{"type": "text", "content": "Refund order 7"}]}]
+)
+MESSAGES_OUT = json.dumps(
+    [{"role": "assistant", "parts": [{"type": "text", "content": "Done: 20 EUR"}]}]
+)
+
+
+def test_a_root_agent_span_starts_and_ends_the_request_without_content_by_default() -> None:
+    root = span(
+        "invoke_agent bot",
+        **{
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "bot",
+            "gen_ai.input.messages": MESSAGES_IN,
+            "gen_ai.output.messages": MESSAGES_OUT,
+        },
+    )
+    started, final = events_of(root, capture_content=False)
+    assert started["type"] == "task_started" and final["type"] == "final_response"
+    assert started["request_id"] == final["request_id"] == f"otel-{TRACE}"
+    assert "Refund" not in json.dumps([started, final])  # the content stayed out
+    started, final = events_of(root, capture_content=True)
+    assert started["goal"] == "Refund order 7" and final["output"] == "Done: 20 EUR"
+    for event in (started, final):
+        parse_event(json.dumps({k: v for k, v in event.items() if v is not None}).encode())
+
+
+def test_tool_and_model_spans_are_steps_ordered_by_start_and_failures_carry_their_reason() -> None:
+    [call] = events_of(
+        span(
+            "execute_tool refund",
+            parent="root",
+            status=2,
+            **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "refund"},
+        ),
+        capture_content=False,
+    )
+    assert (call["type"], call["tool"], call["success"], call["error"]) == (
+        "tool_call",
+        "refund",
+        False,
+        "boom",
+    )
+    assert call["step_index"] == 1_000_000 and call["latency_ms"] == 1500.0
+    [thought] = events_of(
+        span(
+            "chat gpt-4o",
+            parent="root",
+            **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"},
+        ),
+        capture_content=False,
+    )
+    assert thought["type"] == "reasoning_step" and thought["intent_summary"] == "chat gpt-4o"
+    assert events_of(span("GET /orders", parent="root"), capture_content=False) == []
+    [tool] = events_of(
+        span("lookup", parent="root", **{"openinference.span.kind": "TOOL", "tool.name": "lookup"}),
+        capture_content=False,
+    )
+    assert tool["tool"] == "lookup"
