@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from tracejudge.models.events import parse_event
 from tracejudge.streams.otel.mapping import SpanInfo, events_of
@@ -11,7 +10,7 @@ from tracejudge.streams.otel.mapping import SpanInfo, events_of
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 
 
-def span(name: str, parent: str = "", status: int = 0, **attributes: Any) -> SpanInfo:
+def span(name: str, attributes: dict[str, str], parent: str = "", status: int = 0) -> SpanInfo:
     return SpanInfo(
         TRACE,
         name.replace(" ", "")[:16],
@@ -36,7 +35,7 @@ MESSAGES_OUT = json.dumps(
 def test_a_root_agent_span_starts_and_ends_the_request_without_content_by_default() -> None:
     root = span(
         "invoke_agent bot",
-        **{
+        {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": "bot",
             "gen_ai.input.messages": MESSAGES_IN,
@@ -57,9 +56,9 @@ def test_tool_and_model_spans_are_steps_ordered_by_start_and_failures_carry_thei
     [call] = events_of(
         span(
             "execute_tool refund",
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "refund"},
             parent="root",
             status=2,
-            **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "refund"},
         ),
         capture_content=False,
     )
@@ -73,15 +72,15 @@ def test_tool_and_model_spans_are_steps_ordered_by_start_and_failures_carry_thei
     [thought] = events_of(
         span(
             "chat gpt-4o",
+            {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"},
             parent="root",
-            **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"},
         ),
         capture_content=False,
     )
     assert thought["type"] == "reasoning_step" and thought["intent_summary"] == "chat gpt-4o"
-    assert events_of(span("GET /orders", parent="root"), capture_content=False) == []
+    assert events_of(span("GET /orders", {}, parent="root"), capture_content=False) == []
     [tool] = events_of(
-        span("lookup", parent="root", **{"openinference.span.kind": "TOOL", "tool.name": "lookup"}),
+        span("lookup", {"openinference.span.kind": "TOOL", "tool.name": "lookup"}, parent="root"),
         capture_content=False,
     )
     assert tool["tool"] == "lookup"
