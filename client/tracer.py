@@ -18,13 +18,15 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from tracejudge.client.events import Recorder
 from tracejudge.models.outputs import EarlyStopDecision, Evaluation
 from tracejudge.streams.names import EVALUATIONS, EVENTS, REDIS_CONTROL_KEY, REDIS_EVALUATION_KEY
 
 DEFAULT_QUEUE = 10_000
+LOOK_BACK_S = 300.0  # wait_for_evaluation without Redis reads the topic from this far back
 
 
 class AsyncTracer:
@@ -136,22 +138,29 @@ class AsyncTracer:
                 return evaluation
         return None
 
+    async def _partitions(self, topic: str) -> list[int]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **self.kafka_options)
+        await admin.start()
+        try:
+            [described] = await admin.describe_topics([topic])
+            return sorted(p["partition"] for p in described["partitions"])
+        finally:
+            await admin.close()
+
     async def _evaluations(self, deadline: float) -> AsyncIterator[Evaluation]:
         topic = self.topic_prefix + EVALUATIONS
-        # subscribed without a group: every partition is assigned, nothing is committed
+        partitions = await self._partitions(topic)
         consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=self.bootstrap, group_id=None, **self.kafka_options
+            bootstrap_servers=self.bootstrap, group_id=None, **self.kafka_options
         )
         await consumer.start()
         try:
-            for _ in range(100):  # the assignment follows the first metadata fetch
-                if consumer.assignment() or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.05)
-            tps = list(consumer.assignment())
-            # from a minute back: the verdict may have been published before we looked
+            # assigned by hand (no group, nothing committed) and sought by time: from a few
+            # minutes back, since the verdict may have been published before we looked
+            tps = [TopicPartition(topic, p) for p in partitions]
+            consumer.assign(tps)
             since = await consumer.offsets_for_times(
-                {tp: int((time.time() - 60) * 1000) for tp in tps}
+                {tp: int((time.time() - LOOK_BACK_S) * 1000) for tp in tps}
             )
             ends = await consumer.end_offsets(tps)
             for tp in tps:
