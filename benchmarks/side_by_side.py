@@ -1,0 +1,305 @@
+"""Issue 15's yardstick: the same backlog drained by raw aiokafka, bare Faust and tracejudge.
+
+    python -m benchmarks.side_by_side [--requests 2000] [--partitions 4]
+
+Starts the real Kafka and Redis like the tests do. Produces `requests` x 10 contract events as
+a backlog on a fresh topic per system, then lets each system drain it and prints, side by side:
+events per second (first to last output record, broker timestamps), CPU milliseconds per input
+event (the consuming process's user + system time), and for tracejudge the changelog records
+and bytes written per input event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from benchmarks.pipeline import topic_bytes
+from tests.integration.harness import WorkerProcess, produce, wait_counter, worker_env
+from tests.realservices import ROOT, start_kafka, start_redis
+from tracejudge.streams.names import TABLES, changelog_topic
+
+EVENTS_PER_REQUEST = 10
+
+
+def backlog(requests: int, run: str) -> list[tuple[bytes, bytes]]:
+    """task_started, 4 x (reasoning_step, tool_call), final_response: ~260 bytes an event."""
+    lines: list[tuple[bytes, bytes]] = []
+    for r in range(requests):
+        rid = f"{run}-{r}"
+        events: list[dict[str, Any]] = [
+            {
+                "type": "task_started",
+                "request_id": rid,
+                "goal": f"refund order {r} for the customer",
+            }
+        ]
+        for i in range(4):
+            events.append(
+                {
+                    "type": "reasoning_step",
+                    "request_id": rid,
+                    "step_index": 2 * i + 1,
+                    "phase": "plan",
+                    "intent_summary": f"step {i}: look up what the order needs",
+                }
+            )
+            events.append(
+                {
+                    "type": "tool_call",
+                    "request_id": rid,
+                    "step_index": 2 * i + 2,
+                    "tool": ["get_order", "check_policy", "refund", "notify"][i],
+                    "success": True,
+                    "args_summary": json.dumps({"order": r}),
+                    "result_preview": "ok",
+                    "latency_ms": 12,
+                }
+            )
+        events.append(
+            {
+                "type": "final_response",
+                "request_id": rid,
+                "step_index": 9,
+                "output": f"Refunded order {r}: 20 EUR back to the card, customer notified.",
+            }
+        )
+        lines += [(rid.encode(), json.dumps(e).encode()) for e in events]
+    return lines
+
+
+async def create(bootstrap: str, topics: list[str], partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(t, partitions, 1) for t in topics])
+    finally:
+        await admin.close()
+
+
+async def output_span(bootstrap: str, topic: str, expected: int, timeout_s: float) -> float:
+    """Seconds from the first to the last record of `topic`, once it holds `expected`."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    stamps: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(stamps) < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            stamps += [r.timestamp for rs in batch.values() for r in rs]
+    finally:
+        await consumer.stop()
+    if len(stamps) < expected:
+        raise TimeoutError(f"{topic}: {len(stamps)} of {expected} records")
+    return (max(stamps) - min(stamps)) / 1000
+
+
+async def first_record(bootstrap: str, topic: str, timeout_s: float) -> None:
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if any((await consumer.getmany(timeout_ms=100)).values()):
+                return
+    finally:
+        await consumer.stop()
+    raise TimeoutError(f"nothing on {topic}")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def raw_passthrough(
+    bootstrap: str, source: str, sink: str, events: int
+) -> tuple[float, float]:
+    consumer = AIOKafkaConsumer(
+        source,
+        bootstrap_servers=bootstrap,
+        group_id=f"raw-{source}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await consumer.start()
+    await producer.start()
+    before, seen = time.process_time(), 0
+    try:
+        while seen < events:
+            batch = await consumer.getmany(timeout_ms=500, max_records=500)
+            pending = [
+                await producer.send(sink, r.value, key=r.key) for rs in batch.values() for r in rs
+            ]
+            await asyncio.gather(*pending)
+            await consumer.commit()
+            seen += len(pending)
+    finally:
+        cpu = time.process_time() - before
+        await producer.stop()
+        await consumer.stop()
+    return await output_span(bootstrap, sink, events, 60), cpu
+
+
+FAUST_APP = textwrap.dedent(
+    """
+    import sys, faust
+    bootstrap, source, sink, datadir, partitions = sys.argv[1:6]
+    sys.argv[1:6] = []
+    app = faust.App("bare-" + source, broker="kafka://" + bootstrap, datadir=datadir,
+                    processing_guarantee="at_least_once", consumer_auto_offset_reset="earliest",
+                    producer_acks=-1, web_enabled=False, topic_partitions=int(partitions))
+    src = app.topic(source, key_type=bytes, value_type=bytes, key_serializer="raw",
+                    value_serializer="raw")
+    dst = app.topic(sink, key_type=bytes, value_type=bytes, key_serializer="raw",
+                    value_serializer="raw")
+
+    @app.agent(src, concurrency=1)
+    async def forward(stream):
+        async for event in stream.events():
+            await dst.send(key=event.key, value=event.value)
+
+    app.main()
+    """
+)
+
+
+async def bare_faust(
+    bootstrap: str, source: str, sink: str, events: int, workdir: Path
+) -> tuple[float, float]:
+    script = workdir / "bare_faust.py"
+    script.write_text(FAUST_APP)
+    process = subprocess.Popen(  # noqa: ASYNC220 (a benchmark: started once, not awaited)
+        [
+            sys.executable,
+            str(script),
+            bootstrap,
+            source,
+            sink,
+            str(workdir / "faust-data"),
+            str(PARTITIONS),
+            "worker",
+            "-l",
+            "warn",
+        ],
+        stdout=(workdir / "faust.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+    )
+    try:
+        await first_record(bootstrap, sink, 120)  # started: what follows is the work
+        started = cpu_s(process.pid)
+        span = await output_span(bootstrap, sink, events, 600)
+        return span, cpu_s(process.pid) - started
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+async def tracejudge(
+    kafka: str, redis: str, lines: list[tuple[bytes, bytes]], workdir: Path
+) -> dict[str, float]:
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+    env = worker_env(kafka, redis, workdir, "side", partitions=PARTITIONS)
+    worker = WorkerProcess(env, workdir / "worker.log")
+    subprocess.run(  # noqa: ASYNC221 (a benchmark: one short command before timing starts)
+        [sys.executable, "-m", "tracejudge.streams.cli", "topics"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
+    await produce(kafka, worker.topic("events"), lines)
+    worker.start(wait=False)
+    assert worker.process is not None
+    requests = len(lines) // EVENTS_PER_REQUEST
+    try:
+        await first_record(kafka, worker.topic("evaluations"), 180)
+        started = cpu_s(worker.process.pid)
+        await wait_counter(worker, requests, timeout_s=1800)
+        span = await output_span(kafka, worker.topic("evaluations"), requests, 60)
+        cpu = cpu_s(worker.process.pid) - started
+    finally:
+        worker.stop()
+    records = size = 0
+    for table in TABLES:
+        count, nbytes = await topic_bytes(kafka, changelog_topic(worker.settings.app_id, table))
+        records, size = records + count, size + nbytes
+    return {"span": span, "cpu": cpu, "records": records, "bytes": size}
+
+
+PARTITIONS = 4
+
+
+async def main(requests: int) -> None:
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # retries while topics settle
+    workdir = Path(tempfile.mkdtemp(prefix="tracejudge-side-"))
+    kafka = start_kafka(workdir / "kafka")
+    redis = start_redis(workdir / "redis")
+    try:
+        run = uuid.uuid4().hex[:6]
+        lines = backlog(requests, run)
+        events = len(lines)
+        size = sum(len(v) for _, v in lines) / events
+        print(
+            f"backlog: {requests} requests x {EVENTS_PER_REQUEST} = {events} events, "
+            f"{size:.0f} bytes each, {PARTITIONS} partitions"
+        )
+        rows = []
+        src, dst = f"raw-{run}", f"raw-{run}-out"
+        await create(kafka.address, [src, dst], PARTITIONS)
+        await produce(kafka.address, src, lines)
+        span, cpu = await raw_passthrough(kafka.address, src, dst, events)
+        rows.append(("raw aiokafka consume + forward", events / span, cpu * 1000 / events, ""))
+        src, dst = f"faust-{run}", f"faust-{run}-out"
+        await create(kafka.address, [src, dst], PARTITIONS)
+        await produce(kafka.address, src, lines)
+        span, cpu = await bare_faust(kafka.address, src, dst, events, workdir)
+        faust_rate = events / span
+        rows.append(("bare Faust agent, forward each", faust_rate, cpu * 1000 / events, ""))
+        result = await tracejudge(kafka.address, redis.address, lines, workdir / "tj")
+        rate = events / result["span"]
+        rows.append(
+            (
+                "tracejudge worker, rules only, Redis on",
+                rate,
+                result["cpu"] * 1000 / events,
+                f"{result['records'] / events:.2f} changelog records and "
+                f"{result['bytes'] / events:.0f} bytes per event; "
+                f"{rate / faust_rate:.2f} of bare Faust",
+            )
+        )
+        print(f"{'system':<42} {'events/s':>9} {'CPU ms/event':>13}")
+        for name, r, c, note in rows:
+            print(f"{name:<42} {r:>9.0f} {c:>13.3f}  {note}")
+    finally:
+        kafka.stop()
+        redis.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    PARTITIONS = args.partitions
+    asyncio.run(main(args.requests))
