@@ -31,6 +31,8 @@ _CONCRETE = re.compile(r"`|\d|\w\.\w|\w_\w|\w\(\)|https?://")
 _TO_THE_USER = re.compile(
     r"\b(?:you|your|yours|you re|you d|you ll)\b|^(?:what|which|who|when|where|why|how|do|does|did|"
     r"is|are|can|could|would|should|shall|will|may|any)\b|\b(?:should|shall) i\b"
+    r"|^(?:and|or|also|but|so) (?:what|which|who|when|where|why|how|do|does|is|are|can|could|"
+    r"would|should|will)\b"
     r"|您|你|请问|吗|呢|哪|什么|是否|多少|几"
 )
 
@@ -44,6 +46,7 @@ _CLAUSE = re.compile(r"[，；：,;:]")
 _CJK_GAP = re.compile(r"(?<=[\u3400-\u9fff]) (?=[\u3400-\u9fff])")
 # a code span with an expression or a command in it ("`df.rename(columns=…)`", "`pip install
 # requests`") answers; a bare name ("`/health` or `/healthz`?") only offers options
+_LEAD_IN = re.compile(r"[:：]\s*\n|(?:以下是|下面是|如下)[^。\n]{0,40}[:：]")
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 
@@ -252,6 +255,12 @@ def is_the_requested_text(response: str, prompt: str) -> bool:
     norm = normalise(response)
     if not norm:
         return False
+    # "以下是较正式的版本：" / "Here is the rewrite:" then the text: what follows the lead-in
+    lead_in = _LEAD_IN.search(response)
+    if lead_in is not None:
+        after = response[lead_in.end() :]
+        if len(normalise(after)) >= 4 and not clarification_in(after.strip(), normalise(after)):
+            return True
     quoted = _QUOTED.search(prompt)
     source = normalise(quoted.group(0)) if quoted else ""
     fam = families()
