@@ -6,7 +6,9 @@ Starts the real Kafka and Redis like the tests do. Produces `requests` x 10 cont
 a backlog on a fresh topic per system, then lets each system drain it and prints, side by side:
 events per second (first to last output record, broker timestamps), CPU milliseconds per input
 event (the consuming process's user + system time), and for tracejudge the changelog records
-and bytes written per input event.
+and bytes written per input event. Then tracejudge at steady rates of 25, 50, 75 and 100% of
+the rate it drained at, `--sweep-seconds` each: verdict latency p50/p99 and whether a backlog
+built up.
 """
 
 from __future__ import annotations
@@ -217,7 +219,7 @@ async def bare_faust(
 
 async def tracejudge(
     kafka: str, redis: str, lines: list[tuple[bytes, bytes]], workdir: Path
-) -> dict[str, float]:
+) -> dict[str, Any]:
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     env = worker_env(kafka, redis, workdir, "side", partitions=PARTITIONS)
     worker = WorkerProcess(env, workdir / "worker.log")
@@ -238,13 +240,83 @@ async def tracejudge(
         await wait_counter(worker, requests, timeout_s=1800)
         span = await output_span(kafka, worker.topic("evaluations"), requests, 60)
         cpu = cpu_s(worker.process.pid) - started
+        await asyncio.sleep(2.0)  # the last changelog writes reach the broker
+        records = size = 0
+        for table in TABLES:
+            topic = changelog_topic(worker.settings.app_id, table)
+            count, nbytes = await topic_bytes(kafka, topic)
+            records, size = records + count, size + nbytes
+        sweep: list[tuple[float, float, tuple[float, float, int]]] = []
+        for share in SWEEP if SWEEP_SECONDS > 0 else ():
+            rate = share * len(lines) / span
+            sweep.append((share, rate, await steady(worker, kafka, rate, SWEEP_SECONDS)))
     finally:
         worker.stop()
-    records = size = 0
-    for table in TABLES:
-        count, nbytes = await topic_bytes(kafka, changelog_topic(worker.settings.app_id, table))
-        records, size = records + count, size + nbytes
-    return {"span": span, "cpu": cpu, "records": records, "bytes": size}
+    return {"span": span, "cpu": cpu, "records": records, "bytes": size, "sweep": sweep}
+
+
+async def steady(
+    worker: WorkerProcess, kafka: str, rate: float, seconds: float
+) -> tuple[float, float, int]:
+    """Requests at a steady event rate for `seconds`: per request, the final response's
+    acknowledgement to its evaluation being readable. (p50 ms, p99 ms, requests not judged
+    5 s after the last was sent: a backlog that built up.)"""
+    run = uuid.uuid4().hex[:6]
+    requests = backlog(max(1, int(rate * seconds / EVENTS_PER_REQUEST)), f"steady-{run}")
+    by_request = [
+        requests[i : i + EVENTS_PER_REQUEST] for i in range(0, len(requests), EVENTS_PER_REQUEST)
+    ]
+    consumer = AIOKafkaConsumer(
+        worker.topic("evaluations"),
+        bootstrap_servers=kafka,
+        group_id=None,
+        auto_offset_reset="latest",
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all", linger_ms=0)
+    await consumer.start()
+    await producer.start()
+    acked: dict[bytes, float] = {}
+    seen: dict[bytes, float] = {}
+
+    async def read() -> None:
+        while True:
+            batch = await consumer.getmany(timeout_ms=100)
+            now = time.perf_counter()
+            for records in batch.values():
+                for r in records:
+                    if r.key is not None:
+                        seen.setdefault(r.key, now)
+
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(1.0)  # the reader settles at the end of the topic
+    interval = EVENTS_PER_REQUEST / rate
+    start = time.perf_counter()
+    try:
+        for i, events in enumerate(by_request):
+            await asyncio.sleep(max(0.0, start + i * interval - time.perf_counter()))
+            topic = worker.topic("events")
+            for key, value in events[:-1]:
+                await producer.send(topic, value, key=key)
+            key, value = events[-1]
+            await (await producer.send(topic, value, key=key))
+            acked[key] = time.perf_counter()
+        await asyncio.sleep(5.0)
+    finally:
+        reader.cancel()
+        await producer.stop()
+        await consumer.stop()
+    latencies = sorted((seen[k] - t) * 1000 for k, t in acked.items() if k in seen)
+    if not latencies:
+        return float("nan"), float("nan"), len(acked)
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, round(p / 100 * (len(latencies) - 1)))]
+
+    return pct(50), pct(99), len(acked) - len(latencies)
+
+
+SWEEP = (0.25, 0.5, 0.75, 1.0)
+SWEEP_SECONDS = 60.0
 
 
 PARTITIONS = 4
@@ -291,6 +363,16 @@ async def main(requests: int) -> None:
         print(f"{'system':<42} {'events/s':>9} {'CPU ms/event':>13}")
         for name, r, c, note in rows:
             print(f"{name:<42} {r:>9.0f} {c:>13.3f}  {note}")
+        if result["sweep"]:
+            print(
+                f"tracejudge at a steady rate, {SWEEP_SECONDS:g} s each (final response acked "
+                "-> evaluation readable):"
+            )
+            for share, rate, (p50, p99, late) in result["sweep"]:
+                print(
+                    f"  {share:>4.0%} of its maximum ({rate:>5.0f} events/s): p50 {p50:7.1f} ms  "
+                    f"p99 {p99:7.1f} ms  not judged 5 s after the last request: {late}"
+                )
     finally:
         kafka.stop()
         redis.stop()
@@ -300,6 +382,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--sweep-seconds", type=float, default=60.0, help="per steady rate; 0: no sweep"
+    )
     args = parser.parse_args()
     PARTITIONS = args.partitions
+    SWEEP_SECONDS = args.sweep_seconds
     asyncio.run(main(args.requests))
