@@ -51,30 +51,41 @@ def answer_outcome(
         )
         remaining.append(f"actually {claim.family}: {claim.evidence[:120]}")
         cap = min(cap, 40)
-    admitted = admitted_failure(output)
-    if admitted:
-        findings.append(("admitted_failure", admitted))
-        reasons.append(f"the answer admits an attempt failed ('{admitted[:120]}')")
-        remaining.append(admitted)
-        cap = min(cap, 50)
-    pending = pending_action(output)
-    if pending:
-        findings.append(("pending_action", pending))
-        reasons.append(f"the answer leaves the action pending ('{pending[:120]}')")
-        remaining.append(f"carry out what the answer leaves pending: {pending[:120]}")
-        cap = min(cap, 50)
-    confirmed = unmet_confirmation(window)
-    if confirmed:
-        findings.append(("confirmed_not_done", confirmed))
-        reasons.append(
-            f"the user confirmed ('{confirmed[:120]}') but no state-changing call succeeded after"
-        )
-        remaining.append(f"do what the user confirmed: {confirmed[:120]}")
-        cap = min(cap, 40)
-    handed = handoff(output)
-    if handed:
-        findings.append(("handoff", handed))
-        reasons.append(f"the request was handed to a human ('{handed[:120]}')")
-        remaining.append(f"resolve what was handed off: {handed[:120]}")
-        cap = min(cap, 50)
+    # (rule, evidence, why, work left, completeness cap): each makes the request incomplete
+    checks = (
+        (
+            "admitted_failure",
+            admitted_failure(output),
+            "the answer admits an attempt failed ('{short}')",
+            "{full}",
+            50,
+        ),
+        (
+            "pending_action",
+            pending_action(output),
+            "the answer leaves the action pending ('{short}')",
+            "carry out what the answer leaves pending: {short}",
+            50,
+        ),
+        (
+            "confirmed_not_done",
+            unmet_confirmation(window),
+            "the user confirmed ('{short}') but no state-changing call succeeded after",
+            "do what the user confirmed: {short}",
+            40,
+        ),
+        (
+            "handoff",
+            handoff(output),
+            "the request was handed to a human ('{short}')",
+            "resolve what was handed off: {short}",
+            50,
+        ),
+    )
+    for rule, evidence, why, left, limit in checks:
+        if evidence:
+            findings.append((rule, evidence))
+            reasons.append(why.format(short=evidence[:120]))
+            remaining.append(left.format(full=evidence, short=evidence[:120]))
+            cap = min(cap, limit)
     return cap

@@ -140,12 +140,6 @@ def families() -> Families:
     )
 
 
-def contains(text: str, phrase: str) -> bool:
-    if CJK.search(phrase):
-        return phrase in text.replace(" ", "") or phrase in text
-    return re.search(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", text) is not None
-
-
 def first(text: str, phrases: tuple[str, ...]) -> str | None:
     """A phrase of the family that the folded text contains (one pass over the text)."""
     latin, hanzi = _alternation(phrases)

@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from aiokafka.errors import MessageSizeTooLargeError
-from pydantic import BaseModel
 
-from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.kafka.records import InRecord
-from tracejudge.streams.names import REDIS_EVALUATION_KEY
+from tracejudge.streams.replay.engine import MemoryLookup
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 
@@ -61,21 +59,6 @@ class MemoryChannel:
 
     def values(self) -> list[Any]:
         return [s.json() for s in self.sent]
-
-
-@dataclass
-class MemoryLookup:
-    data: dict[str, str] = field(default_factory=dict)
-    errors: int = 0
-    enabled: bool = True
-
-    async def put(self, evaluation: Evaluation) -> bool:
-        key = REDIS_EVALUATION_KEY.format(request_id=evaluation.request_id)
-        return await self.put_at(key, evaluation)
-
-    async def put_at(self, key: str, value: BaseModel) -> bool:
-        self.data[key] = value.model_dump_json()
-        return True
 
 
 class Exited(Exception):

@@ -17,6 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,13 +131,27 @@ def start_kafka(workdir: Path, timeout_s: float = 90.0, reuse: bool = True) -> S
         host, _, port_text = existing.split(",")[0].rpartition(":")
         if reachable(host, int(port_text)):
             return Service(existing, None)
+    return launch_kafka(workdir, KAFKA_PROPERTIES, timeout_s=timeout_s)
+
+
+def launch_kafka(
+    workdir: Path,
+    properties: str,
+    values: dict[str, Any] | None = None,
+    format_args: tuple[str, ...] = (),
+    timeout_s: float = 90.0,
+) -> Service:
+    """Format and start the pinned Kafka with `properties`, a template filled with `port`,
+    `cport`, `data` and `values`; `format_args` go to the storage tool (e.g. `--add-scram`)."""
     libs = kafka_libs()
     java = shutil.which("java")
     assert java, "java not found: run scripts/ensure-services.sh"
     workdir.mkdir(parents=True, exist_ok=True)
     port, cport = free_port(), free_port()
     props = workdir / "server.properties"
-    props.write_text(KAFKA_PROPERTIES.format(port=port, cport=cport, data=workdir / "data"))
+    props.write_text(
+        properties.format(port=port, cport=cport, data=workdir / "data", **(values or {}))
+    )
     (workdir / "log4j.properties").write_text(LOG4J)
     classpath = f"{libs}/*"
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -152,6 +167,7 @@ def start_kafka(workdir: Path, timeout_s: float = 90.0, reuse: bool = True) -> S
             f"--cluster-id={cluster_id}",
             "-c",
             str(props),
+            *format_args,
         ],
         check=True,
         capture_output=True,
@@ -178,27 +194,21 @@ def start_redis(workdir: Path, timeout_s: float = 30.0) -> Service:
         url = urlparse(existing)
         if reachable(url.hostname or "127.0.0.1", url.port or 6379):
             return Service(existing, None)
+    return launch_redis(workdir, ["--port", "{port}"], "redis://127.0.0.1:{port}/0", timeout_s)
+
+
+def launch_redis(workdir: Path, listen: list[str], url: str, timeout_s: float = 30.0) -> Service:
+    """redis-server on loopback without persistence; `listen` are the port options ("{port}"
+    is the free port chosen), `url` the clients' URL with the same placeholder."""
     server = shutil.which("redis-server")
     assert server, "redis-server not found: run scripts/ensure-services.sh"
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = workdir / "redis.log"
+    options = [arg.format(port=port) for arg in listen]
+    common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)]
     process = subprocess.Popen(
-        [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
+        [server, *options, *common], stdout=log.open("wb"), stderr=subprocess.STDOUT
     )
     _wait_port(port, process, log, timeout_s)
-    return Service(f"redis://127.0.0.1:{port}/0", process, log)
+    return Service(url.format(port=port), process, log)

@@ -6,14 +6,11 @@ format time; a CA and certificates made with the machine's `openssl`; everything
 
 from __future__ import annotations
 
-import base64
-import shutil
 import subprocess
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.realservices import LOG4J, Service, _wait_port, free_port, kafka_libs
+from tests.realservices import Service, launch_kafka, launch_redis
 
 STORE_PASSWORD = "store-secret"
 KAFKA_USER, KAFKA_PASSWORD = "tracejudge", "kafka-secret-1"
@@ -133,55 +130,19 @@ auto.create.topics.enable=false
 def start_kafka_sasl_ssl(workdir: Path, tls: Tls, timeout_s: float = 90.0) -> Service:
     """A single-node KRaft broker whose only client listener is SASL_SSL with SCRAM-SHA-512;
     the user is created at format time (`--add-scram`)."""
-    java = shutil.which("java")
-    assert java, "java not found: run scripts/ensure-services.sh"
-    libs = kafka_libs()
-    workdir.mkdir(parents=True, exist_ok=True)
-    port, cport = free_port(), free_port()
-    props = workdir / "server.properties"
-    props.write_text(
-        SASL_SSL_PROPERTIES.format(
-            port=port,
-            cport=cport,
-            user=KAFKA_USER,
-            password=KAFKA_PASSWORD,
-            keystore=tls.keystore,
-            store_password=STORE_PASSWORD,
-            ca=tls.ca,
-            data=workdir / "data",
-        )
+    return launch_kafka(
+        workdir,
+        SASL_SSL_PROPERTIES,
+        {
+            "user": KAFKA_USER,
+            "password": KAFKA_PASSWORD,
+            "keystore": tls.keystore,
+            "store_password": STORE_PASSWORD,
+            "ca": tls.ca,
+        },
+        ("--add-scram", f"SCRAM-SHA-512=[name={KAFKA_USER},password={KAFKA_PASSWORD}]"),
+        timeout_s,
     )
-    (workdir / "log4j.properties").write_text(LOG4J)
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    subprocess.run(
-        [
-            java,
-            "-cp",
-            f"{libs}/*",
-            "kafka.tools.StorageTool",
-            "format",
-            f"--cluster-id={cluster_id}",
-            "-c",
-            str(props),
-            "--add-scram",
-            f"SCRAM-SHA-512=[name={KAFKA_USER},password={KAFKA_PASSWORD}]",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    log = workdir / "kafka.log"
-    args = [
-        java,
-        "-Xmx512m",
-        f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
-        "-cp",
-        f"{libs}/*",
-        "kafka.Kafka",
-        str(props),
-    ]
-    process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    _wait_port(port, process, log, timeout_s)
-    return Service(f"127.0.0.1:{port}", process, log, args)
 
 
 REDIS_USER, REDIS_PASSWORD = "tracejudge", "redis-secret-1"
@@ -195,41 +156,14 @@ REDIS_ACL = (
 def start_redis_tls(workdir: Path, tls: Tls, timeout_s: float = 30.0) -> Service:
     """redis-server with TLS only (no plaintext port), the default user off and one ACL user
     limited to `tracejudge:*`."""
-    server = shutil.which("redis-server")
-    assert server, "redis-server not found: run scripts/ensure-services.sh"
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     acl = workdir / "users.acl"
     acl.write_text(f"user default off\n{REDIS_ACL}\n")
-    log = workdir / "redis.log"
-    process = subprocess.Popen(
-        [
-            server,
-            "--port",
-            "0",
-            "--tls-port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--tls-cert-file",
-            str(tls.cert),
-            "--tls-key-file",
-            str(tls.key),
-            "--tls-ca-cert-file",
-            str(tls.ca),
-            "--tls-auth-clients",
-            "no",
-            "--aclfile",
-            str(acl),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    _wait_port(port, process, log, timeout_s)
-    return Service(f"rediss://{REDIS_USER}:{REDIS_PASSWORD}@127.0.0.1:{port}/0", process, log)
+    listen = [
+        "--port", "0", "--tls-port", "{port}",
+        "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key),
+        "--tls-ca-cert-file", str(tls.ca), "--tls-auth-clients", "no",
+        "--aclfile", str(acl),
+    ]  # fmt: skip
+    url = f"rediss://{REDIS_USER}:{REDIS_PASSWORD}@127.0.0.1:{{port}}/0"
+    return launch_redis(workdir, listen, url, timeout_s)

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from tracejudge.streams import names
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.names import REDIS_EVALUATION_KEY
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.outputs import redis_client
@@ -47,14 +48,16 @@ class CollectingChannel:
 
 @dataclass
 class MemoryLookup:
-    """Evaluations and early-stop decisions stay in the replay (production Redis untouched)."""
+    """The `Lookup` in memory, under the keys Redis would have: a replay's evaluations and
+    early-stop decisions stay in it (production Redis untouched); the unit tests use it too."""
 
     data: dict[str, str] = field(default_factory=dict)
     errors: int = 0
     enabled: bool = True
 
     async def put(self, evaluation: Any) -> bool:
-        return await self.put_at(evaluation.request_id, evaluation)
+        key = REDIS_EVALUATION_KEY.format(request_id=evaluation.request_id)
+        return await self.put_at(key, evaluation)
 
     async def put_at(self, key: str, value: BaseModel) -> bool:
         self.data[key] = value.model_dump_json()
