@@ -27,9 +27,8 @@ INTERNAL = (JUDGE_REQUESTS,)
 # Faust tables; their changelog topics are created at start like every other topic.
 WINDOW_META = "window-meta"
 WINDOW_STEPS = "window-steps"
-WINDOW_SEEN = "window-seen"
 RETRY_STATE = "retry-state"
-TABLES = (WINDOW_META, WINDOW_STEPS, WINDOW_SEEN, RETRY_STATE)
+TABLES = (WINDOW_META, WINDOW_STEPS, RETRY_STATE)
 
 # Consumer group of the judge stage: `{app_id}` + this suffix.
 JUDGE_GROUP_SUFFIX = "-judge"

@@ -91,6 +91,13 @@ class Settings(BaseSettings):
     closed_retention_s: float = Field(
         3600.0, ge=0, description="How long a closed request is remembered to drop late events."
     )
+    changelog_retention_s: float = Field(
+        21600.0,
+        ge=600,
+        description="How long the window-steps changelog keeps a record. Closed windows leave "
+        "it by this retention (no tombstones); an open window's records are written again "
+        "when half of it has passed. A restart without the local store reads this much.",
+    )
     max_event_bytes: int = Field(
         1024 * 1024,
         ge=1024,

@@ -117,7 +117,7 @@ class MemoryWorker:
 
 def memory_worker(**settings: Any) -> MemoryWorker:
     channels = Channels(*(MemoryChannel() for _ in range(8)))
-    tables = Tables({}, {}, {}, {})
+    tables = Tables({}, {}, {})
     lookup, clock = MemoryLookup(), Clock()
     config = Settings(redis_url="", **settings)
     ctx = WorkerContext.build(

@@ -23,7 +23,7 @@ async def test_a_replay_gives_the_memory_workers_verdicts() -> None:
     w = memory_worker()
     for event in events:
         await w.event(event)
-    for rid in [r for r, a in w.ctx.store.activity.items() if not a.closed]:
+    for rid in list(w.ctx.store.open):
         await w.ctx.events.closer.close(rid, "idle_timeout")  # as the idle scan would
     expected = {e["request_id"]: e for e in w.channel("evaluations").values()}
     result = await replay(

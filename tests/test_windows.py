@@ -38,7 +38,12 @@ class ChangelogDict(MutableMapping[str, Any]):
 
 
 def store(max_steps: int = 50) -> WindowStore:
-    return WindowStore(ChangelogDict(), ChangelogDict(), ChangelogDict(), max_steps=max_steps)
+    return WindowStore(ChangelogDict(), ChangelogDict(), max_steps=max_steps)
+
+
+def again(s: WindowStore) -> WindowStore:
+    """A worker that starts on what `s` left in its tables (nothing in memory)."""
+    return WindowStore(s.meta, s.steps, max_steps=s.max_steps)
 
 
 def tool(rid: str, i: int, ok: bool = True) -> dict[str, Any]:
@@ -53,26 +58,44 @@ def tool(rid: str, i: int, ok: bool = True) -> dict[str, Any]:
     }
 
 
-def changelog_bytes(steps: int) -> tuple[int, int]:
+def final(rid: str) -> dict[str, Any]:
+    return {"type": "final_response", "request_id": rid, "output": "done, all booked"}
+
+
+def changelog(s: WindowStore) -> list[tuple[str, Any]]:
+    return [*s.meta.log, *s.steps.log]  # type: ignore[attr-defined]
+
+
+def run_window(steps: int) -> tuple[int, WindowStore]:
     s = store(max_steps=10_000)
-    events = [tool("r", i) for i in range(steps)] + [
-        {"type": "final_response", "request_id": "r", "output": "done, all booked"}
-    ]
-    input_bytes = sum(len(json.dumps(e)) for e in events)
-    for e in events:
-        s.add(parse_event(e), 0, 1.0)
+    events = [tool("r", i) for i in range(steps)] + [final("r")]
+    for offset, e in enumerate(events):
+        s.add(parse_event(e), 0, 1.0, offset)
     s.collect("r", "final_response")
-    s.close("r", "final_response", 2.0)
-    written = sum(t.bytes_written for t in (s.meta, s.steps, s.seen))  # type: ignore[attr-defined]
-    return input_bytes, written
+    count = s.close("r", "final_response", 2.0, len(events) - 1)
+    s.forget_steps("r", count)
+    return sum(len(json.dumps(e)) for e in events), s
 
 
 def test_changelog_bytes_grow_linearly_with_the_trace() -> None:
-    small_in, small_out = changelog_bytes(20)
-    large_in, large_out = changelog_bytes(400)
+    small_in, small = run_window(20)
+    large_in, large = run_window(400)
+    small_out = sum(t.bytes_written for t in (small.meta, small.steps))  # type: ignore[attr-defined]
+    large_out = sum(t.bytes_written for t in (large.meta, large.steps))  # type: ignore[attr-defined]
     # same bytes-per-input-byte ratio at 20x the length: linear, not quadratic
     assert large_out / large_in < 1.1 * (small_out / small_in)
     assert large_out < 2 * large_in
+
+
+def test_one_changelog_record_per_event_and_one_per_close_and_no_tombstones() -> None:
+    _, s = run_window(9)  # 10 events
+    log = changelog(s)
+    assert len(log) == 11
+    assert all(value is not None for _, value in log)  # nothing deleted through the changelog
+    assert not s.steps  # ... but the closed window's steps are gone from the local store
+    assert s.meta["r"]["closed_by"] == "final_response"
+    s.purge("r")
+    assert not s.meta and len(changelog(s)) == 11
 
 
 def replay(log: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -93,27 +116,58 @@ def test_redelivered_events_rewrite_what_a_crash_kept_only_on_disk() -> None:
     events = [parse_event(tool("r", i)) for i in range(3)]
     for e in events:
         s.add(e, 0, 1.0)
-    tables = (s.meta, s.steps, s.seen)
-    sent = [table.log[:1] for table in tables]  # type: ignore[attr-defined]
-    for table, kept in zip(tables, sent, strict=True):
-        table.log[:] = kept  # type: ignore[attr-defined]
-    assert [replay(t.log) for t in tables] != [dict(t) for t in tables]  # type: ignore[attr-defined]
+    s.steps.log[:] = s.steps.log[:1]  # type: ignore[attr-defined]
+    assert replay(s.steps.log) != dict(s.steps)  # type: ignore[attr-defined]
+    restarted = again(s)
     for e in events[1:]:
-        assert s.add(e, 0, 2.0) == "duplicate"
-    assert [replay(t.log) for t in tables] == [dict(t) for t in tables]  # type: ignore[attr-defined]
+        assert restarted.add(e, 0, 2.0) == "duplicate"
+    assert replay(s.steps.log) == dict(s.steps)  # type: ignore[attr-defined]
 
 
 def test_duplicates_late_events_and_order() -> None:
     s = store()
-    assert s.add(parse_event(tool("r", 2)), 1, 1.0) == "added"
-    assert s.add(parse_event(tool("r", 2)), 1, 1.0) == "duplicate"
-    assert s.add(parse_event(tool("r", 0, ok=False)), 1, 1.5) == "added"
+    assert s.add(parse_event(tool("r", 2)), 1, 1.0, 0) == "added"
+    assert s.add(parse_event(tool("r", 2)), 1, 1.0, 1) == "duplicate"
+    assert s.add(parse_event(tool("r", 0, ok=False)), 1, 1.5, 2) == "added"
     window = s.collect("r", "final_response")
     assert [c.step_index for c in window.tool_calls] == [0, 2]
-    s.close("r", "final_response", 2.0)
-    assert not s.steps and not s.seen  # details forgotten on close
-    assert s.add(parse_event(tool("r", 3)), 1, 3.0) == "late"
+    count = s.close("r", "final_response", 2.0, 3)
+    assert s.steps  # kept until the verdict is acknowledged
+    s.forget_steps("r", count)
+    assert not s.steps  # details forgotten
+    assert s.add(parse_event(tool("r", 3)), 1, 3.0, 4) == "late"
     assert s.meta["r"]["late_events"] == 1 and not s.is_open("r")
+
+
+def test_the_closing_record_delivered_again_before_the_ack_closes_again() -> None:
+    s = store()
+    for offset, e in enumerate([tool("r", 0), tool("r", 1), final("r")]):
+        s.add(parse_event(e), 0, 1.0, offset)
+    count = s.close("r", "final_response", 2.0, 2)
+    # the worker died before the verdict was acknowledged: the records come again
+    restarted = again(s)
+    assert restarted.add(parse_event(tool("r", 1)), 0, 3.0, 1) == "duplicate"
+    assert restarted.add(parse_event(final("r")), 0, 3.0, 2) == "reclose"
+    window = restarted.collect("r", "final_response")
+    assert len(window.tool_calls) == 2 and window.final is not None
+    assert restarted.close("r", "final_response", 3.0, 2) == count
+    restarted.forget_steps("r", count)
+    # acknowledged now: the same record once more is only late
+    assert again(s).add(parse_event(final("r")), 0, 4.0, 2) == "late"
+
+
+def test_a_window_is_rebuilt_from_its_records_alone() -> None:
+    s = store(max_steps=2)
+    for i in range(4):
+        s.add(parse_event(tool("r", i)), 3, 1.0)
+    s.record_early("r", "hint", 2)
+    restarted = again(s)
+    assert restarted.add(parse_event(tool("r", 1)), 3, 2.0) == "duplicate"
+    assert restarted.add(parse_event(tool("r", 9)), 3, 2.0) == "added"
+    window = restarted.collect("r", "final_response")
+    assert (window.step_count, window.steps_dropped) == (5, 3)
+    assert restarted.early_actions("r") == {"hint"}
+    assert restarted.open["r"].meta.partition == 3
 
 
 def test_steps_beyond_limit_become_stubs_that_keep_tool_outcomes() -> None:
@@ -126,27 +180,27 @@ def test_steps_beyond_limit_become_stubs_that_keep_tool_outcomes() -> None:
     assert window.tool_calls[2].args_summary is None  # details dropped
 
 
-def test_idle_and_purge_markers_are_due_and_rechecked() -> None:
+def test_idle_purge_and_refresh_markers_are_due_and_rechecked() -> None:
     s = store()
+    times = (300.0, 3600.0, 7200.0)
     s.add(parse_event(tool("a", 0)), 2, 100.0)
     assert list(s.due(100.0 + 299, 300, 3600)) == []
     assert list(s.due(100.0 + 300, 300, 3600)) == [("a", 2, "idle_close")]
-    assert s.marker_applies("a", "idle_close", 400.0, 300, 3600)
+    assert s.marker_applies("a", "idle_close", 400.0, times)
     s.add(parse_event(tool("a", 1)), 2, 399.0)  # activity after the marker was sent
-    assert not s.marker_applies("a", "idle_close", 400.0, 300, 3600)
-    s.close("a", "idle_timeout", 500.0)
+    assert not s.marker_applies("a", "idle_close", 400.0, times)
+    # busy for longer than the refresh age: its records are written again
+    opened = s.open["a"].opened_at
+    assert list(s.due(opened + 7200, 1e9, 3600, refresh_after_s=7200)) == [("a", 2, "refresh")]
+    assert s.marker_applies("a", "refresh", opened + 7200, times)
+    before = len(s.steps.log)  # type: ignore[attr-defined]
+    assert s.refresh("a", opened + 7200) == 2 and len(s.steps.log) == before + 2  # type: ignore[attr-defined]
+    assert again(s).add(parse_event(tool("a", 2)), 2, 1.0) == "added"
+    assert again(s)._records("a")[0]["opened_at"] == opened + 7200
+    s.close("a", "idle_timeout", 500.0, 7)
     assert list(s.due(500.0 + 3600, 300, 3600)) == [("a", 2, "purge")]
     s.purge("a")
-    assert "a" not in s.meta
-
-
-def test_a_seen_entry_without_its_record_does_not_count_as_seen() -> None:
-    # a crash persisted the `seen` write but not the step record or the counters
-    s = store()
-    s.seen["r\x1fr:tool_call:0"] = 0
-    assert s.add(parse_event(tool("r", 0)), 0, 1.0) == "added"
-    assert s.add(parse_event(tool("r", 0)), 0, 1.0) == "duplicate"
-    assert s.collect("r", "final_response").step_count == 1
+    assert "a" not in s.meta and not s.steps
 
 
 def test_a_stored_step_reads_back_as_the_event_it_was_without_validating_again() -> None:

@@ -24,31 +24,57 @@ from tracejudge.streams.settings import Settings
 log = logging.getLogger(__name__)
 
 
-# Table changelogs: compaction must really remove the records of closed windows (the store
-# deletes them at close and purge, writing tombstones). With `compact` alone, segments roll at
-# 1 GiB or 7 days and only rolled segments are cleaned, so closed windows stay for long and a
-# restart replays all of history.
-CHANGELOG_CONFIG = {
+# Table changelogs. A compacted changelog keeps a key until its tombstone; with `compact`
+# alone, segments roll at 1 GiB or 7 days and only rolled segments are cleaned, so closed
+# records stay for long and a restart replays all of history: segments roll hourly.
+_COMPACTED = {
     "cleanup.policy": "compact",
-    "segment.ms": str(3_600_000),  # roll hourly, so compaction can reach recent closes
+    "segment.ms": str(3_600_000),  # roll hourly, so compaction can reach recent deletes
     "segment.bytes": str(64 * 1024 * 1024),
     "min.cleanable.dirty.ratio": "0.1",
     "delete.retention.ms": str(3_600_000),  # tombstones themselves go after an hour
 }
+CHANGELOG_CONFIG = _COMPACTED  # retry-state: small, deleted by tombstones
+
+
+def changelog_config(settings: Settings, table: str) -> dict[str, str]:
+    """The window tables write no tombstones (one per step would double the records, see
+    `worker/windows.py`): their changelogs drop records by time. Steps go after the retention
+    (an open window's are written again at half of it); closed markers stay longer than any
+    step of their window can (retention + one segment + the broker's 5-minute check) and as
+    long as late events are counted, so a recovery never finds steps without their marker."""
+    if table not in (names.WINDOW_STEPS, names.WINDOW_META):
+        return dict(_COMPACTED)
+    steps_ms = int(settings.changelog_retention_s * 1000)
+    segment_ms = min(3_600_000, steps_ms // 6)
+    if table == names.WINDOW_STEPS:
+        return {
+            "cleanup.policy": "delete",
+            "retention.ms": str(steps_ms),
+            "segment.ms": str(segment_ms),
+            "segment.bytes": str(64 * 1024 * 1024),
+        }
+    meta_ms = steps_ms + segment_ms + int(settings.closed_retention_s * 1000) + 3_600_000
+    # compact as well: a late event's marker replaces the earlier one
+    return {**_COMPACTED, "cleanup.policy": "compact,delete", "retention.ms": str(meta_ms)}
 
 
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
     partitions: int
-    compacted: bool = False
+    config: tuple[tuple[str, str], ...] = ()  # a changelog's; others take the broker's defaults
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     plain = (*names.INPUTS, *names.OUTPUTS, *names.INTERNAL)
     specs = [TopicSpec(settings.topic(name), settings.partitions) for name in plain]
     specs += [
-        TopicSpec(names.changelog_topic(settings.app_id, table), settings.partitions, True)
+        TopicSpec(
+            names.changelog_topic(settings.app_id, table),
+            settings.partitions,
+            tuple(changelog_config(settings, table).items()),
+        )
         for table in names.TABLES
     ]
     return specs
@@ -91,14 +117,14 @@ async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str
                     s.name,
                     s.partitions,
                     settings.replication_factor,
-                    topic_configs=dict(CHANGELOG_CONFIG) if s.compacted else {},
+                    topic_configs=dict(s.config),
                 )
                 for s in missing
             ]
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker was first
                 await admin.create_topics(new)
             log.info("created topics: %s", ", ".join(s.name for s in missing))
-        present = [s.name for s in specs if s.compacted and s.name in existing]
+        present = {s.name: dict(s.config) for s in specs if s.config and s.name in existing}
         await _align_changelog_configs(admin, present)
         await seed_group_offsets(settings, settings.topic(names.EVENTS))
         return [s.name for s in missing]
@@ -134,30 +160,32 @@ async def seed_group_offsets(settings: Settings, topic: str) -> None:
         await consumer.stop()
 
 
-async def _align_changelog_configs(admin: AIOKafkaAdminClient, topics: list[str]) -> None:
-    """Changelogs created by an earlier version (or by Faust) get the compaction settings."""
-    if not topics:
+async def _align_changelog_configs(
+    admin: AIOKafkaAdminClient, wanted: dict[str, dict[str, str]]
+) -> None:
+    """Changelogs created by an earlier version (or by Faust) get their cleanup settings."""
+    if not wanted:
         return
     try:
-        resources = [ConfigResource(ConfigResourceType.TOPIC, t, None) for t in topics]
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t, None) for t in wanted]
         responses = await admin.describe_configs(resources)
         stale = []
         for response in responses:
             for _code, _msg, _type, name, entries, *_ in response.resources:
                 current = {entry[0]: entry[1] for entry in entries}
-                if any(current.get(k) != v for k, v in CHANGELOG_CONFIG.items()):
+                if any(current.get(k) != v for k, v in wanted[name].items()):
                     stale.append(name)
         if stale:
             altered = await admin.alter_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, t, dict(CHANGELOG_CONFIG)) for t in stale]
+                [ConfigResource(ConfigResourceType.TOPIC, t, wanted[t]) for t in stale]
             )
             failed = [r for response in altered for r in response.resources if r[0]]
             if failed:
-                log.warning("cannot set the changelogs' compaction settings: %s", failed)
+                log.warning("cannot set the changelogs' cleanup settings: %s", failed)
             else:
-                log.info("set compaction settings of %s", ", ".join(stale))
+                log.info("set cleanup settings of %s", ", ".join(stale))
     except Exception as exc:  # e.g. a broker without the config APIs (the embedded one)
-        log.warning("cannot check the changelogs' compaction settings: %r", exc)
+        log.warning("cannot check the changelogs' cleanup settings: %r", exc)
 
 
 async def partition_counts(settings: Settings, timeout_s: float = 10.0) -> dict[str, int]:

@@ -93,7 +93,7 @@ async def replay(
     channels = Channels(*(CollectingChannel() for _ in range(8)))
     redis = redis_client(settings.redis_url) if settings.llm_judge_enabled else None
     ctx = WorkerContext.build(
-        settings, channels, Tables({}, {}, {}, {}), redis, lookup=MemoryLookup(), exit=_stop
+        settings, channels, Tables({}, {}, {}), redis, lookup=MemoryLookup(), exit=_stop
     )
     ctx.partitions.observe({p: 0 for p in range(settings.partitions)}, {})  # all live
     topic = settings.topic(names.EVENTS)
@@ -107,7 +107,7 @@ async def replay(
             await jobs.run()
             if progress is not None:
                 progress(count)
-        for rid in [r for r, a in ctx.store.activity.items() if not a.closed]:
+        for rid in list(ctx.store.open):
             await ctx.events.closer.close(rid, "idle_timeout")
         await jobs.run(final=True)
     finally:

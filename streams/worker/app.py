@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import faust
@@ -126,33 +127,22 @@ def create_app(settings: Settings) -> faust.App:
     tables = Tables(
         window_meta=table(names.WINDOW_META),
         window_steps=table(names.WINDOW_STEPS),
-        window_seen=table(names.WINDOW_SEEN),
         retry_state=table(names.RETRY_STATE),
     )
     ctx = WorkerContext.build(settings, channels, tables, redis_client(settings.redis_url))
-    group = GroupOffsets(client_options(settings), settings.app_id)
-
-    async def seek(tp: tuple[str, int], offset: int) -> None:
-        await app.consumer.seek(TP(*tp), offset)
-
-    def forget_gap(tp: tuple[str, int]) -> None:
-        # faust-streaming counts a jump in fetched offsets as a "gap" it commits over as if
-        # processed; the records we seek back to are processed and acknowledged for real, and
-        # the gap left in place would make commits skip or (with the duplicates it adds to the
-        # acknowledged offsets) stick. Private state of faust-streaming 0.15 (pinned < 0.16).
-        app.consumer._gap.pop(TP(*tp), None)  # type: ignore[attr-defined]
-
-    guard = OffsetGuard(
-        group.committed, seek, group.first_offset, ctx.counters, forget_gap=forget_gap
-    )
+    guard = _offset_guard(app, ctx)
     take = Intake(ctx, guard)
 
     # Only a concurrency=1 agent may update tables (faust-streaming #606); the error policy
-    # keeps every exception out of `async for`, where it would kill the agent silently.
+    # keeps every exception out of `async for`, where it would kill the agent silently. Each
+    # record is acknowledged when the outputs it produced are (`inflight.py`), not on the next.
     @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
     async def windows(stream: Any) -> None:
-        async for event in stream.events():
-            await take(InRecord.of_faust(event), ctx.events)
+        manual = stream.noack()
+        async for event in manual.events():
+            await ctx.inflight.handle(
+                partial(take, InRecord.of_faust(event), ctx.events), partial(manual.ack, event)
+            )
 
     @app.agent(responses_topic, concurrency=1)  # type: ignore[misc]
     async def responses(stream: Any) -> None:
@@ -174,6 +164,24 @@ def create_app(settings: Settings) -> faust.App:
     _add_watchdog_and_pages(app, ctx, guard)
     _add_phase_logs(app, settings)
     return app
+
+
+def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:
+    group = GroupOffsets(client_options(ctx.settings), ctx.settings.app_id)
+
+    async def seek(tp: tuple[str, int], offset: int) -> None:
+        await app.consumer.seek(TP(*tp), offset)
+
+    def forget_gap(tp: tuple[str, int]) -> None:
+        # faust-streaming counts a jump in fetched offsets as a "gap" it commits over as if
+        # processed; the records we seek back to are processed and acknowledged for real, and
+        # the gap left in place would make commits skip or (with the duplicates it adds to the
+        # acknowledged offsets) stick. Private state of faust-streaming 0.15 (pinned < 0.16).
+        app.consumer._gap.pop(TP(*tp), None)  # type: ignore[attr-defined]
+
+    return OffsetGuard(
+        group.committed, seek, group.first_offset, ctx.counters, forget_gap=forget_gap
+    )
 
 
 def _add_phase_logs(app: faust.App, settings: Settings) -> None:
@@ -263,7 +271,9 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
+        await ctx.inflight.drain()  # what was handled is acknowledged before others take over
         ctx.partitions.revoked()
+        ctx.store.unload()
         guard.reset()
 
     @app.task  # type: ignore[untyped-decorator]

@@ -18,7 +18,8 @@ from tracejudge.judges.verdicts import (
     conclude,
 )
 from tracejudge.models.window import ClosedBy
-from tracejudge.streams.worker.outputs import Channel, VerdictPublisher, deliver, encode
+from tracejudge.streams.worker.inflight import later
+from tracejudge.streams.worker.outputs import Channel, VerdictPublisher, encode
 from tracejudge.streams.worker.windows import WindowStore
 
 
@@ -43,10 +44,14 @@ class WindowCloser:
     clock: Callable[[], float]
 
     async def close(
-        self, request_id: str, closed_by: ClosedBy, terminal_at: float | None = None
+        self,
+        request_id: str,
+        closed_by: ClosedBy,
+        terminal_at: float | None = None,
+        offset: int | None = None,
     ) -> None:
         """Judge and close; `terminal_at` (the terminal event's broker timestamp) times the
-        verdict."""
+        verdict, `offset` is the closing record's."""
         now = self.clock()
         window = self.store.collect(request_id, closed_by)
         verdict = self.rules.judge(window)
@@ -60,14 +65,20 @@ class WindowCloser:
                 closed_at=now,
                 terminal_at=terminal_at,
             )
-            await deliver(self.judge_requests, request_id.encode("utf-8"), encode(job))
+            sent = await self.judge_requests.send(key=request_id.encode("utf-8"), value=encode(job))
+            await later(sent)
             self.counters["judge_queued"] += 1
         else:
             outcome = SKIPPED if self.llm is not None else DISABLED
             await self.publisher.publish(
                 conclude(facts, verdict, outcome, self.policy, self.version, now), terminal_at
             )
-        # marked closed only now: a crash before this line re-judges it, same evaluation_id
-        self.store.close(request_id, closed_by, now)
+        # The marker goes now, the steps once the outputs are acknowledged: the closing record,
+        # delivered again after a crash, finds them and publishes again (same evaluation_id).
+        count = self.store.close(request_id, closed_by, now, offset)
+        await later(self._forget(request_id, count))
         self.counters[f"closed_by_{closed_by}"] += 1
         self.publisher.metrics.windows_closed.labels(closed_by).inc()
+
+    async def _forget(self, request_id: str, count: int) -> None:
+        self.store.forget_steps(request_id, count)

@@ -24,8 +24,9 @@ from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.closing import LLMRouting, WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
-from tracejudge.streams.worker.events import EventHandler, Timeouts
-from tracejudge.streams.worker.idle import IdleScanner, MarkerLog
+from tracejudge.streams.worker.events import EventHandler
+from tracejudge.streams.worker.idle import IdleScanner, MarkerLog, Timeouts
+from tracejudge.streams.worker.inflight import InFlight
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.worker.responses import ResponseHandler
@@ -50,7 +51,6 @@ class Channels:
 class Tables:
     window_meta: Table
     window_steps: Table
-    window_seen: Table
     retry_state: Table
 
 
@@ -75,6 +75,7 @@ class WorkerContext:
     responses: ResponseHandler
     idle: IdleScanner
     judge_jobs: JudgeJobHandler | None  # None: the LLM judge is off
+    inflight: InFlight  # records whose outputs are still being acknowledged
 
     @classmethod
     def build(
@@ -96,7 +97,6 @@ class WorkerContext:
         store = WindowStore(
             meta=tables.window_meta,
             steps=tables.window_steps,
-            seen=tables.window_seen,
             max_steps=settings.max_trace_steps,
             capture=settings.trace_capture,
         )
@@ -119,7 +119,11 @@ class WorkerContext:
         )
         early = _early_stopper(settings, store, channels.control, lookup, counters, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
-        timeouts = Timeouts(settings.idle_timeout_s, settings.closed_retention_s)
+        timeouts = Timeouts(
+            settings.idle_timeout_s,
+            settings.closed_retention_s,
+            settings.changelog_retention_s / 2,  # written again well before retention
+        )
         limit, judging = settings.max_event_bytes, settings.enabled
         _read_into(metrics.readings, store, lookup, counters, judge_stage)
         return cls(
@@ -148,10 +152,9 @@ class WorkerContext:
                 metrics=metrics,
             ),
             responses=_responses(settings, tables, channels, counters, clock, metrics),
-            idle=IdleScanner(
-                store, channels.events, *timeouts.seconds(), markers, liveness, counters, clock
-            ),
+            idle=IdleScanner(store, channels.events, timeouts, markers, liveness, counters, clock),
             judge_jobs=JudgeJobHandler(judge_stage, publisher.publish) if judge_stage else None,
+            inflight=InFlight(exit),
         )
 
 
@@ -199,7 +202,7 @@ def _read_into(
     stage: JudgeStage | None,
 ) -> None:
     """What /metrics reads at scrape time from where it lives."""
-    readings.open_windows = lambda: sum(1 for a in store.activity.values() if not a.closed)
+    readings.open_windows = lambda: len(store.open)
     readings.redis_errors = lambda: lookup.errors
     readings.offset_repairs = lambda: counters["offset_skips_repaired"]
     if stage is not None:

@@ -14,18 +14,9 @@ from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.names import MARKER_HEADER
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
-from tracejudge.streams.worker.idle import MarkerLog
+from tracejudge.streams.worker.idle import MarkerLog, Timeouts
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.windows import Marker, WindowStore, is_terminal
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    idle_s: float  # an open window with no event for this long is closed
-    retention_s: float  # a closed window is remembered this long to count late events
-
-    def seconds(self) -> tuple[float, float]:
-        return self.idle_s, self.retention_s
 
 
 @dataclass
@@ -52,7 +43,7 @@ class EventHandler:
         marker = record.headers.get(MARKER_HEADER)
         if marker is not None:
             request_id = json.loads(record.value or b"")["request_id"]
-            await self.on_marker(request_id, marker.decode())  # type: ignore[arg-type]
+            await self.on_marker(request_id, marker.decode(), record)  # type: ignore[arg-type]
             return
         # InvalidEvent: the error policy dead-letters the record and the agent goes on
         event = parse_event(record.value, self.max_event_bytes)
@@ -68,10 +59,13 @@ class EventHandler:
             self.counters[f"events_counted_{event.type}"] += 1
             self.metrics.events.labels(event.type, "counted").inc()
             return
-        status = self.store.add(event, record.partition, self.clock())
+        rid = event.request_id
+        status = self.store.add(event, record.partition, self.clock(), record.offset)
+        if status == "reclose":  # the verdict may not have been acknowledged: publish it again
+            await self.closer.close(rid, "final_response", record.timestamp, record.offset)
+            status = "duplicate"
         self.counters[f"events_{status}"] += 1
         self.metrics.events.labels(event.type, status).inc()
-        rid = event.request_id
         stopper = self.early_stopper if isinstance(event, Iteration) else None
         if stopper is not None and status != "late" and self.store.is_open(rid):
             # also on a duplicate: a crash may have come between the event and its decision
@@ -79,24 +73,25 @@ class EventHandler:
         # A duplicate terminal event on an open window means the close it triggered never
         # finished (the worker died in between): finish it now.
         if is_terminal(event) and status != "late" and self.store.is_open(rid):
-            await self.closer.close(rid, "final_response", terminal_at=record.timestamp)
+            await self.closer.close(rid, "final_response", record.timestamp, record.offset)
 
-    async def on_marker(self, request_id: str, marker: Marker) -> None:
+    async def on_marker(self, request_id: str, marker: Marker, record: InRecord) -> None:
         """A marker the idle scan sent through the stream; re-checked, since an event may have
         arrived after it was sent."""
         now = self.clock()
         self.markers.arrived(request_id)
+        if self.store.closed_by_record(request_id, record.partition, record.offset, now):
+            # the idle close this marker made may not have been acknowledged: publish again
+            await self.closer.close(request_id, "idle_timeout", None, record.offset)
+            return
         if not self.store.marker_applies(
-            request_id,
-            marker,
-            now,
-            self.timeouts.idle_s,
-            self.timeouts.retention_s,
-            self.liveness.since,
+            request_id, marker, now, self.timeouts.seconds(), self.liveness.since
         ):
             return
         if marker == "idle_close":
-            await self.closer.close(request_id, "idle_timeout")
+            await self.closer.close(request_id, "idle_timeout", None, record.offset)
+        elif marker == "refresh":
+            self.counters["records_refreshed"] += self.store.refresh(request_id, now)
         else:
             self.store.purge(request_id)
             self.counters["purged"] += 1

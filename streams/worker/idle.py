@@ -24,6 +24,18 @@ log = logging.getLogger(__name__)
 MARKER_RESEND_S = 30.0
 
 
+@dataclass(frozen=True)
+class Timeouts:
+    idle_s: float  # an open window with no event for this long is closed
+    retention_s: float  # a closed window is remembered this long to count late events
+    # an open window's records are written again after this long, before the changelog's
+    # retention could take them (None: never)
+    refresh_s: float | None = None
+
+    def seconds(self) -> tuple[float, float, float | None]:
+        return self.idle_s, self.retention_s, self.refresh_s
+
+
 @dataclass
 class MarkerLog:
     """When a marker was last sent per request, so that a slow stream is not flooded."""
@@ -44,8 +56,7 @@ class MarkerLog:
 class IdleScanner:
     store: WindowStore
     events: Channel
-    idle_timeout_s: float
-    retention_s: float
+    timeouts: Timeouts
     markers: MarkerLog
     liveness: PartitionLiveness
     counters: Counter[str]
@@ -57,8 +68,8 @@ class IdleScanner:
         follows it are over: rebuild the activity index then, once per assignment, so that
         windows restored from the changelog are found too."""
         if self.liveness.live_since and self.indexed_for != self.liveness.assignments:
-            windows = self.store.reindex()
-            log.info("activity index rebuilt: %d window(s)", windows)
+            windows = self.store.reindex(self.clock())
+            log.info("windows read in from the tables: %d", windows)
             self.counters["activity_reindexes"] += 1
             self.indexed_for = self.liveness.assignments
 
@@ -66,9 +77,8 @@ class IdleScanner:
         now = self.clock()
         try:
             self._reindex_if_restored()
-            due = list(
-                self.store.due(now, self.idle_timeout_s, self.retention_s, self.liveness.since)
-            )
+            idle_s, retention_s, refresh_s = self.timeouts.seconds()
+            due = list(self.store.due(now, idle_s, retention_s, self.liveness.since, refresh_s))
             for request_id, partition, marker in due:
                 if not self.markers.due(request_id, now):
                     continue

@@ -1,4 +1,5 @@
-"""Where the worker's results go: topics (delivery awaited) and Redis (best effort).
+"""Where the worker's results go: topics (delivery acknowledged before the input record is)
+and Redis (best effort).
 
 Handlers only see the `Channel` and `Lookup` protocols: in the worker they are Faust topics and
 `RedisSink`; in unit tests, `tests/memory.py` records what was sent.
@@ -23,6 +24,7 @@ from tracejudge.judges.verdicts import Verdict
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.names import REDIS_EVALUATION_KEY
+from tracejudge.streams.worker.inflight import later
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +71,9 @@ async def deliver(channel: Channel, key: bytes | None, value: bytes | None) -> N
 
 @dataclass
 class VerdictPublisher:
-    """Sends a verdict's events, waits until the broker has them, then writes Redis.
-
-    A window is marked closed only after this returns, so a crash in between re-judges the
-    request on restart (same evaluation_id) rather than losing its verdict.
+    """Sends a verdict's events; once the broker has them, writes Redis. The waiting is left
+    for `later`, so the window agent goes on meanwhile and the input record is acknowledged
+    only after it (a crash in between publishes the verdict again, same evaluation_id).
     """
 
     evaluations: Channel
@@ -90,6 +91,12 @@ class VerdictPublisher:
             pending.append(await self.reflections.send(key=key, value=encode(verdict.reflection)))
         for alert in verdict.alerts:
             pending.append(await self.alerts.send(key=key, value=encode(alert)))
+        await later(self._delivered(verdict, pending, terminal_at))
+
+    async def _delivered(
+        self, verdict: Verdict, pending: list[Awaitable[Any]], terminal_at: float | None
+    ) -> None:
+        evaluation = verdict.evaluation
         await asyncio.gather(*pending)
         await self.lookup.put(evaluation)
         self.counters["evaluations"] += 1

@@ -30,6 +30,11 @@ _MODELS: dict[str, type[Any]] = {
     "final_response": FinalResponse,
 }
 DROPPED = "dropped"  # set on the stub of a step beyond the step limit
+# On a window's first step record only: when the window's records were written (so a recovery
+# knows when they are due to be written again) and its partition (for the idle scan).
+OPENED_AT = "opened_at"
+PARTITION = "partition"
+_NOT_EVENT_FIELDS = frozenset({DROPPED, OPENED_AT, PARTITION})
 
 
 def step_record(event: Event, *, beyond_limit: bool) -> dict[str, Any]:
@@ -56,7 +61,7 @@ def read_step(record: dict[str, Any]) -> Event | None:
     kind = record.get("type")
     if record.get(DROPPED) and kind != "tool_call":
         return None
-    fields = {k: v for k, v in record.items() if k != DROPPED}
+    fields = {k: v for k, v in record.items() if k not in _NOT_EVENT_FIELDS}
     if isinstance(fields.get("validation"), dict):
         fields["validation"] = Validation.model_construct(**fields["validation"])
     event: Event = _MODELS[str(kind)].model_construct(**fields)
@@ -89,6 +94,9 @@ class WindowMeta:
     last_event_at: float = 0.0
     closed_by: str | None = None
     closed_at: float | None = None
+    # offset (in its partition) of the record that closed the window: that record, delivered
+    # again after a crash, re-publishes the verdict while the steps are still kept
+    closed_offset: int | None = None
     early_stops: list[list[Any]] = field(default_factory=list)  # [action, iteration]
 
     @property

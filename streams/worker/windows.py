@@ -1,15 +1,26 @@
-"""Per-request session windows over three Faust tables.
+"""Per-request session windows: step records in one Faust table, open windows' state in memory.
 
-A window is never stored as one value: that value would grow with the trace and be re-sent
-to the changelog on every event, making changelog traffic quadratic in trace length. Instead
-each event is written once under its own key, and the per-request value is a small record of
-fixed size (formats in `records.py`):
+Changelog traffic is what bounds the worker's throughput (each table write is a record sent to
+Kafka), so a window costs one changelog record per event and one at its close:
 
-- `steps`: `{request_id}␟{seq}` -> the validated event (or a stub when beyond the step limit)
-- `seen`:  `{request_id}␟{event_id}` -> seq, to drop duplicates in O(1)
-- `meta`:  `request_id` -> a `WindowMeta`: counters, timestamps and state
+- `steps`: `{request_id}␟{seq}` -> the validated event (or a stub when beyond the step limit).
+  The record is also the duplicate check: the event ids of an open window are kept in memory,
+  rebuilt from its records when the window is first touched after an assignment.
+- `meta`: `request_id` -> a `WindowMeta`, written only when something must outlive the worker
+  that the steps cannot tell: the closed marker (and its late-event count), early stops taken.
+  Counters of an open window live in memory and are recounted from its records.
 
-Changelog bytes per event are therefore the event itself plus a constant.
+Nothing is deleted through the changelog (a tombstone per step would double the records): a
+closed window's steps and an expired marker are deleted from the local store only (`data`,
+Faust's `Table.data`), and the changelogs drop old records by retention (`kafka/admin.py`),
+the steps' sooner than the markers', so a recovery never finds steps whose marker is gone. What
+a recovery restores of a closed window is honoured: its marker says it is closed; its steps are
+deleted with the marker. An open window older than half the steps' retention is written again
+(`refresh`) so that retention never takes the records of a window still open.
+
+The steps of a closed window are kept until the verdict's outputs are acknowledged
+(`forget_steps`): the record that closed it, delivered again after a crash, then finds them and
+re-publishes the verdict (same ids) instead of counting as late.
 """
 
 from __future__ import annotations
@@ -21,11 +32,17 @@ from typing import Any, Literal
 from tracejudge.judges.early_stop import Action
 from tracejudge.models.events import STEP_TYPES, Event, FinalResponse
 from tracejudge.models.window import ClosedBy, Window, assemble_window
-from tracejudge.streams.worker.records import WindowMeta, read_step, step_record
+from tracejudge.streams.worker.records import (
+    OPENED_AT,
+    PARTITION,
+    WindowMeta,
+    read_step,
+    step_record,
+)
 
 SEP = "\x1f"
-AddStatus = Literal["added", "duplicate", "late"]
-Marker = Literal["idle_close", "purge"]
+AddStatus = Literal["added", "duplicate", "late", "reclose"]
+Marker = Literal["idle_close", "purge", "refresh"]
 # Since when a partition has been consumed live (None: not live now); see liveness.py.
 LiveSince = Callable[[int], float | None]
 
@@ -38,82 +55,135 @@ def step_key(request_id: str, seq: int) -> str:
     return f"{request_id}{SEP}{seq:06d}"
 
 
-def seen_key(request_id: str, event_id: str) -> str:
-    return f"{request_id}{SEP}{event_id}"
+def _local(table: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """The local store under a changelogged table (Faust's `Table.data`): deleting there sends
+    nothing to the changelog. A plain mapping is its own local store."""
+    data = getattr(table, "data", None)
+    return data if isinstance(data, MutableMapping) else table
+
+
+@dataclass
+class OpenWindow:
+    """What is kept in memory of an open window: everything but the steps' content."""
+
+    meta: WindowMeta
+    ids: dict[str, int]  # event id -> seq of its record
+    opened_at: float  # when its first record was written (or last refreshed)
 
 
 @dataclass(frozen=True)
-class Activity:
-    """What the idle scan needs of a window, kept in memory so that a scan never reads (and
-    decodes) every meta record of a table that may live on disk."""
+class ClosedMarker:
+    """What the purge scan needs of a closed window, so a scan never reads the meta table."""
 
     partition: int
-    last_event_at: float
-    closed: bool
-    closed_at: float | None
-
-    @classmethod
-    def of(cls, meta: WindowMeta) -> Activity:
-        return cls(meta.partition, meta.last_event_at, meta.closed, meta.closed_at)
+    closed_at: float
 
 
 @dataclass
 class WindowStore:
     meta: MutableMapping[str, Any]
     steps: MutableMapping[str, Any]
-    seen: MutableMapping[str, Any]
     max_steps: int
     # TRACEJUDGE_TRACE_CAPTURE=false: every step kept as a stub (identity, a tool call's name
     # and outcome), never its text; not counted as dropped, since nothing was over a limit
     capture: bool = True
-    # Every meta write goes through `_save` and `purge`, which keep this in step; what the
-    # changelog restores at an assignment is read in by `reindex`.
-    activity: dict[str, Activity] = field(default_factory=dict)
+    open: dict[str, OpenWindow] = field(default_factory=dict)
+    closed: dict[str, ClosedMarker] = field(default_factory=dict)
 
-    def _meta(self, request_id: str) -> WindowMeta | None:
+    def __post_init__(self) -> None:
+        self._meta_local = _local(self.meta)
+        self._steps_local = _local(self.steps)
+
+    # -- loading what a recovery restored -------------------------------------------------
+
+    def _records(self, request_id: str) -> list[dict[str, Any]]:
+        """A window's step records, read until the first missing sequence number (the
+        changelog of a partition keeps the order they were written in)."""
+        records: list[dict[str, Any]] = []
+        while (record := self.steps.get(step_key(request_id, len(records)))) is not None:
+            records.append(record)
+        return records
+
+    def _window(
+        self, request_id: str, partition: int, now: float, *, create: bool = True
+    ) -> OpenWindow | WindowMeta | None:
+        """The open window in memory; else a closed marker; else the window rebuilt from its
+        records, or a new one (None with `create=False`)."""
+        window = self.open.get(request_id)
+        if window is not None:
+            return window
         record = self.meta.get(request_id)
-        return None if record is None else WindowMeta.of_record(record)
+        stored = None if record is None else WindowMeta.of_record(record)
+        if stored is not None and stored.closed:
+            self.closed[request_id] = ClosedMarker(stored.partition, stored.closed_at or now)
+            return stored
+        window = self._rebuilt(request_id, partition, now, stored)
+        if window.meta.next_seq == 0 and stored is None and not create:
+            return None
+        self.open[request_id] = window
+        return window
 
-    def _save(self, request_id: str, meta: WindowMeta) -> None:
-        self.meta[request_id] = meta.to_record()
-        self.activity[request_id] = Activity.of(meta)
+    def _rebuilt(
+        self, request_id: str, partition: int, now: float, stored: WindowMeta | None
+    ) -> OpenWindow:
+        records = self._records(request_id)
+        if stored is not None:
+            partition = stored.partition
+        # last event unknown: idle time counts from when its partition became live
+        meta = WindowMeta(partition=partition, next_seq=len(records))
+        meta.step_count = sum(1 for r in records if r.get("type") in STEP_TYPES)
+        if self.capture:
+            meta.steps_dropped = max(0, meta.step_count - self.max_steps)
+        if stored is not None:
+            meta.early_stops = stored.early_stops
+        opened = float(records[0].get(OPENED_AT, now)) if records else now
+        return OpenWindow(meta, {str(r["event_id"]): i for i, r in enumerate(records)}, opened)
 
-    def reindex(self) -> int:
-        """Rebuild the activity index from the meta table (after partitions were restored);
-        how many windows it holds."""
-        self.activity = {
-            rid: Activity.of(WindowMeta.of_record(record)) for rid, record in self.meta.items()
-        }
-        return len(self.activity)
+    def reindex(self, now: float) -> int:
+        """Read in every window the tables hold that is not in memory yet (after partitions
+        were restored), so the idle scan finds those no event touches any more; how many
+        windows are known."""
+        for rid, record in list(self.meta.items()):
+            stored = WindowMeta.of_record(record)
+            if stored.closed and rid not in self.closed:
+                self.closed[rid] = ClosedMarker(stored.partition, stored.closed_at or now)
+        for key in list(self.steps.keys()):
+            rid, _, seq = key.rpartition(SEP)
+            if seq == "000000" and rid not in self.closed and rid not in self.open:
+                record = self.steps.get(key)
+                if record is not None:
+                    self._window(rid, int(record.get(PARTITION, 0)), now)
+        return len(self.open) + len(self.closed)
 
-    def add(self, event: Event, partition: int, now: float) -> AddStatus:
+    def unload(self) -> None:
+        """Partitions were revoked: what is in memory may be changed by another worker."""
+        self.open.clear()
+        self.closed.clear()
+
+    # -- events ----------------------------------------------------------------------------
+
+    def add(self, event: Event, partition: int, now: float, offset: int = -1) -> AddStatus:
         rid = event.request_id
-        meta = self._meta(rid)
-        if meta is not None and meta.closed:
-            meta.late_events += 1
-            self._save(rid, meta)
+        window = self._window(rid, partition, now)
+        assert window is not None
+        if isinstance(window, WindowMeta):
+            if self.closed_here(rid, window, offset):
+                return "reclose"
+            if self._before_close(rid, window, offset):
+                return "duplicate"  # delivered again with the record that closed the window
+            window.late_events += 1
+            self.meta[rid] = window.to_record()
             return "late"
-        event_id = event.resolved_event_id()
-        seq_seen = self.seen.get(seen_key(rid, event_id))
-        # The three tables' changelogs are separate topics, so a crash can persist one write
-        # and not another: an event counts as seen only when its record is really there.
-        if (
-            seq_seen is not None
-            and meta is not None
-            and seq_seen < meta.next_seq
-            and step_key(rid, seq_seen) in self.steps
-        ):
+        meta, event_id = window.meta, event.resolved_event_id()
+        seq = window.ids.get(event_id)
+        if seq is not None:
             # With a persistent store, a worker killed before its changelog writes were sent
             # still holds them on disk, so the redelivered event finds them here and the
-            # changelog (what another worker would rebuild from) never would. Writing them again
-            # makes it converge; duplicates are rare, so this costs little.
-            key = step_key(rid, seq_seen)
+            # changelog (what another worker would rebuild from) never would. Writing the
+            # record again makes it converge; duplicates are rare, so this costs little.
+            key = step_key(rid, seq)
             self.steps[key] = self.steps[key]
-            self.seen[seen_key(rid, event_id)] = seq_seen
-            self._save(rid, meta)
             return "duplicate"
-        if meta is None:
-            meta = WindowMeta(partition=partition)
         beyond_limit = False
         if event.type in STEP_TYPES:
             meta.step_count += 1
@@ -123,26 +193,52 @@ class WindowStore:
                 meta.steps_dropped += 1
                 beyond_limit = True
         seq = meta.next_seq
-        self.steps[step_key(rid, seq)] = step_record(event, beyond_limit=beyond_limit)
-        self.seen[seen_key(rid, event_id)] = seq
+        record = step_record(event, beyond_limit=beyond_limit)
+        if seq == 0:
+            record[OPENED_AT], record[PARTITION] = window.opened_at, partition
+        self.steps[step_key(rid, seq)] = record
+        window.ids[event_id] = seq
         meta.next_seq = seq + 1
         meta.last_event_at = now
-        self._save(rid, meta)
         return "added"
 
+    def closed_here(self, request_id: str, meta: WindowMeta, offset: int) -> bool:
+        """Whether the record at `offset` is the one that closed the window, and its steps are
+        still kept: its verdict may not have been acknowledged before the worker stopped."""
+        return (
+            meta.closed_offset is not None
+            and offset == meta.closed_offset
+            and step_key(request_id, 0) in self._steps_local
+        )
+
+    def closed_by_record(self, request_id: str, partition: int, offset: int, now: float) -> bool:
+        """`closed_here` for a record that is not an event (an idle-close marker)."""
+        if request_id in self.open:
+            return False
+        window = self._window(request_id, partition, now, create=False)
+        return isinstance(window, WindowMeta) and self.closed_here(request_id, window, offset)
+
+    def _before_close(self, request_id: str, meta: WindowMeta, offset: int) -> bool:
+        return (
+            meta.closed_offset is not None
+            and 0 <= offset < meta.closed_offset
+            and step_key(request_id, 0) in self._steps_local
+        )
+
     def is_open(self, request_id: str) -> bool:
-        meta = self._meta(request_id)
-        return meta is not None and not meta.closed
+        return request_id in self.open
 
     def collect(self, request_id: str, closed_by: ClosedBy) -> Window:
-        meta = self._meta(request_id)
-        assert meta is not None, "collect() of a window that does not exist"
-        events = []
-        for seq in range(meta.next_seq):
-            record = self.steps.get(step_key(request_id, seq))
-            event = None if record is None else read_step(record)
-            if event is not None:
-                events.append(event)
+        window = self.open.get(request_id)
+        records: list[dict[str, Any] | None]
+        if window is not None:
+            meta = window.meta
+            records = [self.steps.get(step_key(request_id, seq)) for seq in range(meta.next_seq)]
+        else:  # a closed window whose verdict is published again: its steps are still kept
+            stored = self.meta.get(request_id)
+            assert stored is not None, "collect() of a window that does not exist"
+            meta, records = WindowMeta.of_record(stored), [*self._records(request_id)]
+        events = [e for r in records if r is not None and (e := read_step(r)) is not None]
         return assemble_window(
             request_id,
             events,
@@ -152,35 +248,61 @@ class WindowStore:
             early_stops=[(str(a), int(i)) for a, i in meta.early_stops],
         )
 
-    def close(self, request_id: str, closed_by: ClosedBy, now: float) -> None:
-        """Forget the steps and keep a small closed marker, so late events are only counted."""
-        meta = self._meta(request_id)
-        assert meta is not None, "close() of a window that does not exist"
-        written = meta.next_seq
-        # The closed marker goes first: after a crash mid-close, a replayed terminal event
-        # then counts as late instead of re-judging a half-deleted window.
-        meta.closed_by, meta.closed_at, meta.next_seq = closed_by, now, 0
-        self._save(request_id, meta)
-        for seq in range(written):
+    def close(self, request_id: str, closed_by: ClosedBy, now: float, offset: int | None) -> int:
+        """Write the closed marker (late events are only counted from now on); the steps stay
+        until `forget_steps`. How many step records the window has."""
+        window = self.open.pop(request_id, None)
+        # None: closed again, by the record that closed it
+        meta = WindowMeta.of_record(self.meta[request_id]) if window is None else window.meta
+        meta.closed_by, meta.closed_at, meta.closed_offset = closed_by, now, offset
+        self.meta[request_id] = meta.to_record()
+        self.closed[request_id] = ClosedMarker(meta.partition, now)
+        return meta.next_seq
+
+    def forget_steps(self, request_id: str, count: int) -> None:
+        """The verdict is acknowledged: delete the steps locally (the changelog's retention
+        removes them there)."""
+        for seq in range(count):
+            self._steps_local.pop(step_key(request_id, seq), None)
+
+    def early_actions(self, request_id: str) -> frozenset[Action]:
+        window = self.open.get(request_id)
+        if window is None:
+            return frozenset()
+        return frozenset(action for action, _ in window.meta.early_stops)
+
+    def record_early(self, request_id: str, action: str, iteration: int) -> None:
+        meta = self.open[request_id].meta
+        meta.early_stops = [*meta.early_stops, [action, iteration]]
+        self._save_early_stops(meta, request_id)
+
+    def _save_early_stops(self, meta: WindowMeta, request_id: str) -> None:
+        # the only meta record of an open window: what its steps cannot tell
+        self.meta[request_id] = {"partition": meta.partition, "early_stops": meta.early_stops}
+
+    def purge(self, request_id: str) -> None:
+        """Forget a closed window whose retention is over: locally, marker and steps."""
+        self.closed.pop(request_id, None)
+        self._meta_local.pop(request_id, None)
+        seq = 0
+        while self._steps_local.pop(step_key(request_id, seq), None) is not None:
+            seq += 1
+
+    def refresh(self, request_id: str, now: float) -> int:
+        """Write an open window's records again, so the changelog's retention keeps them; how
+        many were written."""
+        window = self.open[request_id]
+        window.opened_at = now
+        for seq in range(window.meta.next_seq):
             key = step_key(request_id, seq)
             record = self.steps.get(key)
             if record is not None:
-                self.seen.pop(seen_key(request_id, record["event_id"]), None)
-                del self.steps[key]
+                self.steps[key] = {**record, OPENED_AT: now} if seq == 0 else record
+        if window.meta.early_stops:
+            self._save_early_stops(window.meta, request_id)
+        return window.meta.next_seq
 
-    def early_actions(self, request_id: str) -> frozenset[Action]:
-        meta = self._meta(request_id)
-        return frozenset(action for action, _ in meta.early_stops) if meta else frozenset()
-
-    def record_early(self, request_id: str, action: str, iteration: int) -> None:
-        meta = self._meta(request_id)
-        assert meta is not None, "record_early() of a window that does not exist"
-        meta.early_stops = [*meta.early_stops, [action, iteration]]
-        self._save(request_id, meta)
-
-    def purge(self, request_id: str) -> None:
-        self.meta.pop(request_id, None)
-        self.activity.pop(request_id, None)
+    # -- the timer's view --------------------------------------------------------------------
 
     def due(
         self,
@@ -188,34 +310,41 @@ class WindowStore:
         idle_timeout_s: float,
         retention_s: float,
         live_since: LiveSince = _always_live,
+        refresh_after_s: float | None = None,
     ) -> Iterator[tuple[str, int, Marker]]:
-        """Requests whose window is idle, or whose closed marker has outlived its retention
-        (from the activity index: the marker sent for each is re-checked in-stream)."""
-        for rid, act in list(self.activity.items()):
-            if act.closed:
-                if now - (act.closed_at or now) >= retention_s:
-                    yield rid, act.partition, "purge"
-            elif _idle(act.partition, act.last_event_at, now, idle_timeout_s, live_since):
-                yield rid, act.partition, "idle_close"
+        """Requests whose window is idle, whose closed marker has outlived its retention, or
+        whose records are due to be written again (each re-checked in-stream)."""
+        for rid, marker in list(self.closed.items()):
+            if now - marker.closed_at >= retention_s:
+                yield rid, marker.partition, "purge"
+        for rid, window in list(self.open.items()):
+            meta = window.meta
+            if _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since):
+                yield rid, meta.partition, "idle_close"
+            elif refresh_after_s is not None and now - window.opened_at >= refresh_after_s:
+                yield rid, meta.partition, "refresh"
 
     def marker_applies(
         self,
         request_id: str,
         marker: Marker,
         now: float,
-        idle_timeout_s: float,
-        retention_s: float,
+        timeouts: tuple[float, float, float | None],
         live_since: LiveSince = _always_live,
     ) -> bool:
-        """Re-check in-stream: an event may have arrived since the marker was sent."""
-        meta = self._meta(request_id)
-        if meta is None:
-            return False
+        """Re-check in-stream: an event may have arrived since the marker was sent.
+        `timeouts`: idle timeout, closed retention, refresh age (None: never)."""
+        idle_timeout_s, retention_s, refresh_after_s = timeouts
         if marker == "purge":
-            return meta.closed and now - (meta.closed_at or now) >= retention_s
-        return not meta.closed and _idle(
-            meta.partition, meta.last_event_at, now, idle_timeout_s, live_since
-        )
+            closed = self.closed.get(request_id)
+            return closed is not None and now - closed.closed_at >= retention_s
+        window = self.open.get(request_id)
+        if window is None:
+            return False
+        if marker == "refresh":
+            return refresh_after_s is not None and now - window.opened_at >= refresh_after_s
+        meta = window.meta
+        return _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since)
 
 
 def _idle(
