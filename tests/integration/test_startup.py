@@ -15,7 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from tests.integration.harness import WorkerProcess, worker_env
 from tests.realservices import ROOT
-from tracejudge.streams.kafka.admin import CHANGELOG_CONFIG, ensure_topics, topic_specs
+from tracejudge.streams.kafka.admin import changelog_config, ensure_topics, topic_specs
 from tracejudge.streams.names import changelog_topic
 
 pytestmark = pytest.mark.integration
@@ -88,7 +88,7 @@ async def changelog_configs(bootstrap: str, topic: str) -> dict[str, str]:
         await admin.close()
 
 
-async def test_changelogs_get_compaction_that_removes_closed_windows(
+async def test_changelogs_get_the_cleanup_that_removes_closed_windows(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     env = worker_env(kafka_bootstrap, "", tmp_path, "compact")
@@ -104,12 +104,18 @@ async def test_changelogs_get_compaction_that_removes_closed_windows(
     finally:
         await admin.close()
     await ensure_topics(settings)
-    for topic in (meta, steps):  # aligned, and created
+    for table, topic in (("window-meta", meta), ("window-steps", steps)):  # aligned, created
+        wanted = changelog_config(settings, table)
         deadline = time.monotonic() + 30  # a broker applies altered configs a moment later
         while True:
             configs = await changelog_configs(kafka_bootstrap, topic)
-            current = {k: configs[k] for k in CHANGELOG_CONFIG}
-            if current == CHANGELOG_CONFIG or time.monotonic() > deadline:
+            current = {k: configs[k] for k in wanted}
+            if current == wanted or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.5)
-        assert current == CHANGELOG_CONFIG, topic
+        assert current == wanted, topic
+    # no tombstones: closed windows leave the window changelogs by retention, markers last
+    steps_ms = int(changelog_config(settings, "window-steps")["retention.ms"])
+    meta_ms = int(changelog_config(settings, "window-meta")["retention.ms"])
+    assert changelog_config(settings, "window-steps")["cleanup.policy"] == "delete"
+    assert meta_ms > steps_ms + settings.closed_retention_s * 1000
