@@ -109,9 +109,11 @@ def create_app(settings: Settings) -> faust.App:
             partitions=settings.partitions,
         )
 
-    def table(name: str) -> Any:
+    def table(name: str, **serializers: Any) -> Any:
         options = {"driver": "rocksdict"} if settings.table_store == "rocksdb" else None
-        return app.Table(name, default=None, partitions=settings.partitions, options=options)
+        return app.Table(
+            name, default=None, partitions=settings.partitions, options=options, **serializers
+        )
 
     events_topic, responses_topic = topic(names.EVENTS), topic(names.RESPONSES)
     channels = Channels(
@@ -126,7 +128,8 @@ def create_app(settings: Settings) -> faust.App:
     )
     tables = Tables(
         window_meta=table(names.WINDOW_META),
-        window_steps=table(names.WINDOW_STEPS),
+        # step records are encoded once by the store (records.py), stored and sent as bytes
+        window_steps=table(names.WINDOW_STEPS, value_type=bytes, value_serializer="raw"),
         retry_state=table(names.RETRY_STATE),
     )
     ctx = WorkerContext.build(settings, channels, tables, redis_client(settings.redis_url))

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import orjson
+import pydantic_core
+
 from tracejudge.models.events import (
     Event,
     FinalResponse,
@@ -37,27 +40,43 @@ PARTITION = "partition"
 _NOT_EVENT_FIELDS = frozenset({DROPPED, OPENED_AT, PARTITION})
 
 
-def step_record(event: Event, *, beyond_limit: bool) -> dict[str, Any]:
-    """The stored form of a validated event; beyond the step limit only its identity and,
-    for a tool call, its outcome (an unrecovered failure must still count)."""
+def step_record(event: Event, *, beyond_limit: bool, extra: dict[str, Any] | None = None) -> bytes:
+    """The stored form of a validated event, JSON encoded once (the table stores and sends
+    these bytes as they are); beyond the step limit only its identity and, for a tool call, its
+    outcome (an unrecovered failure must still count). `extra`: fields of the window's own."""
+    fields = dict(extra or {})
     if not beyond_limit:
-        record: dict[str, Any] = event.model_dump(mode="json", exclude_none=True)
-        record["event_id"] = event.resolved_event_id()
-        return record
+        if event.event_id is None:
+            fields["event_id"] = event.resolved_event_id()
+        encoded = pydantic_core.to_json(event, exclude_none=True)
+        # the model's JSON object with the extra fields appended: no decode and encode again
+        return encoded[:-1] + b"," + orjson.dumps(fields)[1:] if fields else encoded
     stub: dict[str, Any] = {
         "type": event.type,
         "request_id": event.request_id,
         "event_id": event.resolved_event_id(),
         "step_index": event.step,
         DROPPED: True,
+        **fields,
     }
     if isinstance(event, ToolCall):
         stub.update(tool=event.tool, success=event.success)
-    return stub
+    return orjson.dumps(stub)
 
 
-def read_step(record: dict[str, Any]) -> Event | None:
+def load_record(value: bytes | str | dict[str, Any]) -> dict[str, Any]:
+    """A step record as stored (bytes; a dict in changelogs of earlier versions)."""
+    record: dict[str, Any] = value if isinstance(value, dict) else orjson.loads(value)
+    return record
+
+
+def with_fields(value: bytes | str | dict[str, Any], **fields: Any) -> bytes:
+    return orjson.dumps({**load_record(value), **fields})
+
+
+def read_step(value: bytes | str | dict[str, Any]) -> Event | None:
     """The event a step record holds, or None for a stub that carries nothing to judge."""
+    record = load_record(value)
     kind = record.get("type")
     if record.get(DROPPED) and kind != "tool_call":
         return None

@@ -25,6 +25,7 @@ re-publishes the verdict (same ids) instead of counting as late.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,8 +37,10 @@ from tracejudge.streams.worker.records import (
     OPENED_AT,
     PARTITION,
     WindowMeta,
+    load_record,
     read_step,
     step_record,
+    with_fields,
 )
 
 SEP = "\x1f"
@@ -53,6 +56,13 @@ def _always_live(partition: int) -> float:
 
 def step_key(request_id: str, seq: int) -> str:
     return f"{request_id}{SEP}{seq:06d}"
+
+
+def _delete(local: MutableMapping[str, Any], key: str) -> None:
+    # not `pop`: it reads (and decodes) the value first; a store delete of a missing key is
+    # a no-op, a dict's raises
+    with contextlib.suppress(KeyError):
+        del local[key]
 
 
 def _local(table: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -96,10 +106,10 @@ class WindowStore:
 
     # -- loading what a recovery restored -------------------------------------------------
 
-    def _records(self, request_id: str) -> list[dict[str, Any]]:
+    def _records(self, request_id: str) -> list[Any]:
         """A window's step records, read until the first missing sequence number (the
         changelog of a partition keeps the order they were written in)."""
-        records: list[dict[str, Any]] = []
+        records: list[Any] = []
         while (record := self.steps.get(step_key(request_id, len(records)))) is not None:
             records.append(record)
         return records
@@ -126,7 +136,7 @@ class WindowStore:
     def _rebuilt(
         self, request_id: str, partition: int, now: float, stored: WindowMeta | None
     ) -> OpenWindow:
-        records = self._records(request_id)
+        records = [load_record(r) for r in self._records(request_id)]
         if stored is not None:
             partition = stored.partition
         # last event unknown: idle time counts from when its partition became live
@@ -150,9 +160,9 @@ class WindowStore:
         for key in list(self.steps.keys()):
             rid, _, seq = key.rpartition(SEP)
             if seq == "000000" and rid not in self.closed and rid not in self.open:
-                record = self.steps.get(key)
-                if record is not None:
-                    self._window(rid, int(record.get(PARTITION, 0)), now)
+                value = self.steps.get(key)
+                if value is not None:
+                    self._window(rid, int(load_record(value).get(PARTITION, 0)), now)
         return len(self.open) + len(self.closed)
 
     def unload(self) -> None:
@@ -193,10 +203,8 @@ class WindowStore:
                 meta.steps_dropped += 1
                 beyond_limit = True
         seq = meta.next_seq
-        record = step_record(event, beyond_limit=beyond_limit)
-        if seq == 0:
-            record[OPENED_AT], record[PARTITION] = window.opened_at, partition
-        self.steps[step_key(rid, seq)] = record
+        extra = {OPENED_AT: window.opened_at, PARTITION: partition} if seq == 0 else None
+        self.steps[step_key(rid, seq)] = step_record(event, beyond_limit=beyond_limit, extra=extra)
         window.ids[event_id] = seq
         meta.next_seq = seq + 1
         meta.last_event_at = now
@@ -230,7 +238,7 @@ class WindowStore:
 
     def collect(self, request_id: str, closed_by: ClosedBy) -> Window:
         window = self.open.get(request_id)
-        records: list[dict[str, Any] | None]
+        records: list[Any]
         if window is not None:
             meta = window.meta
             records = [self.steps.get(step_key(request_id, seq)) for seq in range(meta.next_seq)]
@@ -263,7 +271,7 @@ class WindowStore:
         """The verdict is acknowledged: delete the steps locally (the changelog's retention
         removes them there)."""
         for seq in range(count):
-            self._steps_local.pop(step_key(request_id, seq), None)
+            _delete(self._steps_local, step_key(request_id, seq))
 
     def early_actions(self, request_id: str) -> frozenset[Action]:
         window = self.open.get(request_id)
@@ -283,9 +291,10 @@ class WindowStore:
     def purge(self, request_id: str) -> None:
         """Forget a closed window whose retention is over: locally, marker and steps."""
         self.closed.pop(request_id, None)
-        self._meta_local.pop(request_id, None)
+        _delete(self._meta_local, request_id)
         seq = 0
-        while self._steps_local.pop(step_key(request_id, seq), None) is not None:
+        while step_key(request_id, seq) in self._steps_local:
+            _delete(self._steps_local, step_key(request_id, seq))
             seq += 1
 
     def refresh(self, request_id: str, now: float) -> int:
@@ -297,7 +306,7 @@ class WindowStore:
             key = step_key(request_id, seq)
             record = self.steps.get(key)
             if record is not None:
-                self.steps[key] = {**record, OPENED_AT: now} if seq == 0 else record
+                self.steps[key] = with_fields(record, **{OPENED_AT: now}) if seq == 0 else record
         if window.meta.early_stops:
             self._save_early_stops(window.meta, request_id)
         return window.meta.next_seq
