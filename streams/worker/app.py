@@ -129,7 +129,7 @@ def create_app(settings: Settings) -> faust.App:
     tables = Tables(
         window_meta=table(names.WINDOW_META),
         # step records are encoded once by the store (records.py), stored and sent as bytes
-        window_steps=table(names.WINDOW_STEPS, value_type=bytes, value_serializer="raw"),
+        window_steps=table(names.WINDOW_STEPS, value_type=bytes),
         retry_state=table(names.RETRY_STATE),
     )
     ctx = WorkerContext.build(settings, channels, tables, redis_client(settings.redis_url))
