@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     closed_retention_s: float = Field(
         3600.0, ge=0, description="How long a closed request is remembered to drop late events."
     )
+    verdict_process: bool = Field(
+        True,
+        description="Make closed windows' verdicts (rules, masking, encoding; the LLM judge's "
+        "input) in a process of their own, on another core than the window agent.",
+    )
     changelog_retention_s: float = Field(
         21600.0,
         ge=600,

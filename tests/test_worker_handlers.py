@@ -448,10 +448,16 @@ async def test_kafka_failing_while_handling_exits_for_the_supervisor() -> None:
     w = memory_worker()
     await w.event(start())
     w.channel("evaluations").fail_with = KafkaConnectionError()
+    closing = w.record("events", final())
     with pytest.raises(Exited, match="kafka failure"):
-        await w.event(final())
-    assert w.ctx.store.is_open(RID)  # not closed: the redelivered event judges it
-    assert w.channel("dlq").sent == []
+        await w.ctx.errors.run(closing, w.ctx.events)
+    assert w.channel("dlq").sent == [] and w.channel("evaluations").sent == []
+    w.channel("evaluations").fail_with = None
+    await w.ctx.errors.run(closing, w.ctx.events)  # delivered again: its verdict goes out
+    (evaluation,) = w.channel("evaluations").values()
+    assert evaluation["request_id"] == RID and not w.ctx.store.is_open(RID)
+    await w.event(final())  # a later copy is only late
+    assert len(w.channel("evaluations").sent) == 1
 
 
 async def test_a_message_that_cannot_be_dead_lettered_exits() -> None:

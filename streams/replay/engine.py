@@ -63,6 +63,10 @@ class MemoryLookup:
         self.data[key] = value.model_dump_json()
         return True
 
+    async def put_encoded(self, key: str, value: bytes) -> bool:
+        self.data[key] = value.decode("utf-8")
+        return True
+
 
 class ReplayFailed(RuntimeError):
     """What would have made the worker exit for its supervisor."""

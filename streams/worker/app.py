@@ -30,6 +30,7 @@ from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
 from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
 from tracejudge.streams.worker.outputs import redis_client
+from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, Maker, ProcessMaker
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,64 @@ def create_app(settings: Settings) -> faust.App:
     """Build the worker's Faust app from settings; nothing is created at import time."""
     app = _faust_app(settings)
 
+    events_topic, responses_topic, channels, tables = _topics_and_tables(app, settings)
+    makers: list[ProcessMaker] = []
+
+    def process_maker(judging: Judging) -> Maker:
+        makers.append(ProcessMaker(judging))
+        return makers[-1]
+
+    ctx = WorkerContext.build(
+        settings,
+        channels,
+        tables,
+        redis_client(settings.redis_url),
+        maker=process_maker if settings.verdict_process else InlineMaker,
+    )
+    guard = _offset_guard(app, ctx)
+    take = Intake(ctx, guard)
+
+    # Only a concurrency=1 agent may update tables (faust-streaming #606); the error policy
+    # keeps every exception out of `async for`, where it would kill the agent silently. Each
+    # record is acknowledged when the outputs it produced are (`inflight.py`), not on the next.
+    @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
+    async def windows(stream: Any) -> None:
+        manual = stream.noack()
+        async for event in manual.events():
+            await ctx.inflight.handle(
+                partial(take, InRecord.of_faust(event), ctx.events), partial(manual.ack, event)
+            )
+
+    @app.agent(responses_topic, concurrency=1)  # type: ignore[misc]
+    async def responses(stream: Any) -> None:
+        async for event in stream.events():
+            await take(InRecord.of_faust(event), ctx.responses)
+
+    @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
+    async def find_idle_windows() -> None:
+        await ctx.idle.scan()
+
+    @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
+    async def repair_skipped_records() -> None:
+        try:
+            await guard.retry()
+        except Exception:  # the next tick tries again
+            log.exception("re-seeking a skipped range failed")
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def start_verdict_process() -> None:
+        for maker in makers:  # spawned and warm before the first window closes
+            await maker.start()
+
+    _add_judge_stage(app, ctx)
+    _add_watchdog_and_pages(app, ctx, guard)
+    _add_phase_logs(app, settings)
+    return app
+
+
+def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Channels, Tables]:
+    """The input topics, the output channels and the tables."""
+
     def topic(name: str) -> Any:
         return app.topic(
             settings.topic(name),
@@ -132,41 +191,7 @@ def create_app(settings: Settings) -> faust.App:
         window_steps=table(names.WINDOW_STEPS, value_type=bytes),
         retry_state=table(names.RETRY_STATE),
     )
-    ctx = WorkerContext.build(settings, channels, tables, redis_client(settings.redis_url))
-    guard = _offset_guard(app, ctx)
-    take = Intake(ctx, guard)
-
-    # Only a concurrency=1 agent may update tables (faust-streaming #606); the error policy
-    # keeps every exception out of `async for`, where it would kill the agent silently. Each
-    # record is acknowledged when the outputs it produced are (`inflight.py`), not on the next.
-    @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
-    async def windows(stream: Any) -> None:
-        manual = stream.noack()
-        async for event in manual.events():
-            await ctx.inflight.handle(
-                partial(take, InRecord.of_faust(event), ctx.events), partial(manual.ack, event)
-            )
-
-    @app.agent(responses_topic, concurrency=1)  # type: ignore[misc]
-    async def responses(stream: Any) -> None:
-        async for event in stream.events():
-            await take(InRecord.of_faust(event), ctx.responses)
-
-    @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
-    async def find_idle_windows() -> None:
-        await ctx.idle.scan()
-
-    @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
-    async def repair_skipped_records() -> None:
-        try:
-            await guard.retry()
-        except Exception:  # the next tick tries again
-            log.exception("re-seeking a skipped range failed")
-
-    _add_judge_stage(app, ctx)
-    _add_watchdog_and_pages(app, ctx, guard)
-    _add_phase_logs(app, settings)
-    return app
+    return events_topic, responses_topic, channels, tables
 
 
 def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:

@@ -21,7 +21,7 @@ from tracejudge.streams.judging.jobs import JudgeJobHandler
 from tracejudge.streams.judging.stage import JudgeStage, judge_version
 from tracejudge.streams.metrics import Metrics, Readings
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.worker.closing import LLMRouting, WindowCloser
+from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.worker.events import EventHandler
@@ -30,6 +30,7 @@ from tracejudge.streams.worker.inflight import InFlight
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.worker.responses import ResponseHandler
+from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, LLMRouting, Maker
 from tracejudge.streams.worker.windows import WindowStore
 
 Table = MutableMapping[str, Any]
@@ -89,9 +90,11 @@ class WorkerContext:
         judge_stage: JudgeStage | None = None,
         clock: Callable[[], float] = time.time,
         exit: Exit = exit_for_supervisor,
+        maker: Callable[[Judging], Maker] = InlineMaker,
     ) -> WorkerContext:
         """Wire the handlers. `lookup` and `judge_stage` default to the real ones; tests may
-        pass their own (a memory lookup, a stage whose model is a fake server)."""
+        pass their own (a memory lookup, a stage whose model is a fake server). `maker` makes
+        verdicts (the worker's runs in a process of its own)."""
         counters: Counter[str] = Counter()
         metrics = Metrics()
         store = WindowStore(
@@ -106,16 +109,9 @@ class WorkerContext:
         publisher = VerdictPublisher(
             channels.evaluations, channels.reflections, channels.alerts, lookup, counters, metrics
         )
+        judging = Judging(settings.tool_call_budget, settings.verdict_policy(), version, llm)
         closer = WindowCloser(
-            store,
-            rules,
-            settings.verdict_policy(),
-            version,
-            publisher,
-            channels.judge_requests,
-            llm,
-            counters,
-            clock,
+            store, maker(judging), publisher, channels.judge_requests, counters, clock
         )
         early = _early_stopper(settings, store, channels.control, lookup, counters, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
@@ -124,7 +120,6 @@ class WorkerContext:
             settings.closed_retention_s,
             settings.changelog_retention_s / 2,  # written again well before retention
         )
-        limit, judging = settings.max_event_bytes, settings.enabled
         _read_into(metrics.readings, store, lookup, counters, judge_stage)
         return cls(
             settings=settings,
@@ -147,8 +142,8 @@ class WorkerContext:
                 liveness=liveness,
                 counters=counters,
                 clock=clock,
-                max_event_bytes=limit,
-                judging=judging,
+                max_event_bytes=settings.max_event_bytes,
+                judging=settings.enabled,
                 metrics=metrics,
             ),
             responses=_responses(settings, tables, channels, counters, clock, metrics),

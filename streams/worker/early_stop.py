@@ -11,7 +11,8 @@ from tracejudge.judges.verdicts import stable_id
 from tracejudge.models.outputs import EarlyStopDecision
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.names import REDIS_CONTROL_KEY
-from tracejudge.streams.worker.outputs import Channel, Lookup, deliver, encode
+from tracejudge.streams.worker.outputs import Channel, Lookup, deliver
+from tracejudge.streams.worker.verdict_making import encode
 from tracejudge.streams.worker.windows import WindowStore
 
 

@@ -19,12 +19,12 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
-from tracejudge.judges.redact import masked_json
 from tracejudge.judges.verdicts import Verdict
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.names import REDIS_EVALUATION_KEY
 from tracejudge.streams.worker.inflight import later
+from tracejudge.streams.worker.verdict_making import Made, encode, made_of
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,9 @@ class Lookup(Protocol):
 
     async def put_at(self, key: str, value: BaseModel) -> bool: ...
 
-
-def encode(model: BaseModel) -> bytes:
-    """Every record the worker produces is encoded here: free text masked, ids kept."""
-    return masked_json(model).encode("utf-8")
+    async def put_encoded(self, key: str, value: bytes) -> bool:
+        """`value`: as `encode` made it (masked)."""
+        ...
 
 
 async def deliver(channel: Channel, key: bytes | None, value: bytes | None) -> None:
@@ -84,44 +83,52 @@ class VerdictPublisher:
     metrics: Metrics = field(default_factory=Metrics)
 
     async def publish(self, verdict: Verdict, terminal_at: float | None = None) -> None:
-        evaluation = verdict.evaluation
-        key = evaluation.request_id.encode("utf-8")
-        pending = [await self.evaluations.send(key=key, value=encode(evaluation))]
-        if verdict.reflection is not None:
-            pending.append(await self.reflections.send(key=key, value=encode(verdict.reflection)))
-        for alert in verdict.alerts:
-            pending.append(await self.alerts.send(key=key, value=encode(alert)))
-        await later(self._delivered(verdict, pending, terminal_at))
+        await self.publish_made(made_of(verdict), terminal_at)
+
+    async def publish_made(self, made: Made, terminal_at: float | None = None) -> None:
+        """Send a verdict's encoded records; the acks and the Redis write are left for
+        `later`."""
+        key = made.request_id.encode("utf-8")
+        assert made.evaluation is not None and made.summary is not None
+        pending = [await self.evaluations.send(key=key, value=made.evaluation)]
+        if made.reflection is not None:
+            pending.append(await self.reflections.send(key=key, value=made.reflection))
+        for alert in made.alerts:
+            pending.append(await self.alerts.send(key=key, value=alert))
+        await later(self._delivered(made, pending, terminal_at))
 
     async def _delivered(
-        self, verdict: Verdict, pending: list[Awaitable[Any]], terminal_at: float | None
+        self, made: Made, pending: list[Awaitable[Any]], terminal_at: float | None
     ) -> None:
-        evaluation = verdict.evaluation
+        summary = made.summary
+        assert made.evaluation is not None and summary is not None
         await asyncio.gather(*pending)
-        await self.lookup.put(evaluation)
+        await self.lookup.put_encoded(
+            REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
+        )
         self.counters["evaluations"] += 1
-        self.counters[f"judge_{evaluation.judge_status}"] += 1
-        if verdict.reflection is not None:
+        self.counters[f"judge_{summary.judge_status}"] += 1
+        if summary.reflection:
             self.counters["reflections"] += 1
-        self.counters["alerts"] += len(verdict.alerts)
+        self.counters["alerts"] += len(summary.alert_kinds)
         m = self.metrics
         m.evaluations.labels(
-            evaluation.judge_status, quadrant(evaluation.success, evaluation.incomplete)
+            summary.judge_status, quadrant(summary.success, summary.incomplete)
         ).inc()
-        if verdict.reflection is not None:
+        if summary.reflection:
             m.reflections.inc()
-        for alert in verdict.alerts:
-            m.alerts.labels(alert.kind).inc()
+        for kind in summary.alert_kinds:
+            m.alerts.labels(kind).inc()
         if terminal_at is not None:
             m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
         log.info(
             "evaluated %s score=%d success=%s incomplete=%s closed_by=%s judge=%s",
-            evaluation.request_id,
-            evaluation.overall_score,
-            evaluation.success,
-            evaluation.incomplete,
-            evaluation.closed_by,
-            evaluation.judge_status,
+            summary.request_id,
+            summary.overall_score,
+            summary.success,
+            summary.incomplete,
+            summary.closed_by,
+            summary.judge_status,
         )
 
 
@@ -155,10 +162,13 @@ class RedisSink:
         )
 
     async def put_at(self, key: str, value: BaseModel) -> bool:
+        return await self.put_encoded(key, encode(value))
+
+    async def put_encoded(self, key: str, value: bytes) -> bool:
         if self._client is None:
             return False
         try:
-            await self._client.set(key, masked_json(value), ex=self.ttl_s)
+            await self._client.set(key, value, ex=self.ttl_s)
             return True
         except (RedisError, OSError) as exc:
             self.errors += 1

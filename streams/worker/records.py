@@ -23,6 +23,7 @@ from tracejudge.models.events import (
     UserMessage,
     Validation,
 )
+from tracejudge.models.window import ClosedBy, Window, assemble_window
 
 _MODELS: dict[str, type[Any]] = {
     "task_started": TaskStarted,
@@ -85,6 +86,27 @@ def read_step(value: bytes | str | dict[str, Any]) -> Event | None:
         fields["validation"] = Validation.model_construct(**fields["validation"])
     event: Event = _MODELS[str(kind)].model_construct(**fields)
     return event
+
+
+def window_of(
+    request_id: str,
+    records: list[Any],
+    *,
+    closed_by: ClosedBy,
+    step_count: int,
+    steps_dropped: int,
+    early_stops: list[tuple[str, int]],
+) -> Window:
+    """The window its stored records (None: missing) make."""
+    events = [e for r in records if r is not None and (e := read_step(r)) is not None]
+    return assemble_window(
+        request_id,
+        events,
+        closed_by=closed_by,
+        step_count=step_count,
+        steps_dropped=steps_dropped,
+        early_stops=early_stops,
+    )
 
 
 # Keys of the meta records written before they had readable names; read for compatibility

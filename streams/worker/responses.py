@@ -12,7 +12,8 @@ from tracejudge.judges.retries import plan_retry
 from tracejudge.models.responses import parse_model_response
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.worker.outputs import Channel, encode
+from tracejudge.streams.worker.outputs import Channel
+from tracejudge.streams.worker.verdict_making import encode
 
 # Fingerprints of handled answers kept per session: enough to recognise redeliveries.
 MARKS_KEPT = 32

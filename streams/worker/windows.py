@@ -32,14 +32,14 @@ from typing import Any, Literal
 
 from tracejudge.judges.early_stop import Action
 from tracejudge.models.events import STEP_TYPES, Event, FinalResponse
-from tracejudge.models.window import ClosedBy, Window, assemble_window
+from tracejudge.models.window import ClosedBy, Window
 from tracejudge.streams.worker.records import (
     OPENED_AT,
     PARTITION,
     WindowMeta,
     load_record,
-    read_step,
     step_record,
+    window_of,
     with_fields,
 )
 
@@ -236,20 +236,22 @@ class WindowStore:
     def is_open(self, request_id: str) -> bool:
         return request_id in self.open
 
-    def collect(self, request_id: str, closed_by: ClosedBy) -> Window:
+    def stored(self, request_id: str) -> tuple[WindowMeta, list[Any]]:
+        """A window's counters and its step records as stored (None where one is missing)."""
         window = self.open.get(request_id)
-        records: list[Any]
         if window is not None:
             meta = window.meta
-            records = [self.steps.get(step_key(request_id, seq)) for seq in range(meta.next_seq)]
-        else:  # a closed window whose verdict is published again: its steps are still kept
-            stored = self.meta.get(request_id)
-            assert stored is not None, "collect() of a window that does not exist"
-            meta, records = WindowMeta.of_record(stored), [*self._records(request_id)]
-        events = [e for r in records if r is not None and (e := read_step(r)) is not None]
-        return assemble_window(
+            return meta, [self.steps.get(step_key(request_id, seq)) for seq in range(meta.next_seq)]
+        # a closed window whose verdict is published again: its steps are still kept
+        record = self.meta.get(request_id)
+        assert record is not None, "stored() of a window that does not exist"
+        return WindowMeta.of_record(record), self._records(request_id)
+
+    def collect(self, request_id: str, closed_by: ClosedBy) -> Window:
+        meta, records = self.stored(request_id)
+        return window_of(
             request_id,
-            events,
+            records,
             closed_by=closed_by,
             step_count=meta.step_count,
             steps_dropped=meta.steps_dropped,

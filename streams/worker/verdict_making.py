@@ -1,0 +1,202 @@
+"""Making a closed window's verdict: decoding its records, the rules, masking and encoding what
+it produces (or, for a request the LLM judge samples, the judge's masked input).
+
+This is most of the CPU a request costs, and none of it needs the tables: the window agent
+reads the records and hands them over, and goes on with the next events. In the worker the work
+runs in a process of its own (`ProcessMaker`, TRACEJUDGE_VERDICT_PROCESS), so it uses the
+second core instead of holding up the single-threaded agent; elsewhere (unit tests, replay) it
+runs inline (`InlineMaker`). `make_verdict` is a pure function of what it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tracejudge.judges.llm.prompt import build_input
+from tracejudge.judges.redact import masked_json
+from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.sampling import sampled
+from tracejudge.judges.verdicts import (
+    DISABLED,
+    SKIPPED,
+    JudgeJob,
+    Policy,
+    Verdict,
+    WindowFacts,
+    conclude,
+)
+from tracejudge.models.window import ClosedBy
+from tracejudge.streams.worker.records import window_of
+
+
+@dataclass(frozen=True)
+class LLMRouting:
+    """Which closed requests go to the LLM judge, and how much of them it reads."""
+
+    sample_rate: float
+    max_input_chars: int
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How verdicts are made; sent once to the verdict process."""
+
+    tool_call_budget: int
+    policy: Policy
+    version: str
+    llm: LLMRouting | None  # None: the LLM judge is off
+
+
+@dataclass(frozen=True)
+class Closing:
+    """A closed window as the agent read it: its records as stored."""
+
+    request_id: str
+    closed_by: ClosedBy
+    records: list[Any]
+    step_count: int
+    steps_dropped: int
+    early_stops: list[tuple[str, int]]
+    now: float
+    terminal_at: float | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What metrics and the log line need of an evaluation."""
+
+    request_id: str
+    judge_status: str
+    overall_score: int
+    success: bool
+    incomplete: bool
+    closed_by: str
+    alert_kinds: tuple[str, ...] = ()
+    reflection: bool = False
+
+
+@dataclass(frozen=True)
+class Made:
+    """Encoded and masked, ready to send: a verdict's records, or a judge job."""
+
+    request_id: str
+    evaluation: bytes | None = None
+    reflection: bytes | None = None
+    alerts: list[bytes] = field(default_factory=list)
+    summary: Summary | None = None
+    job: bytes | None = None
+
+
+def encode(model: Any) -> bytes:
+    """Every record the worker produces is encoded here: free text masked, ids kept."""
+    return masked_json(model).encode("utf-8")
+
+
+def made_of(verdict: Verdict) -> Made:
+    evaluation = verdict.evaluation
+    summary = Summary(
+        evaluation.request_id,
+        evaluation.judge_status,
+        evaluation.overall_score,
+        evaluation.success,
+        evaluation.incomplete,
+        evaluation.closed_by,
+        tuple(alert.kind for alert in verdict.alerts),
+        verdict.reflection is not None,
+    )
+    return Made(
+        evaluation.request_id,
+        encode(evaluation),
+        None if verdict.reflection is None else encode(verdict.reflection),
+        [encode(alert) for alert in verdict.alerts],
+        summary,
+    )
+
+
+def make_verdict(judging: Judging, closing: Closing, rules: RuleJudge | None = None) -> Made:
+    window = window_of(
+        closing.request_id,
+        closing.records,
+        closed_by=closing.closed_by,
+        step_count=closing.step_count,
+        steps_dropped=closing.steps_dropped,
+        early_stops=closing.early_stops,
+    )
+    rules = rules or RuleJudge(tool_call_budget=judging.tool_call_budget)
+    verdict = rules.judge(window)
+    facts = WindowFacts.of(window)
+    llm = judging.llm
+    if llm is not None and sampled(closing.request_id, llm.sample_rate):
+        job = JudgeJob(
+            facts=facts,
+            rules=verdict,
+            content=build_input(window, llm.max_input_chars).content,
+            closed_at=closing.now,
+            terminal_at=closing.terminal_at,
+        )
+        return Made(closing.request_id, job=encode(job))
+    outcome = SKIPPED if llm is not None else DISABLED
+    return made_of(conclude(facts, verdict, outcome, judging.policy, judging.version, closing.now))
+
+
+class Maker(Protocol):
+    async def __call__(self, closing: Closing) -> Made: ...
+
+
+@dataclass
+class InlineMaker:
+    judging: Judging
+
+    def __post_init__(self) -> None:
+        self.rules = RuleJudge(tool_call_budget=self.judging.tool_call_budget)
+
+    async def __call__(self, closing: Closing) -> Made:
+        return make_verdict(self.judging, closing, self.rules)
+
+
+# The verdict process's own state, set once by its initializer.
+_process_state: dict[str, Any] = {}
+
+
+def _start_process(judging: Judging) -> None:
+    _process_state["judging"] = judging
+    _process_state["rules"] = RuleJudge(tool_call_budget=judging.tool_call_budget)
+
+
+def _make_in_process(closing: Closing) -> Made:
+    return make_verdict(_process_state["judging"], closing, _process_state["rules"])
+
+
+def _ready() -> bool:
+    return "judging" in _process_state
+
+
+class ProcessMaker:
+    """Verdicts made in one process of their own, in the order they were asked for. A process
+    that dies makes the call raise: the worker exits and its records come again."""
+
+    def __init__(self, judging: Judging) -> None:
+        # spawn, not fork: the worker has threads (Kafka consumer, Redis) a fork would copy
+        # in whatever state they were in
+        self._pool = ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_process,
+            initargs=(judging,),
+        )
+
+    async def start(self) -> None:
+        """Start the process and load the judges (a second or two), before the first close."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, _ready)
+
+    async def __call__(self, closing: Closing) -> Made:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, _make_in_process, closing
+        )
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
