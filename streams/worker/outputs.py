@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel
-from redis.exceptions import RedisError
 
 from tracejudge.judges.verdicts import Verdict
 from tracejudge.models.outputs import Evaluation
@@ -143,14 +142,19 @@ class RedisSink:
     """Latest evaluation per request under `tracejudge:evaluation:{request_id}`.
 
     Redis is a look-up convenience, not the system of record: failures are counted and logged
-    (at most once a minute) and never stop the stream.
+    (at most once a minute) and never stop the stream. Writes that arrive while one is on its
+    way go together in one pipeline (one round trip, not one per verdict).
     """
+
+    MAX_BATCH = 500
 
     def __init__(self, client: aioredis.Redis | None, ttl_s: int) -> None:
         self.ttl_s = ttl_s
         self.errors = 0
         self._last_log = 0.0
         self._client = client
+        self._queue: list[tuple[str, bytes, asyncio.Future[bool]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -167,13 +171,31 @@ class RedisSink:
     async def put_encoded(self, key: str, value: bytes) -> bool:
         if self._client is None:
             return False
-        try:
-            await self._client.set(key, value, ex=self.ttl_s)
-            return True
-        except (RedisError, OSError) as exc:
-            self.errors += 1
-            now = time.monotonic()
-            if now - self._last_log > 60:
-                self._last_log = now
-                log.warning("redis write failed (%d so far): %r", self.errors, exc)
-            return False
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((key, value, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write(self._client))
+        return await done
+
+    async def _write(self, client: aioredis.Redis) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
+            ok = True
+            try:
+                async with client.pipeline(transaction=False) as pipe:
+                    for key, value, _ in batch:
+                        pipe.set(key, value, ex=self.ttl_s)
+                    await pipe.execute()
+            except Exception as exc:  # RedisError, OSError, or anything: waiters must wake
+                ok = False
+                self._failed(exc, len(batch))
+            for *_, done in batch:
+                if not done.done():
+                    done.set_result(ok)
+
+    def _failed(self, exc: BaseException, writes: int) -> None:
+        self.errors += writes
+        now = time.monotonic()
+        if now - self._last_log > 60:
+            self._last_log = now
+            log.warning("redis write failed (%d so far): %r", self.errors, exc)
