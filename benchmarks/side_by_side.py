@@ -128,8 +128,21 @@ async def first_record(bootstrap: str, topic: str, timeout_s: float) -> None:
 
 
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process and its live descendants (the worker's verdict
+    process counts)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, f in stats.items() if int(f[1]) in tree} - tree
+        tree, grew = tree | more, bool(more)
+    ticks = sum(int(stats[p][11]) + int(stats[p][12]) for p in tree if p in stats)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 async def raw_passthrough(
