@@ -96,6 +96,13 @@ class Settings(BaseSettings):
         description="Make closed windows' verdicts (rules, masking, encoding; the LLM judge's "
         "input) in a process of their own, on another core than the window agent.",
     )
+    step_hold_s: float = Field(
+        10.0,
+        ge=0,
+        description="How long an open window's steps may stay in memory only, their input "
+        "records not yet acknowledged (a crash reads them again), before they are written to "
+        "the changelog. Requests shorter than this write no step at all. 0: written at once.",
+    )
     changelog_retention_s: float = Field(
         21600.0,
         ge=600,

@@ -73,7 +73,7 @@ def run_window(steps: int) -> tuple[int, WindowStore]:
     for offset, e in enumerate(events):
         s.add(parse_event(e), 0, 1.0, offset)
     s.collect("r", "final_response")
-    count = s.close("r", "final_response", 2.0, len(events) - 1)
+    count, _ = s.close("r", "final_response", 2.0, len(events) - 1)
     s.forget_steps("r", count)
     return sum(len(json.dumps(e)) for e in events), s
 
@@ -132,7 +132,7 @@ def test_duplicates_late_events_and_order() -> None:
     assert s.add(parse_event(tool("r", 0, ok=False)), 1, 1.5, 2) == "added"
     window = s.collect("r", "final_response")
     assert [c.step_index for c in window.tool_calls] == [0, 2]
-    count = s.close("r", "final_response", 2.0, 3)
+    count, _ = s.close("r", "final_response", 2.0, 3)
     assert s.steps  # kept until the verdict is acknowledged
     s.forget_steps("r", count)
     assert not s.steps  # details forgotten
@@ -144,14 +144,14 @@ def test_the_closing_record_delivered_again_before_the_ack_closes_again() -> Non
     s = store()
     for offset, e in enumerate([tool("r", 0), tool("r", 1), final("r")]):
         s.add(parse_event(e), 0, 1.0, offset)
-    count = s.close("r", "final_response", 2.0, 2)
+    count, _ = s.close("r", "final_response", 2.0, 2)
     # the worker died before the verdict was acknowledged: the records come again
     restarted = again(s)
     assert restarted.add(parse_event(tool("r", 1)), 0, 3.0, 1) == "duplicate"
     assert restarted.add(parse_event(final("r")), 0, 3.0, 2) == "reclose"
     window = restarted.collect("r", "final_response")
     assert len(window.tool_calls) == 2 and window.final is not None
-    assert restarted.close("r", "final_response", 3.0, 2) == count
+    assert restarted.close("r", "final_response", 3.0, 2)[0] == count
     restarted.forget_steps("r", count)
     # acknowledged now: the same record once more is only late
     assert again(s).add(parse_event(final("r")), 0, 4.0, 2) == "late"

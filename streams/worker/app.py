@@ -78,6 +78,9 @@ def _faust_app(settings: Settings) -> faust.App:
         topic_replication_factor=settings.replication_factor,
         topic_allow_declare=True,
         processing_guarantee="at_least_once",
+        # Records whose steps are held in memory stay unacknowledged (worker/windows.py):
+        # a rebalance must not wait for them; they are read again by the next owner.
+        stream_wait_empty=False,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         producer_max_request_size=settings.kafka_max_request_bytes,
@@ -113,6 +116,7 @@ def create_app(settings: Settings) -> faust.App:
         tables,
         redis_client(settings.redis_url),
         maker=process_maker if settings.verdict_process else InlineMaker,
+        hold_s=settings.step_hold_s,
     )
     guard = _offset_guard(app, ctx)
     take = Intake(ctx, guard)
@@ -299,9 +303,9 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
+        ctx.store.unload()  # held records are dropped: read again by the next owner
         await ctx.inflight.drain()  # what was handled is acknowledged before others take over
         ctx.partitions.revoked()
-        ctx.store.unload()
         guard.reset()
 
     @app.task  # type: ignore[untyped-decorator]

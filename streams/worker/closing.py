@@ -11,7 +11,7 @@ from tracejudge.models.window import ClosedBy
 from tracejudge.streams.worker.inflight import later
 from tracejudge.streams.worker.outputs import Channel, VerdictPublisher
 from tracejudge.streams.worker.verdict_making import Closing, Maker
-from tracejudge.streams.worker.windows import WindowStore
+from tracejudge.streams.worker.windows import Held, WindowStore
 
 
 @dataclass
@@ -46,12 +46,12 @@ class WindowCloser:
         )
         # The marker goes now, the steps once the outputs are acknowledged: the closing record,
         # delivered again after a crash, finds them and publishes again (same evaluation_id).
-        count = self.store.close(request_id, closed_by, now, offset)
+        count, held = self.store.close(request_id, closed_by, now, offset)
         self.counters[f"closed_by_{closed_by}"] += 1
         self.publisher.metrics.windows_closed.labels(closed_by).inc()
-        await later(self._publish(closing, count))
+        await later(self._publish(closing, count, held))
 
-    async def _publish(self, closing: Closing, count: int) -> None:
+    async def _publish(self, closing: Closing, count: int, held: Held | None) -> None:
         made = await self.make(closing)
         if made.job is not None:
             # the judge runs in its own consumer: the agent goes on closing windows meanwhile
@@ -60,3 +60,5 @@ class WindowCloser:
         else:
             await self.publisher.publish_made(made, closing.terminal_at)
         self.store.forget_steps(closing.request_id, count)
+        if held is not None:  # the window's held input records may be acknowledged now
+            held.release()

@@ -91,10 +91,12 @@ class WorkerContext:
         clock: Callable[[], float] = time.time,
         exit: Exit = exit_for_supervisor,
         maker: Callable[[Judging], Maker] = InlineMaker,
+        hold_s: float = 0.0,
     ) -> WorkerContext:
         """Wire the handlers. `lookup` and `judge_stage` default to the real ones; tests may
         pass their own (a memory lookup, a stage whose model is a fake server). `maker` makes
-        verdicts (the worker's runs in a process of its own)."""
+        verdicts (the worker's runs in a process of its own). `hold_s`: steps held in memory
+        (`windows.py`); only where records are acknowledged when their work is done."""
         counters: Counter[str] = Counter()
         metrics = Metrics()
         store = WindowStore(
@@ -102,6 +104,7 @@ class WorkerContext:
             steps=tables.window_steps,
             max_steps=settings.max_trace_steps,
             capture=settings.trace_capture,
+            hold_s=hold_s,
         )
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         rules = RuleJudge(tool_call_budget=settings.tool_call_budget)

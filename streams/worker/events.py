@@ -15,6 +15,7 @@ from tracejudge.streams.names import MARKER_HEADER
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.idle import MarkerLog, Timeouts
+from tracejudge.streams.worker.inflight import later
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.windows import Marker, WindowStore, is_terminal
 
@@ -74,6 +75,10 @@ class EventHandler:
         # finished (the worker died in between): finish it now.
         if is_terminal(event) and status != "late" and self.store.is_open(rid):
             await self.closer.close(rid, "final_response", record.timestamp, record.offset)
+        held = self.store.held(rid) if status in ("added", "replayed") else None
+        if held is not None:
+            # kept in memory only: acknowledged once written, or once its verdict is
+            await later(held)
 
     async def on_marker(self, request_id: str, marker: Marker, record: InRecord) -> None:
         """A marker the idle scan sent through the stream; re-checked, since an event may have
@@ -92,6 +97,8 @@ class EventHandler:
             await self.closer.close(request_id, "idle_timeout", None, record.offset)
         elif marker == "refresh":
             self.counters["records_refreshed"] += self.store.refresh(request_id, now)
+        elif marker == "flush":
+            self.counters["held_steps_written"] += self.store.flush(request_id)
         else:
             self.store.purge(request_id)
             self.counters["purged"] += 1

@@ -138,6 +138,7 @@ class WindowMeta:
     # offset (in its partition) of the record that closed the window: that record, delivered
     # again after a crash, re-publishes the verdict while the steps are still kept
     closed_offset: int | None = None
+    flushed: int = 0  # step records in the table when it closed (the rest were only held)
     early_stops: list[list[Any]] = field(default_factory=list)  # [action, iteration]
 
     @property

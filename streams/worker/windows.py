@@ -21,10 +21,21 @@ deleted with the marker. An open window older than half the steps' retention is 
 The steps of a closed window are kept until the verdict's outputs are acknowledged
 (`forget_steps`): the record that closed it, delivered again after a crash, then finds them and
 re-publishes the verdict (same ids) instead of counting as late.
+
+Held steps (`hold_s` > 0, the worker's setting): a new step record is first kept in memory
+only, and its input record is not acknowledged, so Faust does not commit past it; the input
+topic itself is then what a crash recovers it from (Kafka Streams does the same with source
+topics). Most requests end within the hold, so their steps never reach the changelog at all:
+the verdict is made from memory and the records are acknowledged with it. A window held longer
+(`hold_s`, or `HOLD_MAX` steps, or `HOLD_TOTAL` held in all) has its steps written and
+acknowledged. After a crash, a closed window's records delivered again, up to the one that
+closed it, are collected (`replays`) and judged again, unless the verdict is known to have
+been acknowledged (its written steps already forgotten).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
@@ -44,8 +55,10 @@ from tracejudge.streams.worker.records import (
 )
 
 SEP = "\x1f"
-AddStatus = Literal["added", "duplicate", "late", "reclose"]
-Marker = Literal["idle_close", "purge", "refresh"]
+AddStatus = Literal["added", "duplicate", "late", "reclose", "replayed"]
+Marker = Literal["idle_close", "purge", "refresh", "flush"]
+HOLD_MAX = 200  # steps of one window held at most
+HOLD_TOTAL = 100_000  # steps held at most in all, before each window adding one is written
 # Since when a partition has been consumed live (None: not live now); see liveness.py.
 LiveSince = Callable[[int], float | None]
 
@@ -73,12 +86,34 @@ def _local(table: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
 
 
 @dataclass
+class Held:
+    """Step records kept only in memory, and the acknowledgement their input records wait for."""
+
+    since: float
+    # an open window's by seq; a closed one read again, by event id
+    records: dict[Any, Any] = field(default_factory=dict)
+    done: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def release(self) -> None:
+        """Written, or judged and acknowledged: the input records may be acknowledged."""
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def drop(self) -> None:
+        """Another worker takes over: never acknowledged here, read again there."""
+        self.done.cancel()
+
+
+@dataclass
 class OpenWindow:
-    """What is kept in memory of an open window: everything but the steps' content."""
+    """What is kept in memory of an open window: everything but the written steps' content."""
 
     meta: WindowMeta
     ids: dict[str, int]  # event id -> seq of its record
     opened_at: float  # when its first record was written (or last refreshed)
+    held: Held | None = None  # steps not written yet
 
 
 @dataclass(frozen=True)
@@ -97,8 +132,11 @@ class WindowStore:
     # TRACEJUDGE_TRACE_CAPTURE=false: every step kept as a stub (identity, a tool call's name
     # and outcome), never its text; not counted as dropped, since nothing was over a limit
     capture: bool = True
+    hold_s: float = 0.0  # 0: every step written at once (no one acknowledges records late)
     open: dict[str, OpenWindow] = field(default_factory=dict)
     closed: dict[str, ClosedMarker] = field(default_factory=dict)
+    replays: dict[str, Held] = field(default_factory=dict)  # closed windows read again
+    held_total: int = 0
 
     def __post_init__(self) -> None:
         self._meta_local = _local(self.meta)
@@ -166,9 +204,14 @@ class WindowStore:
         return len(self.open) + len(self.closed)
 
     def unload(self) -> None:
-        """Partitions were revoked: what is in memory may be changed by another worker."""
+        """Partitions were revoked: what is in memory may be changed by another worker, and
+        what was held is read again by whoever owns it next."""
+        for held in [w.held for w in self.open.values() if w.held] + list(self.replays.values()):
+            held.drop()
         self.open.clear()
         self.closed.clear()
+        self.replays.clear()
+        self.held_total = 0
 
     # -- events ----------------------------------------------------------------------------
 
@@ -178,9 +221,10 @@ class WindowStore:
         assert window is not None
         if isinstance(window, WindowMeta):
             if self.closed_here(rid, window, offset):
+                self._replayed(event, window, now)  # the closing event is part of the window
                 return "reclose"
             if self._before_close(rid, window, offset):
-                return "duplicate"  # delivered again with the record that closed the window
+                return self._replayed(event, window, now)
             window.late_events += 1
             self.meta[rid] = window.to_record()
             return "late"
@@ -191,8 +235,9 @@ class WindowStore:
             # still holds them on disk, so the redelivered event finds them here and the
             # changelog (what another worker would rebuild from) never would. Writing the
             # record again makes it converge; duplicates are rare, so this costs little.
-            key = step_key(rid, seq)
-            self.steps[key] = self.steps[key]
+            if window.held is None or seq not in window.held.records:
+                key = step_key(rid, seq)
+                self.steps[key] = self.steps[key]
             return "duplicate"
         beyond_limit = False
         if event.type in STEP_TYPES:
@@ -204,19 +249,62 @@ class WindowStore:
                 beyond_limit = True
         seq = meta.next_seq
         extra = {OPENED_AT: window.opened_at, PARTITION: partition} if seq == 0 else None
-        self.steps[step_key(rid, seq)] = step_record(event, beyond_limit=beyond_limit, extra=extra)
+        record = step_record(event, beyond_limit=beyond_limit, extra=extra)
         window.ids[event_id] = seq
         meta.next_seq = seq + 1
         meta.last_event_at = now
+        if self.hold_s <= 0:
+            self.steps[step_key(rid, seq)] = record
+            return "added"
+        if window.held is None:
+            window.held = Held(now)
+        window.held.records[seq] = record
+        self.held_total += 1
+        if (
+            len(window.held.records) >= HOLD_MAX
+            or now - window.held.since >= self.hold_s
+            or self.held_total > HOLD_TOTAL
+        ):
+            self.flush(rid)
         return "added"
 
+    def held(self, request_id: str) -> asyncio.Future[None] | None:
+        """What the input records just added to an open window (or to a closed one read
+        again) wait for before they are acknowledged."""
+        window = self.open.get(request_id)
+        held = window.held if window is not None else self.replays.get(request_id)
+        return None if held is None else held.done
+
+    def flush(self, request_id: str) -> int:
+        """Write an open window's held steps; how many."""
+        window = self.open.get(request_id)
+        if window is None or window.held is None:
+            return 0
+        held, window.held = window.held, None
+        for seq, record in sorted(held.records.items()):
+            self.steps[step_key(request_id, seq)] = record
+        self.held_total -= len(held.records)
+        held.release()
+        return len(held.records)
+
+    def _replayed(self, event: Event, meta: WindowMeta, now: float) -> AddStatus:
+        """A closed window's record read again before the one that closed it: kept for the
+        judgement again, unless its step is written."""
+        if self.hold_s <= 0:
+            return "duplicate"  # every step was written
+        held = self.replays.setdefault(event.request_id, Held(now))
+        event_id = event.resolved_event_id()
+        held.records.setdefault(event_id, step_record(event, beyond_limit=False))
+        return "replayed"
+
     def closed_here(self, request_id: str, meta: WindowMeta, offset: int) -> bool:
-        """Whether the record at `offset` is the one that closed the window, and its steps are
-        still kept: its verdict may not have been acknowledged before the worker stopped."""
+        """Whether the record at `offset` is the one that closed the window, and its verdict
+        may not have been acknowledged before the worker stopped: none of its steps were
+        written, or they are still kept."""
         return (
             meta.closed_offset is not None
             and offset == meta.closed_offset
-            and step_key(request_id, 0) in self._steps_local
+            and (meta.flushed == 0 or step_key(request_id, 0) in self._steps_local)
         )
 
     def closed_by_record(self, request_id: str, partition: int, offset: int, now: float) -> bool:
@@ -230,7 +318,7 @@ class WindowStore:
         return (
             meta.closed_offset is not None
             and 0 <= offset < meta.closed_offset
-            and step_key(request_id, 0) in self._steps_local
+            and (meta.flushed == 0 or step_key(request_id, 0) in self._steps_local)
         )
 
     def is_open(self, request_id: str) -> bool:
@@ -240,12 +328,20 @@ class WindowStore:
         """A window's counters and its step records as stored (None where one is missing)."""
         window = self.open.get(request_id)
         if window is not None:
-            meta = window.meta
-            return meta, [self.steps.get(step_key(request_id, seq)) for seq in range(meta.next_seq)]
-        # a closed window whose verdict is published again: its steps are still kept
+            meta, held = window.meta, window.held.records if window.held else {}
+            return meta, [
+                held.get(seq) or self.steps.get(step_key(request_id, seq))
+                for seq in range(meta.next_seq)
+            ]
+        # a closed window whose verdict is published again: its written steps, and what was
+        # read again of the rest
         record = self.meta.get(request_id)
         assert record is not None, "stored() of a window that does not exist"
-        return WindowMeta.of_record(record), self._records(request_id)
+        written = self._records(request_id)
+        ids = {load_record(r).get("event_id") for r in written}
+        replayed = self.replays.get(request_id)
+        again = [r for i, r in (replayed.records.items() if replayed else ()) if i not in ids]
+        return WindowMeta.of_record(record), written + again
 
     def collect(self, request_id: str, closed_by: ClosedBy) -> Window:
         meta, records = self.stored(request_id)
@@ -258,16 +354,26 @@ class WindowStore:
             early_stops=[(str(a), int(i)) for a, i in meta.early_stops],
         )
 
-    def close(self, request_id: str, closed_by: ClosedBy, now: float, offset: int | None) -> int:
-        """Write the closed marker (late events are only counted from now on); the steps stay
-        until `forget_steps`. How many step records the window has."""
+    def close(
+        self, request_id: str, closed_by: ClosedBy, now: float, offset: int | None
+    ) -> tuple[int, Held | None]:
+        """Write the closed marker (late events are only counted from now on); the written
+        steps stay until `forget_steps`. How many step records the window has, and what its
+        held input records wait for (to release once the verdict is acknowledged)."""
         window = self.open.pop(request_id, None)
-        # None: closed again, by the record that closed it
-        meta = WindowMeta.of_record(self.meta[request_id]) if window is None else window.meta
+        if window is None:  # closed again, by the record that closed it
+            meta, held = (
+                WindowMeta.of_record(self.meta[request_id]),
+                self.replays.pop(request_id, None),
+            )
+        else:
+            meta, held = window.meta, window.held
+            meta.flushed = meta.next_seq - (len(held.records) if held else 0)
+            self.held_total -= len(held.records) if held else 0
         meta.closed_by, meta.closed_at, meta.closed_offset = closed_by, now, offset
         self.meta[request_id] = meta.to_record()
         self.closed[request_id] = ClosedMarker(meta.partition, now)
-        return meta.next_seq
+        return meta.next_seq, held
 
     def forget_steps(self, request_id: str, count: int) -> None:
         """The verdict is acknowledged: delete the steps locally (the changelog's retention
@@ -293,6 +399,9 @@ class WindowStore:
     def purge(self, request_id: str) -> None:
         """Forget a closed window whose retention is over: locally, marker and steps."""
         self.closed.pop(request_id, None)
+        replayed = self.replays.pop(request_id, None)
+        if replayed is not None:  # its closing record was never read again: nothing to judge
+            replayed.release()
         _delete(self._meta_local, request_id)
         seq = 0
         while step_key(request_id, seq) in self._steps_local:
@@ -332,6 +441,8 @@ class WindowStore:
             meta = window.meta
             if _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since):
                 yield rid, meta.partition, "idle_close"
+            elif window.held is not None and now - window.held.since >= self.hold_s:
+                yield rid, meta.partition, "flush"
             elif refresh_after_s is not None and now - window.opened_at >= refresh_after_s:
                 yield rid, meta.partition, "refresh"
 
@@ -354,6 +465,8 @@ class WindowStore:
             return False
         if marker == "refresh":
             return refresh_after_s is not None and now - window.opened_at >= refresh_after_s
+        if marker == "flush":
+            return window.held is not None
         meta = window.meta
         return _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since)
 
