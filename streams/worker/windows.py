@@ -358,7 +358,7 @@ class WindowStore:
         self, request_id: str, closed_by: ClosedBy, now: float, offset: int | None
     ) -> tuple[int, Held | None]:
         """Write the closed marker (late events are only counted from now on); the written
-        steps stay until `forget_steps`. How many step records the window has, and what its
+        steps stay until `forget_steps`. How many step records it has written, and what its
         held input records wait for (to release once the verdict is acknowledged)."""
         window = self.open.pop(request_id, None)
         if window is None:  # closed again, by the record that closed it
@@ -372,8 +372,9 @@ class WindowStore:
             self.held_total -= len(held.records) if held else 0
         meta.closed_by, meta.closed_at, meta.closed_offset = closed_by, now, offset
         self.meta[request_id] = meta.to_record()
+        self.closed.pop(request_id, None)  # to the end: the purge scan reads in closing order
         self.closed[request_id] = ClosedMarker(meta.partition, now)
-        return meta.next_seq, held
+        return meta.flushed, held
 
     def forget_steps(self, request_id: str, count: int) -> None:
         """The verdict is acknowledged: delete the steps locally (the changelog's retention
@@ -434,9 +435,13 @@ class WindowStore:
     ) -> Iterator[tuple[str, int, Marker]]:
         """Requests whose window is idle, whose closed marker has outlived its retention, or
         whose records are due to be written again (each re-checked in-stream)."""
-        for rid, marker in list(self.closed.items()):
-            if now - marker.closed_at >= retention_s:
-                yield rid, marker.partition, "purge"
+        for rid, marker in self.closed.items():
+            # in closing order: the first one not due ends the look (markers read in after a
+            # restart may wait behind it, at most one retention), so a scan does not walk
+            # every request closed in the last hour
+            if now - marker.closed_at < retention_s:
+                break
+            yield rid, marker.partition, "purge"
         for rid, window in list(self.open.items()):
             meta = window.meta
             if _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since):

@@ -1,0 +1,146 @@
+"""Issue 15's judge-on yardstick: judged throughput against its ideal, and the window agent's
+rule-only throughput with the judge on and off.
+
+    python -m benchmarks.judged [--latency-ms 500] [--seconds 30]
+
+Starts the real Kafka and Redis and a scripted model server on loopback that answers every call
+after `--latency-ms`. For LLM concurrency 4 and 16: a backlog of enough requests to keep the
+judge busy for about `--seconds`, every one judged; judged evaluations per second (first call
+to the model -> last evaluation on the topic) against the ideal, concurrency / model latency.
+Then the side-by-side backlog (2,000 x 10 events) with the judge off, and on with 10% of the
+requests sampled: the rate at which the rule-only requests get their evaluations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from benchmarks.side_by_side import EVENTS_PER_REQUEST, backlog
+from tests.fake_llm import FakeLLM, tool_call_reply, verdict
+from tests.integration.harness import WorkerProcess, produce, wait_counter, worker_env
+from tests.realservices import start_kafka, start_redis
+
+
+async def evaluations(bootstrap: str, topic: str, expected: int) -> list[dict[str, Any]]:
+    """The evaluations on `topic` (each with its broker timestamp), once `expected` are there."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 600
+    try:
+        while len(found) < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                for r in records:
+                    found.append({**json.loads(r.value), "_at": r.timestamp / 1000})
+    finally:
+        await consumer.stop()
+    return found
+
+
+async def run_worker(
+    kafka: str, redis: str, workdir: Path, requests: int, **settings: Any
+) -> list[dict[str, Any]]:
+    env = worker_env(kafka, redis, workdir, "judged", partitions=4, **settings)
+    worker = WorkerProcess(env, workdir / f"worker-{uuid.uuid4().hex[:6]}.log")
+    lines = backlog(requests, uuid.uuid4().hex[:6])
+    worker.start()
+    try:
+        await produce(kafka, worker.topic("events"), lines)
+        await wait_counter(worker, requests, timeout_s=900)
+        return await evaluations(kafka, worker.topic("evaluations"), requests)
+    finally:
+        worker.stop()
+
+
+async def judged(kafka: str, redis: str, workdir: Path, latency_s: float, seconds: float) -> None:
+    calls: list[float] = []
+
+    def answer(body: dict[str, Any], n: int) -> Any:
+        calls.append(time.time())
+        return tool_call_reply(verdict(True, False), delay_s=latency_s)
+
+    with FakeLLM(answer) as model:
+        for concurrency in (4, 16):
+            ideal = concurrency / latency_s
+            requests = int(ideal * seconds)
+            calls.clear()
+            found = await run_worker(
+                kafka,
+                redis,
+                workdir,
+                requests,
+                llm_judge_enabled="true",
+                llm_base_url=model.base_url,
+                llm_api_key="test",
+                llm_concurrency=concurrency,
+                llm_cache_ttl_s=1,
+            )
+            ok = [e for e in found if e["judge_status"] == "ok"]
+            rate = len(ok) / (max(e["_at"] for e in ok) - min(calls))
+            print(
+                f"judge concurrency {concurrency:>2}, model {latency_s * 1000:.0f} ms: "
+                f"{len(ok)}/{requests} judged, {rate:5.1f} judged/s, ideal {ideal:5.1f}: "
+                f"{rate / ideal:.2f} of ideal (model saw at most {model.max_in_flight} at once)"
+            )
+            model.max_in_flight = 0
+
+
+async def rule_only(kafka: str, redis: str, workdir: Path, latency_s: float) -> None:
+    requests = 2000
+
+    def answer(body: dict[str, Any], n: int) -> Any:
+        return tool_call_reply(verdict(True, False), delay_s=latency_s)
+
+    with FakeLLM(answer) as model:
+        for label, settings in (
+            ("judge off", {}),
+            (
+                "judge on, 10% sampled",
+                {
+                    "llm_judge_enabled": "true",
+                    "llm_base_url": model.base_url,
+                    "llm_api_key": "test",
+                    "llm_concurrency": 16,
+                    "llm_sample_rate": 0.1,
+                },
+            ),
+        ):
+            found = await run_worker(kafka, redis, workdir, requests, **settings)
+            rules = [e for e in found if e["judge_status"] in ("disabled", "skipped")]
+            span = max(e["_at"] for e in rules) - min(e["_at"] for e in rules)
+            print(
+                f"rule-only requests, {label:<22}: {len(rules):>4} evaluations, "
+                f"{len(rules) * EVENTS_PER_REQUEST / span:6.0f} events/s"
+            )
+
+
+async def main(latency_s: float, seconds: float) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="tracejudge-judged-"))
+    kafka = start_kafka(workdir / "kafka")
+    redis = start_redis(workdir / "redis")
+    try:
+        await judged(kafka.address, redis.address, workdir, latency_s, seconds)
+        await rule_only(kafka.address, redis.address, workdir, latency_s)
+    finally:
+        kafka.stop()
+        redis.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--latency-ms", type=float, default=500.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    asyncio.run(main(args.latency_ms / 1000, args.seconds))
