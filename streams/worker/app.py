@@ -8,6 +8,7 @@ hands its records to the one error policy (`errors.py`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -232,6 +233,11 @@ def _add_phase_logs(app: faust.App, settings: Settings) -> None:
     async def ready() -> None:
         await app.tables.recovery.completed.wait()  # type: ignore[attr-defined]
         log.info("tables recovered; ready (GET /health answers 200 once consuming)")
+        # What start-up made (modules, the app, the judges' tables) lives as long as the
+        # process: out of the collector's sight, a full collection walks only what came since
+        # (tens of milliseconds of pause less, straight into the verdict latency tail).
+        gc.collect()
+        gc.freeze()
 
 
 @dataclass
