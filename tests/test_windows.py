@@ -233,3 +233,29 @@ def test_meta_records_of_earlier_versions_are_read() -> None:
     closed = WindowMeta.of_record({**legacy, "closed": "idle_timeout", "closed_at": 10.0})
     assert closed.closed and closed.closed_by == "idle_timeout"
     assert WindowMeta.of_record(meta.to_record()) == meta
+
+
+def test_iterations_are_kept_as_rounds_and_rebuilt_with_the_window() -> None:
+    s = store()
+    for i in (1, 2):
+        event = {
+            "type": "iteration",
+            "request_id": "r",
+            "step_index": i,
+            "iteration": i,
+            "max_iterations": 5,
+            "response": f"try {i}",
+            "exec_success": True,
+        }
+        s.add(parse_event(event), 0, 1.0)
+    s.add(parse_event(tool("r", 3)), 0, 1.0)
+    rounds = s.rounds("r")
+    assert [(r.iteration, r.response, r.exec_success) for r in rounds] == [
+        (1, "try 1", True),
+        (2, "try 2", True),
+    ]
+    assert again(s).add(parse_event(tool("r", 4)), 0, 2.0) == "added"
+    assert [r.iteration for r in again(s).rounds("r")] == []  # not loaded until touched
+    restarted = again(s)
+    restarted.add(parse_event(tool("r", 5)), 0, 2.0)
+    assert restarted.rounds("r") == rounds

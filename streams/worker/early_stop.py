@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.judges.early_stop import EarlyStopPolicy, Round, check_early_stop
+from tracejudge.judges.early_stop import EarlyStopPolicy, check_early_stop
 from tracejudge.judges.verdicts import stable_id
 from tracejudge.models.outputs import EarlyStopDecision
 from tracejudge.streams.metrics import Metrics
@@ -28,13 +28,7 @@ class EarlyStopper:
 
     async def check(self, request_id: str) -> None:
         """Publish a decision if the rounds so far call for one not yet published."""
-        window = self.store.collect(request_id, "final_response")
-        rounds = [
-            Round(
-                r.iteration, r.max_iterations, r.response or "", r.observation or "", r.exec_success
-            )
-            for r in window.iterations
-        ]
+        rounds = self.store.rounds(request_id)  # kept as they arrived: no decoding here
         found = check_early_stop(rounds, self.policy, self.store.early_actions(request_id))
         if found is None:
             return

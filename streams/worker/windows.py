@@ -41,14 +41,15 @@ from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tracejudge.judges.early_stop import Action
-from tracejudge.models.events import STEP_TYPES, Event, FinalResponse
+from tracejudge.judges.early_stop import Action, Round
+from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, Iteration
 from tracejudge.models.window import ClosedBy, Window
 from tracejudge.streams.worker.records import (
     OPENED_AT,
     PARTITION,
     WindowMeta,
     load_record,
+    read_step,
     step_record,
     window_of,
     with_fields,
@@ -114,6 +115,9 @@ class OpenWindow:
     ids: dict[str, int]  # event id -> seq of its record
     opened_at: float  # when its first record was written (or last refreshed)
     held: Held | None = None  # steps not written yet
+    # its iterations as the early-stop check reads them, kept as they arrive: a check on each
+    # iteration event does not decode the whole window again
+    rounds: list[Round] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,11 @@ class WindowStore:
         if stored is not None:
             meta.early_stops = stored.early_stops
         opened = float(records[0].get(OPENED_AT, now)) if records else now
-        return OpenWindow(meta, {str(r["event_id"]): i for i, r in enumerate(records)}, opened)
+        window = OpenWindow(meta, {str(r["event_id"]): i for i, r in enumerate(records)}, opened)
+        for record in records:
+            if record.get("type") == "iteration" and isinstance(e := read_step(record), Iteration):
+                window.rounds.append(_round(e))
+        return window
 
     def reindex(self, now: float) -> int:
         """Read in every window the tables hold that is not in memory yet (after partitions
@@ -250,6 +258,8 @@ class WindowStore:
         seq = meta.next_seq
         extra = {OPENED_AT: window.opened_at, PARTITION: partition} if seq == 0 else None
         record = step_record(event, beyond_limit=beyond_limit, extra=extra)
+        if isinstance(event, Iteration) and not beyond_limit:
+            window.rounds.append(_round(event))
         window.ids[event_id] = seq
         meta.next_seq = seq + 1
         meta.last_event_at = now
@@ -382,6 +392,10 @@ class WindowStore:
         for seq in range(count):
             _delete(self._steps_local, step_key(request_id, seq))
 
+    def rounds(self, request_id: str) -> list[Round]:
+        window = self.open.get(request_id)
+        return [] if window is None else window.rounds
+
     def early_actions(self, request_id: str) -> frozenset[Action]:
         window = self.open.get(request_id)
         if window is None:
@@ -484,6 +498,16 @@ def _idle(
     if since is None:
         return False
     return now - max(last_event_at, since) >= idle_timeout_s
+
+
+def _round(event: Iteration) -> Round:
+    return Round(
+        event.iteration,
+        event.max_iterations,
+        event.response or "",
+        event.observation or "",
+        event.exec_success,
+    )
 
 
 def is_terminal(event: Event) -> bool:

@@ -64,9 +64,7 @@ async def empty_changelogs(worker: WorkerProcess) -> int:
         await consumer.stop()
 
 
-async def half_then_rest(
-    worker: WorkerProcess, rids: list[str], restart: str, held: bool
-) -> None:
+async def half_then_rest(worker: WorkerProcess, rids: list[str], restart: str, held: bool) -> None:
     """Each request's first two events, a restart, then its last two."""
     events = worker.topic("events")
     await produce_events(worker.settings.kafka_bootstrap, events, _part(rids, 0, 2))
