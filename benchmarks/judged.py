@@ -120,9 +120,11 @@ async def rule_only(kafka: str, redis: str, workdir: Path, latency_s: float) -> 
             found = await run_worker(kafka, redis, workdir, requests, **settings)
             rules = [e for e in found if e["judge_status"] in ("disabled", "skipped")]
             span = max(e["_at"] for e in rules) - min(e["_at"] for e in rules)
+            # the agent also read the sampled requests' events in that span
             print(
                 f"rule-only requests, {label:<22}: {len(rules):>4} evaluations, "
-                f"{len(rules) * EVENTS_PER_REQUEST / span:6.0f} events/s"
+                f"{len(rules) * EVENTS_PER_REQUEST / span:6.0f} of their events/s, "
+                f"{requests * EVENTS_PER_REQUEST / span:6.0f} events/s through the window agent"
             )
 
 
