@@ -133,3 +133,17 @@ async def test_a_rebalance_drops_what_was_held_unacknowledged() -> None:
     agent.ctx.store.unload()
     await agent.ctx.inflight.drain()
     assert agent.acked == [] and tables.window_steps == {}
+
+
+async def test_held_steps_do_not_count_against_the_outputs_in_flight() -> None:
+    agent, _, channels = setup()
+    agent.ctx.inflight.limit = 2  # outputs in flight; held steps are bounded by the store
+    rids = [f"r{i}" for i in range(6)]
+    for offset, rid in enumerate(rids):
+        await asyncio.wait_for(agent.handle(offset, start(rid)), 1)  # never blocks
+    assert agent.acked == []
+    for offset, rid in enumerate(rids, start=len(rids)):
+        await asyncio.wait_for(agent.handle(offset, final(rid=rid)), 5)
+    await agent.ctx.inflight.drain()
+    assert sorted(agent.acked) == list(range(12))
+    assert len(evaluations(channels)) == 6

@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 _pending: ContextVar[list[Awaitable[Any]] | None] = ContextVar("tracejudge_pending", default=None)
@@ -55,6 +56,11 @@ class InFlight:
         if not pending:
             await ack()
             return
+        if len(pending) == 1 and isinstance(pending[0], asyncio.Future):
+            # a held step (windows.py): no task while it waits, and no place in `limit`, which
+            # bounds outputs in flight, not steps held (bounded by the store itself)
+            pending[0].add_done_callback(partial(self._released, ack))
+            return
         while len(self.tasks) >= self.limit:
             await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
         task = asyncio.ensure_future(self._finish(pending, ack))
@@ -74,7 +80,16 @@ class InFlight:
             return
         await ack()
 
+    def _released(self, ack: Callable[[], Awaitable[Any]], held: asyncio.Future[Any]) -> None:
+        if held.cancelled():  # dropped: the record is read again by the next owner
+            return
+        task = asyncio.ensure_future(ack())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
     async def drain(self) -> None:
-        """Wait until every record in flight is acknowledged."""
+        """Wait until every record in flight (held steps aside) is acknowledged."""
+        await asyncio.sleep(0)  # acknowledgements of steps just released start
         while self.tasks:
             await asyncio.wait(set(self.tasks))
+            await asyncio.sleep(0)
