@@ -40,7 +40,7 @@ class Agent:
             "events", 0, offset, value["request_id"].encode(), json.dumps(value).encode(), {}
         )
 
-        async def ack() -> None:
+        def ack() -> None:
             self.acked.append(offset)
 
         await self.ctx.inflight.handle(lambda: self.ctx.errors.run(record, self.ctx.events), ack)

@@ -130,7 +130,7 @@ def create_app(settings: Settings) -> faust.App:
         manual = stream.noack()
         async for event in manual.events():
             await ctx.inflight.handle(
-                partial(take, InRecord.of_faust(event), ctx.events), partial(manual.ack, event)
+                partial(take, InRecord.of_faust(event), ctx.events), event.ack
             )
 
     @app.agent(responses_topic, concurrency=1)  # type: ignore[misc]

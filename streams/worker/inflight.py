@@ -23,6 +23,7 @@ from typing import Any
 _pending: ContextVar[list[Awaitable[Any]] | None] = ContextVar("tracejudge_pending", default=None)
 
 Fail = Callable[[str, BaseException], Any]
+Ack = Callable[[], object]  # marks the record processed (Faust's `Event.ack`): synchronous
 
 
 async def later(work: Awaitable[Any]) -> None:
@@ -43,9 +44,7 @@ class InFlight:
     limit: int = 1000
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
-    async def handle(
-        self, handler: Callable[[], Awaitable[None]], ack: Callable[[], Awaitable[Any]]
-    ) -> None:
+    async def handle(self, handler: Callable[[], Awaitable[None]], ack: Ack) -> None:
         """Run `handler` for one record; `ack` it when what it left for later is done."""
         pending: list[Awaitable[Any]] = []
         token = _pending.set(pending)
@@ -54,7 +53,7 @@ class InFlight:
         finally:
             _pending.reset(token)
         if not pending:
-            await ack()
+            ack()
             return
         if len(pending) == 1 and isinstance(pending[0], asyncio.Future):
             # a held step (windows.py): no task while it waits, and no place in `limit`, which
@@ -67,9 +66,7 @@ class InFlight:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _finish(
-        self, pending: list[Awaitable[Any]], ack: Callable[[], Awaitable[Any]]
-    ) -> None:
+    async def _finish(self, pending: list[Awaitable[Any]], ack: Ack) -> None:
         try:
             for work in pending:
                 await work
@@ -78,14 +75,11 @@ class InFlight:
         except Exception as exc:
             self.fail("a record's outputs could not be delivered", exc)
             return
-        await ack()
+        ack()
 
-    def _released(self, ack: Callable[[], Awaitable[Any]], held: asyncio.Future[Any]) -> None:
-        if held.cancelled():  # dropped: the record is read again by the next owner
-            return
-        task = asyncio.ensure_future(ack())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+    def _released(self, ack: Ack, held: asyncio.Future[Any]) -> None:
+        if not held.cancelled():  # cancelled: dropped, the record is read again elsewhere
+            ack()
 
     async def drain(self) -> None:
         """Wait until every record in flight (held steps aside) is acknowledged."""
