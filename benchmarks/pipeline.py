@@ -44,6 +44,15 @@ def naive_changelog_bytes(lines: list[bytes]) -> int:
     return total
 
 
+def latency_probe(bootstrap: str, topic: str) -> tuple[AIOKafkaConsumer, AIOKafkaProducer]:
+    """A reader from the end of `topic` and a producer that sends each record at once: the two
+    ends of a verdict latency measurement (not started)."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="latest"
+    )
+    return consumer, AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+
+
 async def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -84,14 +93,7 @@ async def verdict_latency(worker: WorkerProcess, lines: list[tuple[Any, Any]]) -
     by_rid: dict[bytes, list[bytes]] = defaultdict(list)
     for key, value in lines:
         by_rid[key].append(value)
-    bootstrap = worker.settings.kafka_bootstrap
-    consumer = AIOKafkaConsumer(
-        worker.topic("evaluations"),
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        auto_offset_reset="latest",
-    )
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    consumer, producer = latency_probe(worker.settings.kafka_bootstrap, worker.topic("evaluations"))
     await consumer.start()
     await producer.start()
     latencies: list[float] = []

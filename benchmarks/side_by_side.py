@@ -30,7 +30,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from benchmarks.pipeline import topic_bytes
+from benchmarks.pipeline import latency_probe, topic_bytes
 from tests.integration.harness import WorkerProcess, produce, wait_counter, worker_env
 from tests.realservices import ROOT, start_kafka, start_redis
 from tracejudge.streams.names import TABLES, changelog_topic
@@ -279,13 +279,7 @@ async def steady(
     by_request = [
         requests[i : i + EVENTS_PER_REQUEST] for i in range(0, len(requests), EVENTS_PER_REQUEST)
     ]
-    consumer = AIOKafkaConsumer(
-        worker.topic("evaluations"),
-        bootstrap_servers=kafka,
-        group_id=None,
-        auto_offset_reset="latest",
-    )
-    producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all", linger_ms=0)
+    consumer, producer = latency_probe(kafka, worker.topic("evaluations"))
     await consumer.start()
     await producer.start()
     acked: dict[bytes, float] = {}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tracejudge.models.window import ClosedBy
 from tracejudge.streams.worker.inflight import later
-from tracejudge.streams.worker.outputs import Channel, VerdictPublisher
+from tracejudge.streams.worker.outputs import Channel, VerdictPublisher, deliver
 from tracejudge.streams.worker.verdict_making import Closing, Maker
 from tracejudge.streams.worker.windows import Held, WindowStore
 
@@ -55,7 +55,7 @@ class WindowCloser:
         made = await self.make(closing)
         if made.job is not None:
             # the judge runs in its own consumer: the agent goes on closing windows meanwhile
-            await (await self.judge_requests.send(key=closing.request_id.encode(), value=made.job))
+            await deliver(self.judge_requests, closing.request_id.encode(), made.job)
             self.counters["judge_queued"] += 1
         else:
             await self.publisher.publish_made(made, closing.terminal_at)

@@ -107,8 +107,7 @@ class WorkerContext:
             hold_s=hold_s,
         )
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
-        rules = RuleJudge(tool_call_budget=settings.tool_call_budget)
-        version, judge_stage, llm = _judging(settings, rules, redis, judge_stage, metrics)
+        version, judge_stage, llm = _judging(settings, redis, judge_stage, metrics)
         publisher = VerdictPublisher(
             channels.evaluations, channels.reflections, channels.alerts, lookup, counters, metrics
         )
@@ -210,14 +209,13 @@ def _read_into(
 
 def _judging(
     settings: Settings,
-    rules: RuleJudge,
     redis: aioredis.Redis | None,
     stage: JudgeStage | None,
     metrics: Metrics,
 ) -> tuple[str, JudgeStage | None, LLMRouting | None]:
     """The evaluator version, and the judge stage and routing when the LLM judge is on."""
     if not settings.llm_judge_enabled:
-        return evaluator_version(rules.version), None, None
-    version = evaluator_version(rules.version, judge_version(settings, final_judge_prompt()))
+        return evaluator_version(RuleJudge.version), None, None
+    version = evaluator_version(RuleJudge.version, judge_version(settings, final_judge_prompt()))
     stage = stage or JudgeStage(settings, redis, settings.verdict_policy(), version, metrics)
     return version, stage, LLMRouting(settings.llm_sample_rate, settings.llm_max_input_chars)

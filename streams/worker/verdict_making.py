@@ -197,6 +197,3 @@ class ProcessMaker:
         return await asyncio.get_running_loop().run_in_executor(
             self._pool, _make_in_process, closing
         )
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -311,11 +311,7 @@ class WindowStore:
         """Whether the record at `offset` is the one that closed the window, and its verdict
         may not have been acknowledged before the worker stopped: none of its steps were
         written, or they are still kept."""
-        return (
-            meta.closed_offset is not None
-            and offset == meta.closed_offset
-            and (meta.flushed == 0 or step_key(request_id, 0) in self._steps_local)
-        )
+        return offset == meta.closed_offset and self._verdict_unsure(request_id, meta)
 
     def closed_by_record(self, request_id: str, partition: int, offset: int, now: float) -> bool:
         """`closed_here` for a record that is not an event (an idle-close marker)."""
@@ -325,10 +321,16 @@ class WindowStore:
         return isinstance(window, WindowMeta) and self.closed_here(request_id, window, offset)
 
     def _before_close(self, request_id: str, meta: WindowMeta, offset: int) -> bool:
+        closing = meta.closed_offset
         return (
-            meta.closed_offset is not None
-            and 0 <= offset < meta.closed_offset
-            and (meta.flushed == 0 or step_key(request_id, 0) in self._steps_local)
+            closing is not None and 0 <= offset < closing and self._verdict_unsure(request_id, meta)
+        )
+
+    def _verdict_unsure(self, request_id: str, meta: WindowMeta) -> bool:
+        """Closed by a known record, and none of its steps were written or they are still kept
+        (they are forgotten once the verdict is acknowledged)."""
+        return meta.closed_offset is not None and (
+            meta.flushed == 0 or step_key(request_id, 0) in self._steps_local
         )
 
     def is_open(self, request_id: str) -> bool:
