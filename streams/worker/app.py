@@ -31,7 +31,8 @@ from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
 from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
 from tracejudge.streams.worker.outputs import redis_client
-from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, Maker, ProcessMaker
+from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, Maker
+from tracejudge.streams.worker.verdict_process import ProcessMaker
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,10 @@ def create_app(settings: Settings) -> faust.App:
             await guard.retry()
         except Exception:  # the next tick tries again
             log.exception("re-seeking a skipped range failed")
+
+    @app.timer(interval=ctx.publisher.log.interval_s)  # type: ignore[untyped-decorator]
+    async def log_verdicts() -> None:
+        ctx.publisher.log.flush()
 
     @app.task  # type: ignore[untyped-decorator]
     async def start_verdict_process() -> None:

@@ -23,6 +23,7 @@ from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.names import REDIS_EVALUATION_KEY
 from tracejudge.streams.worker.inflight import later
+from tracejudge.streams.worker.verdict_log import VerdictLog
 from tracejudge.streams.worker.verdict_making import Made, encode, made_of
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class VerdictPublisher:
     lookup: Lookup
     counters: Counter[str]
     metrics: Metrics = field(default_factory=Metrics)
+    log: VerdictLog = field(default_factory=VerdictLog)
 
     async def publish(self, verdict: Verdict, terminal_at: float | None = None) -> None:
         await self.publish_made(made_of(verdict), terminal_at)
@@ -120,15 +122,7 @@ class VerdictPublisher:
             m.alerts.labels(kind).inc()
         if terminal_at is not None:
             m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
-        log.info(
-            "evaluated %s score=%d success=%s incomplete=%s closed_by=%s judge=%s",
-            summary.request_id,
-            summary.overall_score,
-            summary.success,
-            summary.incomplete,
-            summary.closed_by,
-            summary.judge_status,
-        )
+        self.log.note(summary)
 
 
 def redis_client(url: str, timeout_s: float = 1.0) -> aioredis.Redis | None:

@@ -3,16 +3,13 @@ it produces (or, for a request the LLM judge samples, the judge's masked input).
 
 This is most of the CPU a request costs, and none of it needs the tables: the window agent
 reads the records and hands them over, and goes on with the next events. In the worker the work
-runs in a process of its own (`ProcessMaker`, TRACEJUDGE_VERDICT_PROCESS), so it uses the
+runs in a process of its own (`verdict_process.py`, TRACEJUDGE_VERDICT_PROCESS), so it uses the
 second core instead of holding up the single-threaded agent; elsewhere (unit tests, replay) it
 runs inline (`InlineMaker`). `make_verdict` is a pure function of what it is given.
 """
 
 from __future__ import annotations
 
-import asyncio
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -156,44 +153,3 @@ class InlineMaker:
 
     async def __call__(self, closing: Closing) -> Made:
         return make_verdict(self.judging, closing, self.rules)
-
-
-# The verdict process's own state, set once by its initializer.
-_process_state: dict[str, Any] = {}
-
-
-def _start_process(judging: Judging) -> None:
-    _process_state["judging"] = judging
-    _process_state["rules"] = RuleJudge(tool_call_budget=judging.tool_call_budget)
-
-
-def _make_in_process(closing: Closing) -> Made:
-    return make_verdict(_process_state["judging"], closing, _process_state["rules"])
-
-
-def _ready() -> bool:
-    return "judging" in _process_state
-
-
-class ProcessMaker:
-    """Verdicts made in one process of their own, in the order they were asked for. A process
-    that dies makes the call raise: the worker exits and its records come again."""
-
-    def __init__(self, judging: Judging) -> None:
-        # spawn, not fork: the worker has threads (Kafka consumer, Redis) a fork would copy
-        # in whatever state they were in
-        self._pool = ProcessPoolExecutor(
-            max_workers=1,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_start_process,
-            initargs=(judging,),
-        )
-
-    async def start(self) -> None:
-        """Start the process and load the judges (a second or two), before the first close."""
-        await asyncio.get_running_loop().run_in_executor(self._pool, _ready)
-
-    async def __call__(self, closing: Closing) -> Made:
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool, _make_in_process, closing
-        )
