@@ -26,6 +26,7 @@ from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
 from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.worker import record_handoff
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
@@ -346,6 +347,7 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
     async def _assigned(sender: Any, **_: Any) -> None:
         ctx.liveness.assigned = True
         _shorten_fetch_wait(app)
+        record_handoff.install(app.consumer)
 
     if settings.debug_endpoints:  # stacks can show data in flight: off unless asked for
 
