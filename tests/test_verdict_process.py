@@ -78,6 +78,8 @@ async def test_a_child_that_dies_fails_every_call_waiting_on_it() -> None:
     os.kill(maker._process.pid, signal.SIGKILL)
     with pytest.raises(VerdictProcessDied):
         await asyncio.wait_for(maker(closings()[0]), 10)
+    with pytest.raises(VerdictProcessDied):  # and every call after, at once
+        await asyncio.wait_for(maker(closings()[1]), 10)
     await maker.close()
 
 

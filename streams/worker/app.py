@@ -33,7 +33,7 @@ from tracejudge.streams.worker.health import health_report
 from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
 from tracejudge.streams.worker.outputs import redis_client
 from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, Maker
-from tracejudge.streams.worker.verdict_process import ProcessMaker
+from tracejudge.streams.worker.verdict_process import ProcessMaker, VerdictProcessDied
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,10 @@ def create_app(settings: Settings) -> faust.App:
     @app.task  # type: ignore[untyped-decorator]
     async def start_verdict_process() -> None:
         for maker in makers:  # spawned and warm before the first window closes
-            await maker.start()
+            try:
+                await maker.start()
+            except VerdictProcessDied as exc:  # like one that dies later: exit 70, not a crash
+                ctx.inflight.fail("the verdict process did not start", exc)
 
     _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard)

@@ -80,6 +80,8 @@ class ProcessMaker:
 
     async def __call__(self, closing: Closing) -> Made:
         await self.start()
+        if self._reader is None or self._reader.done():  # no one would read the answer
+            raise VerdictProcessDied("the verdict process exited")
         answer: asyncio.Future[Made] = asyncio.get_running_loop().create_future()
         self._waiting.append(answer)  # before writing: the answer may come back at once
         try:
