@@ -65,7 +65,6 @@ class ProcessMaker:
             json.dumps(sys.path),  # the child imports what the worker imports
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            limit=2**31 - 1,  # verdicts are as large as their windows' masked text
         )
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.append(ready)
@@ -75,8 +74,11 @@ class ProcessMaker:
 
     async def _send(self, obj: object) -> None:
         assert self._process is not None and self._process.stdin is not None
-        self._process.stdin.write(_frame(obj))
-        await self._process.stdin.drain()  # backpressure when the child falls behind
+        try:
+            self._process.stdin.write(_frame(obj))
+            await self._process.stdin.drain()  # backpressure when the child falls behind
+        except (ConnectionError, BrokenPipeError) as exc:
+            raise VerdictProcessDied("the verdict process is gone") from exc
 
     async def __call__(self, closing: Closing) -> Made:
         await self.start()
@@ -86,8 +88,9 @@ class ProcessMaker:
         self._waiting.append(answer)  # before writing: the answer may come back at once
         try:
             await self._send(closing)
-        except (ConnectionError, BrokenPipeError) as exc:
-            raise VerdictProcessDied("the verdict process is gone") from exc
+        except VerdictProcessDied:
+            answer.cancel()  # nobody waits for it any more
+            raise
         return await answer
 
     async def _read(self) -> None:
