@@ -55,10 +55,9 @@ def inline_wait_first(original: WaitFirst, stopped: Callable[[], bool]) -> WaitF
     result says so)."""
 
     async def wait_first(*coros: Any, **options: Any) -> WaitResults:
-        # mode's signature: `timeout=` is its only option; with one, the original decides
-        if len(coros) != 2 or options.get("timeout") is not None:
-            return await original(*coros, **options)
-        if not inspect.iscoroutine(coros[0]):
+        # only the hand-off's shape (`timeout=` is mode's one option); the rest as before
+        shaped = len(coros) == 2 and options.get("timeout") is None
+        if not (shaped and inspect.iscoroutine(coros[0])):
             return await original(*coros, **options)
         first, other = coros
         try:

@@ -135,9 +135,10 @@ class ProcessMaker:
 
 
 def _read_frame(stream: IO[bytes]) -> Any:
+    """The next object the worker sent; None once its end of the pipe is closed."""
     head = stream.read(_LENGTH.size)
     if len(head) < _LENGTH.size:
-        return EOFError
+        return None
     (length,) = _LENGTH.unpack(head)
     return pickle.loads(stream.read(length))  # from our own worker, over a private pipe
 
@@ -150,7 +151,7 @@ def serve() -> None:
     stdout = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever else prints goes to stderr, never into the frames
     judging = _read_frame(stdin)
-    if judging is EOFError:
+    if judging is None:
         return
     rules = RuleJudge(tool_call_budget=judging.tool_call_budget)
     _settle()
@@ -158,7 +159,7 @@ def serve() -> None:
         stdout.write(_frame(None))
         stdout.flush()
         first = True
-        while (closing := _read_frame(stdin)) is not EOFError:
+        while (closing := _read_frame(stdin)) is not None:
             stdout.write(_answer(judging, closing, rules))
             stdout.flush()
             if first:  # what the first verdict loaded (detectors load lazily)
