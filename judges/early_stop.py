@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 Action = Literal["stop", "finalize", "hint"]
@@ -22,6 +23,11 @@ class Round:
     response: str = ""
     observation: str = ""
     exec_success: bool | None = None
+
+    @cached_property
+    def conclusion(self) -> str | None:
+        """Read once per round: every later check of the window looks at all its rounds."""
+        return conclusion(self.response)
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ def check_early_stop(
     done = bool(emitted & {"stop", "finalize"})
     if not done:
         concluded = next(
-            (c for r in sorted(rounds, key=lambda r: r.iteration) if (c := conclusion(r.response))),
+            (c for r in sorted(rounds, key=lambda r: r.iteration) if (c := r.conclusion)),
             None,
         )
         if concluded:

@@ -25,7 +25,9 @@ from tests.test_rules import GOOD, trace, window_of
 from tracejudge.judges.llm.answer import InvalidAnswer, parse_answer
 from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
-from tracejudge.judges.llm.prompt import build_input
+from tracejudge.judges.llm.prompt import CLOSE, INSTRUCTION, OPEN, build_input, payload
+from tracejudge.judges.llm.prompt import _render as render
+from tracejudge.judges.redact import mask_any
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import JudgeOutcome, Policy, WindowFacts, conclude
 from tracejudge.prompts import final_judge_prompt
@@ -296,6 +298,27 @@ def test_long_traces_lose_middle_steps_first_and_say_so() -> None:
     assert kept[0] == 1 and kept[-1] == 60  # first and last steps survive
     assert "omitted from the middle" in data["note"]
     assert data["final_output"] == GOOD
+
+
+def test_steps_dropped_before_masking_are_those_trimming_the_masked_trace_drops() -> None:
+    # a window far over the limit, secrets in every step: steps are dropped before masking
+    # (cheaper), yet the same ones as when the whole trace is masked first, and none leaks
+    secret = "token=ghp_abcdefghijklmnopqrstuvwxyz0123456789 mail ann@corp.example "
+    events = trace(GOOD, [(f"tool{i}", True) for i in range(50)])
+    for e in events[1:-1]:
+        e["result_preview"] = (secret * 40)[:2000]
+    window = window_of(events)
+    judge_input = build_input(window, 24_000)
+    data = json.loads(judge_input.content.split("<data>\n")[1].split("\n</data>")[0])
+    # the reference: the whole trace masked, then steps dropped from the middle one by one
+    masked = mask_any(payload(window))
+    budget = 24_000 - len(INSTRUCTION) - len(OPEN) - len(CLOSE) - 4
+    while len(render(masked)) > budget:
+        masked["steps"].pop(len(masked["steps"]) // 2)
+        masked["note"] = data["note"]  # same length whatever the count (two digits here)
+    assert [s["i"] for s in data["steps"]] == [s["i"] for s in masked["steps"]]
+    assert judge_input.steps_omitted == 50 - len(masked["steps"]) > 0
+    assert "ghp_" not in judge_input.content and "ann@corp.example" not in judge_input.content
 
 
 @pytest.mark.parametrize("factor", [1, 2, 5, 10])

@@ -96,12 +96,23 @@ def _render(data: dict[str, Any]) -> str:
     return neutralise(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
+# Steps are dropped before masking while the unmasked data is over this multiple of the budget:
+# masking reads every character (a window at the step limit holds ~300 KB of text, the input
+# shows 24 KB: 136 ms of masking a judged window, in the verdict process every verdict queues
+# behind). Twice the budget keeps every step that could fit once masked unless masking halves
+# the text, and the exact trimming below still runs on the masked data.
+UNMASKED_SLACK = 2
+
+
 def build_input(window: Window, max_chars: int) -> JudgeInput:
     """Mask, trim the middle of long traces first, fence; always within `max_chars`."""
-    data = mask_any(payload(window))
-    steps: list[dict[str, Any]] = data.get("steps", [])
-    omitted = 0
     budget = max_chars - len(INSTRUCTION) - len(OPEN) - len(CLOSE) - 4
+    data = payload(window)
+    omitted = _drop_middle_steps(data, UNMASKED_SLACK * budget)
+    data = mask_any(data)
+    steps: list[dict[str, Any]] = data.get("steps", [])
+    if omitted:
+        data["note"] = f"{omitted} step(s) omitted from the middle to fit the input limit"
     rendered = _render(data)
     while len(rendered) > budget and steps:
         steps.pop(len(steps) // 2)
@@ -130,6 +141,24 @@ def build_input(window: Window, max_chars: int) -> JudgeInput:
             }
         )
     return JudgeInput(f"{INSTRUCTION}\n{OPEN}\n{rendered}\n{CLOSE}", omitted)
+
+
+def _drop_middle_steps(data: dict[str, Any], limit: int) -> int:
+    """Drop steps from the middle (the order `build_input` drops them in) until the rendering
+    is at most about `limit` characters, counted from each step's own rendering (one pass, not
+    a rendering per dropped step); how many were dropped."""
+    steps: list[dict[str, Any]] = data.get("steps", [])
+    total = len(_render(data))
+    if total <= limit:
+        return 0
+    sizes = [len(_render(step)) + 1 for step in steps]  # +1: the comma between steps
+    omitted = 0
+    while total > limit and steps:
+        middle = len(steps) // 2
+        total -= sizes.pop(middle)
+        steps.pop(middle)
+        omitted += 1
+    return omitted
 
 
 def _clip_strings(value: Any, limit: int) -> Any:
