@@ -120,6 +120,7 @@ class Metrics:
         self.retries = Counter(
             "tracejudge_retries", "Retry decisions, by type.", ["type"], registry=r
         )
+        self._event_counts: dict[tuple[str, str], Counter] = {}
         self.early_stops = Counter(
             "tracejudge_early_stops", "Early-stop decisions, by action.", ["action"], registry=r
         )
@@ -145,6 +146,16 @@ class Metrics:
             "tracejudge_judge_cache_hits", "Judge verdicts served from the cache.", registry=r
         )
         r.register(_Readings(self.readings))
+
+    def event_count(self, event_type: str, status: str) -> Counter:
+        """The events counter for one type and status. Its child is kept: `labels()` takes a
+        lock and builds a key on every call, and this runs for every input event."""
+        child = self._event_counts.get((event_type, status))
+        if child is None:
+            child = self._event_counts[(event_type, status)] = self.events.labels(
+                event_type, status
+            )
+        return child
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))

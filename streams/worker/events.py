@@ -58,7 +58,7 @@ class EventHandler:
             )
         if not self.judging:
             self.counters[f"events_counted_{event.type}"] += 1
-            self.metrics.events.labels(event.type, "counted").inc()
+            self.metrics.event_count(event.type, "counted").inc()
             return
         rid = event.request_id
         status = self.store.add(event, record.partition, self.clock(), record.offset)
@@ -66,7 +66,7 @@ class EventHandler:
             await self.closer.close(rid, "final_response", record.timestamp, record.offset)
             status = "duplicate"
         self.counters[f"events_{status}"] += 1
-        self.metrics.events.labels(event.type, status).inc()
+        self.metrics.event_count(event.type, status).inc()
         stopper = self.early_stopper if isinstance(event, Iteration) else None
         if stopper is not None and status != "late" and self.store.is_open(rid):
             # also on a duplicate: a crash may have come between the event and its decision
