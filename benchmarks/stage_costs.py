@@ -7,7 +7,8 @@ next event; the verdict's stages run in the verdict process (`worker/verdict_pro
 is timed on two shapes: the side-by-side benchmark's request (10 events, ~260 bytes each) and a
 window at the step limit with long texts full of things to mask (50 steps of 2,000 characters,
 an 8,000-character answer). Early-stop checks are timed after 2, 10 and 40 rounds: a check that
-re-read the window would grow with them. Microseconds per call, median of `--repeat` runs.
+re-read the window would grow with them. Microseconds per call: the best of as many calls as
+fit 0.2 s; a step's handling and a close, the median over `--repeat` × 20 and × 5 windows.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.adversarial import timed as best_of
 from benchmarks.side_by_side import backlog
 from tests.memory import MemoryWorker, memory_worker
 from tracejudge.judges.early_stop import check_early_stop
@@ -99,15 +101,9 @@ def iterations(rid: str, rounds: int) -> list[dict[str, Any]]:
     return events
 
 
-def timed(fn: Callable[[], Any], calls: int, repeat: int) -> float:
-    """Median microseconds per call."""
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        runs.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(runs)
+def timed(fn: Callable[[], Any]) -> float:
+    """Microseconds per call, best of as many as fit 0.2 s (the adversarial benchmark's way)."""
+    return best_of(lambda _: fn(), "") * 1e6
 
 
 def feed(worker: MemoryWorker, events: list[dict[str, Any]]) -> None:
@@ -122,7 +118,7 @@ def agent_rows(repeat: int) -> list[tuple[str, str, float]]:
     worker = memory_worker(max_trace_steps=STEP_LIMIT)
     store = worker.ctx.store
     for shape, make in (("typical", typical), ("at step limit", at_step_limit)):
-        rows.append(("agent", f"parse + validate an event ({shape})", parse_cost(make, repeat)))
+        rows.append(("agent", f"parse + validate an event ({shape})", parse_cost(make)))
         # a step's whole handling (parse, duplicate check, store), first and last of a window
         counter = iter(range(10**9))
         n = len(make("x")) - 2  # steps only: not task_started, not the terminal event
@@ -151,25 +147,25 @@ def agent_rows(repeat: int) -> list[tuple[str, str, float]]:
         def check(rid: str = rid) -> Any:
             return check_early_stop(store.rounds(rid), policy, store.early_actions(rid))
 
-        rows.append(("agent", f"early-stop check after {rounds} rounds", timed(check, 200, repeat)))
+        rows.append(("agent", f"early-stop check after {rounds} rounds", timed(check)))
     dead = worker.channel("dlq").values()
     assert not dead, f"the benchmark's events were dead-lettered: {dead[:1]}"
     return rows
 
 
-def verdict_rows(repeat: int) -> list[tuple[str, str, float]]:
+def verdict_rows() -> list[tuple[str, str, float]]:
     """The verdict process's stages, for one closed window."""
     rows = []
     worker = memory_worker(max_trace_steps=STEP_LIMIT)
     rules = RuleJudge(tool_call_budget=12)
     for shape, make in (("typical", typical), ("at step limit", at_step_limit)):
-        for name, cost in verdict_costs(worker, rules, make(f"verdict-{shape}"), repeat).items():
+        for name, cost in verdict_costs(worker, rules, make(f"verdict-{shape}")).items():
             rows.append(("verdict", f"{name} ({shape})", cost))
     return rows
 
 
 def verdict_costs(
-    worker: MemoryWorker, rules: RuleJudge, events: list[dict[str, Any]], repeat: int
+    worker: MemoryWorker, rules: RuleJudge, events: list[dict[str, Any]]
 ) -> dict[str, float]:
     store, rid = worker.ctx.store, events[0]["request_id"]
     feed(worker, events[:-1])
@@ -192,14 +188,14 @@ def verdict_costs(
     facts = WindowFacts.of(win)
     task, answer = events[0]["goal"], events[-1]["output"]
     return {
-        "decode the stored records": timed(window, 20, repeat),
-        "rules (with answer classification)": timed(lambda: rules.judge(win), 20, repeat),
-        "  of which answer classification": timed(lambda: assess_answer(task, answer), 20, repeat),
+        "decode the stored records": timed(window),
+        "rules (with answer classification)": timed(lambda: rules.judge(win)),
+        "  of which answer classification": timed(lambda: assess_answer(task, answer)),
         "conclude + mask + encode the outputs": timed(
-            lambda: made_of(conclude(facts, verdict, DISABLED, Policy(), "v", 2e3)), 20, repeat
+            lambda: made_of(conclude(facts, verdict, DISABLED, Policy(), "v", 2e3))
         ),
-        "judge input (mask, trim, render)": timed(lambda: build_input(win, 24_000), 20, repeat),
-        "mask the answer alone": timed(lambda: mask(answer), 20, repeat),
+        "judge input (mask, trim, render)": timed(lambda: build_input(win, 24_000)),
+        "mask the answer alone": timed(lambda: mask(answer)),
     }
 
 
@@ -222,9 +218,9 @@ async def step_costs(
     return statistics.median(first), statistics.median(last)
 
 
-def parse_cost(make: Callable[[str], list[dict[str, Any]]], repeat: int) -> float:
+def parse_cost(make: Callable[[str], list[dict[str, Any]]]) -> float:
     raw = [json.dumps(e).encode() for e in make("parse")]
-    return timed(lambda: [parse_event(r) for r in raw], 1, repeat) / len(raw)
+    return timed(lambda: [parse_event(r) for r in raw]) / len(raw)
 
 
 def main() -> None:
@@ -232,7 +228,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     asyncio.set_event_loop(asyncio.new_event_loop())
-    rows = agent_rows(args.repeat) + verdict_rows(args.repeat)
+    rows = agent_rows(args.repeat) + verdict_rows()
     print(f"{'where':8} {'stage':58} {'us/call':>9}")
     for where, name, cost in rows:
         print(f"{where:8} {name:58} {cost:9.1f}")

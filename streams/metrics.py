@@ -93,6 +93,7 @@ class Metrics:
             ["type", "status"],
             registry=r,
         )
+        self._event_counts: dict[tuple[str, str], Counter] = {}  # see event_count
         self.dead_letters = Counter(
             "tracejudge_dead_letters", "Records dead-lettered, by reason.", ["reason"], registry=r
         )
@@ -120,7 +121,6 @@ class Metrics:
         self.retries = Counter(
             "tracejudge_retries", "Retry decisions, by type.", ["type"], registry=r
         )
-        self._event_counts: dict[tuple[str, str], Counter] = {}
         self.early_stops = Counter(
             "tracejudge_early_stops", "Early-stop decisions, by action.", ["action"], registry=r
         )

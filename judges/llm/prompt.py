@@ -111,15 +111,14 @@ def build_input(window: Window, max_chars: int) -> JudgeInput:
     omitted = _drop_middle_steps(data, UNMASKED_SLACK * budget)
     data = mask_any(data)
     steps: list[dict[str, Any]] = data.get("steps", [])
-    if omitted:
-        data["note"] = f"{omitted} step(s) omitted from the middle to fit the input limit"
-    rendered = _render(data)
-    while len(rendered) > budget and steps:
+    while True:
+        if omitted:
+            data["note"] = f"{omitted} step(s) omitted from the middle to fit the input limit"
+        rendered = _render(data)
+        if len(rendered) <= budget or not steps:
+            break
         steps.pop(len(steps) // 2)
         omitted += 1
-        data["steps"] = steps
-        data["note"] = f"{omitted} step(s) omitted from the middle to fit the input limit"
-        rendered = _render(data)
     for field in ("goal", "final_output"):
         if len(rendered) > budget and isinstance(data.get(field), str):
             excess = len(rendered) - budget + 40
