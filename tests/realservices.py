@@ -8,6 +8,7 @@ Installation is scripts/ensure-services.sh's job.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +26,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports: the sockets stay bound until all are chosen, as the
+    kernel hands the same port to two binds in a row about once in 10,000 (a broker given the
+    same port for two listeners refuses to format)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
 
 
 def reachable(host: str, port: int, timeout_s: float = 0.5) -> bool:
@@ -83,11 +96,16 @@ def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 30.
         process.wait(timeout=10)
 
 
+class ServiceExited(RuntimeError):
+    """The service ended before it listened (on a fresh start most likely: its port was taken)."""
+
+
 def _wait_port(port: int, process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"service exited with {process.returncode}; see {log}")
+            tail = log.read_text(errors="replace")[-3000:]
+            raise ServiceExited(f"service exited with {process.returncode}; {log} ends:\n{tail}")
         if reachable("127.0.0.1", port):
             return
         time.sleep(0.2)
@@ -143,19 +161,42 @@ def launch_kafka(
 ) -> Service:
     """Format and start the pinned Kafka with `properties`, a template filled with `port`,
     `cport`, `data` and `values`; `format_args` go to the storage tool (e.g. `--add-scram`)."""
+    return _with_fresh_ports(
+        lambda: _launch_kafka_once(workdir, properties, values or {}, format_args, timeout_s)
+    )
+
+
+def _with_fresh_ports(launch: Callable[[], Service], attempts: int = 3) -> Service:
+    """`launch` again on new ports when the service exits before listening: a port chosen free
+    can be taken (by any client's outgoing connection) before the service binds it."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return launch()
+        except ServiceExited:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _launch_kafka_once(
+    workdir: Path,
+    properties: str,
+    values: dict[str, Any],
+    format_args: tuple[str, ...],
+    timeout_s: float,
+) -> Service:
     libs = kafka_libs()
     java = shutil.which("java")
     assert java, "java not found: run scripts/ensure-services.sh"
     workdir.mkdir(parents=True, exist_ok=True)
-    port, cport = free_port(), free_port()
+    shutil.rmtree(workdir / "data", ignore_errors=True)  # a retry formats afresh
+    port, cport = free_ports(2)
     props = workdir / "server.properties"
-    props.write_text(
-        properties.format(port=port, cport=cport, data=workdir / "data", **(values or {}))
-    )
+    props.write_text(properties.format(port=port, cport=cport, data=workdir / "data", **values))
     (workdir / "log4j.properties").write_text(LOG4J)
     classpath = f"{libs}/*"
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    subprocess.run(
+    formatted = subprocess.run(
         [
             java,
             "-cp",
@@ -169,9 +210,15 @@ def launch_kafka(
             str(props),
             *format_args,
         ],
-        check=True,
         capture_output=True,
+        text=True,
     )
+    if formatted.returncode != 0:
+        # the tool's own words, not just its exit status: CI keeps only the test output
+        raise RuntimeError(
+            f"kafka storage format exited with {formatted.returncode}:\n"
+            f"{formatted.stdout[-2000:]}{formatted.stderr[-4000:]}"
+        )
     log = workdir / "kafka.log"
     args = [
         java,
@@ -200,6 +247,10 @@ def start_redis(workdir: Path, timeout_s: float = 30.0) -> Service:
 def launch_redis(workdir: Path, listen: list[str], url: str, timeout_s: float = 30.0) -> Service:
     """redis-server on loopback without persistence; `listen` are the port options ("{port}"
     is the free port chosen), `url` the clients' URL with the same placeholder."""
+    return _with_fresh_ports(lambda: _launch_redis_once(workdir, listen, url, timeout_s))
+
+
+def _launch_redis_once(workdir: Path, listen: list[str], url: str, timeout_s: float) -> Service:
     server = shutil.which("redis-server")
     assert server, "redis-server not found: run scripts/ensure-services.sh"
     workdir.mkdir(parents=True, exist_ok=True)
