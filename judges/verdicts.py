@@ -61,6 +61,8 @@ class JudgeOutcome:
     status: JudgeStatus
     error: JudgeErrorCode | None = None
     answer: JudgeAnswer | None = None
+    cached: bool = False  # the answer came from the cache, not the model
+    latency_s: float | None = None  # the model call's, when one was made
 
 
 DISABLED = JudgeOutcome("disabled")

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
         description="Make closed windows' verdicts (rules, masking, encoding; the LLM judge's "
         "input) in a process of their own, on another core than the window agent.",
     )
+    judge_process: bool = Field(
+        True,
+        description="Run the LLM judge's calls (HTTP, cache, the judged verdict's masking and "
+        "encoding) in a process of their own, off the window agent's.",
+    )
     step_hold_s: float = Field(
         10.0,
         ge=0,

@@ -26,6 +26,16 @@ def judge_version(settings: Settings, prompt: JudgePrompt) -> str:
     return f"judge-{prompt.version}:{settings.llm_model}"
 
 
+def record_outcome(metrics: Metrics, outcome: JudgeOutcome) -> None:
+    """A judge call in the metrics: a cache hit, or the model's latency and any error."""
+    if outcome.cached:
+        metrics.judge_cache_hits.inc()
+    if outcome.error is not None:
+        metrics.judge_errors.labels(outcome.error).inc()
+    if outcome.latency_s is not None:
+        metrics.judge_latency.observe(outcome.latency_s)
+
+
 class JudgeStage:
     def __init__(
         self,
@@ -74,25 +84,33 @@ class JudgeStage:
         key = cache_key(job.content, self.prompt, self.settings.llm_model)
         cached = await self.cache.get(key)
         if cached is not None:
-            self.metrics.judge_cache_hits.inc()
-            return JudgeOutcome("ok", answer=cached)
+            return JudgeOutcome("ok", answer=cached, cached=True)
         started = time.monotonic()
         try:
             answer = await self.client.judge(job.content)
         except JudgeError as exc:
             log.info("judge fallback for %s: %s", job.facts.request_id, exc.code)
-            self.metrics.judge_errors.labels(exc.code).inc()
-            return JudgeOutcome("fallback", error=exc.code)  # type: ignore[arg-type]
+            error = exc.code
         except Exception:
             log.exception("unexpected judge failure for %s", job.facts.request_id)
-            self.metrics.judge_errors.labels("internal").inc()
-            return JudgeOutcome("fallback", error="internal")
-        finally:
-            self.metrics.judge_latency.observe(time.monotonic() - started)
-        await self.cache.put(key, answer)
-        return JudgeOutcome("ok", answer=answer)
+            error = "internal"
+        else:
+            await self.cache.put(key, answer)
+            return JudgeOutcome("ok", answer=answer, latency_s=time.monotonic() - started)
+        return JudgeOutcome(
+            "fallback",
+            error=error,  # type: ignore[arg-type]
+            latency_s=time.monotonic() - started,
+        )
 
     async def judge(self, job: JudgeJob) -> Verdict:
+        verdict, outcome = await self.judged(job)
+        record_outcome(self.metrics, outcome)
+        return verdict
+
+    async def judged(self, job: JudgeJob) -> tuple[Verdict, JudgeOutcome]:
+        """The verdict and how the judge call went, for the caller to record (the judge
+        process sends both back to the worker, whose metrics are the ones served)."""
         outcome = await self.outcome(job)
         now = time.time()
         verdict = conclude(job.facts, job.rules, outcome, self.policy, self.version, now)
@@ -111,7 +129,7 @@ class JudgeStage:
                     evaluation_id=evaluation.evaluation_id,
                 )
             )
-        return verdict
+        return verdict, outcome
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -116,7 +116,7 @@ async def replay(
         await jobs.run(final=True)
     finally:
         if ctx.judge_jobs is not None:
-            await ctx.judge_jobs.stage.aclose()
+            await ctx.judge_jobs.judge.aclose()
         if redis is not None:
             await redis.aclose()
     return _result(settings, count, channels, ctx)

@@ -30,6 +30,8 @@ from tracejudge.streams.worker import record_handoff
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
+from tracejudge.streams.worker.judge_jobs import Judge
+from tracejudge.streams.worker.judge_process import JudgeProcess, JudgeProcessDied
 from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
 from tracejudge.streams.worker.outputs import redis_client
 from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, Maker
@@ -113,12 +115,19 @@ def create_app(settings: Settings) -> faust.App:
         makers.append(ProcessMaker(judging))
         return makers[-1]
 
+    judges: list[JudgeProcess] = []
+
+    def judge_process(version: str) -> Judge:
+        judges.append(JudgeProcess(settings, version))
+        return judges[-1]
+
     ctx = WorkerContext.build(
         settings,
         channels,
         tables,
         redis_client(settings.redis_url),
         maker=process_maker if settings.verdict_process else InlineMaker,
+        judge=judge_process if settings.judge_process else None,
         hold_s=settings.step_hold_s,
     )
     guard = _offset_guard(app, ctx)
@@ -162,6 +171,11 @@ def create_app(settings: Settings) -> faust.App:
                 await maker.start()
             except VerdictProcessDied as exc:  # like one that dies later: exit 70, not a crash
                 ctx.inflight.fail("the verdict process did not start", exc)
+        for judge in judges:
+            try:
+                await judge.start()
+            except JudgeProcessDied as exc:
+                ctx.errors.exit("the judge process did not start", exc)
 
     _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard)

@@ -17,7 +17,6 @@ import redis.asyncio as aioredis
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import evaluator_version
 from tracejudge.prompts import final_judge_prompt
-from tracejudge.streams.judging.jobs import JudgeJobHandler
 from tracejudge.streams.judging.stage import JudgeStage, judge_version
 from tracejudge.streams.metrics import Metrics, Readings
 from tracejudge.streams.settings import Settings
@@ -27,6 +26,7 @@ from tracejudge.streams.worker.errors import DeadLetters, ErrorPolicy, Exit, exi
 from tracejudge.streams.worker.events import EventHandler
 from tracejudge.streams.worker.idle import IdleScanner, MarkerLog, Timeouts
 from tracejudge.streams.worker.inflight import InFlight
+from tracejudge.streams.worker.judge_jobs import InlineJudge, Judge, JudgeJobHandler
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.worker.responses import ResponseHandler
@@ -91,11 +91,13 @@ class WorkerContext:
         clock: Callable[[], float] = time.time,
         exit: Exit = exit_for_supervisor,
         maker: Callable[[Judging], Maker] = InlineMaker,
+        judge: Callable[[str], Judge] | None = None,
         hold_s: float = 0.0,
     ) -> WorkerContext:
         """Wire the handlers. `lookup` and `judge_stage` default to the real ones; tests may
         pass their own (a memory lookup, a stage whose model is a fake server). `maker` makes
-        verdicts (the worker's runs in a process of its own). `hold_s`: steps held in memory
+        verdicts, `judge` (given the evaluator version) runs judge calls: by default in this
+        process; the worker's run in processes of their own. `hold_s`: steps held in memory
         (`windows.py`); only where records are acknowledged when their work is done."""
         counters: Counter[str] = Counter()
         metrics = Metrics()
@@ -107,10 +109,14 @@ class WorkerContext:
             hold_s=hold_s,
         )
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
-        version, judge_stage, llm = _judging(settings, redis, judge_stage, metrics)
+        version, llm = _versions(settings)
         publisher = VerdictPublisher(
             channels.evaluations, channels.reflections, channels.alerts, lookup, counters, metrics
         )
+        judge_jobs = None
+        if llm is not None:
+            judge = judge or (lambda v: InlineJudge(_stage(settings, redis, judge_stage, v)))
+            judge_jobs = JudgeJobHandler(judge(version), publisher.publish_made, metrics)
         judging = Judging(settings.tool_call_budget, settings.verdict_policy(), version, llm)
         closer = WindowCloser(
             store, maker(judging), publisher, channels.judge_requests, counters, clock
@@ -122,7 +128,7 @@ class WorkerContext:
             settings.closed_retention_s,
             settings.changelog_retention_s / 2,  # written again well before retention
         )
-        _read_into(metrics.readings, store, lookup, counters, judge_stage)
+        _read_into(metrics.readings, store, lookup, counters, judge_jobs)
         return cls(
             settings=settings,
             counters=counters,
@@ -150,7 +156,7 @@ class WorkerContext:
             ),
             responses=_responses(settings, tables, channels, counters, clock, metrics),
             idle=IdleScanner(store, channels.events, timeouts, markers, liveness, counters, clock),
-            judge_jobs=JudgeJobHandler(judge_stage, publisher.publish) if judge_stage else None,
+            judge_jobs=judge_jobs,
             inflight=InFlight(exit),
         )
 
@@ -196,26 +202,27 @@ def _read_into(
     store: WindowStore,
     lookup: Lookup,
     counters: Counter[str],
-    stage: JudgeStage | None,
+    judge_jobs: JudgeJobHandler | None,
 ) -> None:
     """What /metrics reads at scrape time from where it lives."""
     readings.open_windows = lambda: len(store.open)
     readings.redis_errors = lambda: lookup.errors
     readings.offset_repairs = lambda: counters["offset_skips_repaired"]
-    if stage is not None:
-        readings.breaker_open = lambda: stage.breaker.state == "open"
-        readings.rate_limit_waits = lambda: stage.limiter.waits
+    if judge_jobs is not None:  # as of the last judge call
+        readings.breaker_open = lambda: judge_jobs.breaker_open
+        readings.rate_limit_waits = lambda: judge_jobs.rate_limit_waits
 
 
-def _judging(
-    settings: Settings,
-    redis: aioredis.Redis | None,
-    stage: JudgeStage | None,
-    metrics: Metrics,
-) -> tuple[str, JudgeStage | None, LLMRouting | None]:
-    """The evaluator version, and the judge stage and routing when the LLM judge is on."""
+def _versions(settings: Settings) -> tuple[str, LLMRouting | None]:
+    """The evaluator version, and the routing of closed requests when the LLM judge is on."""
     if not settings.llm_judge_enabled:
-        return evaluator_version(RuleJudge.version), None, None
+        return evaluator_version(RuleJudge.version), None
     version = evaluator_version(RuleJudge.version, judge_version(settings, final_judge_prompt()))
-    stage = stage or JudgeStage(settings, redis, settings.verdict_policy(), version, metrics)
-    return version, stage, LLMRouting(settings.llm_sample_rate, settings.llm_max_input_chars)
+    return version, LLMRouting(settings.llm_sample_rate, settings.llm_max_input_chars)
+
+
+def _stage(
+    settings: Settings, redis: aioredis.Redis | None, stage: JudgeStage | None, version: str
+) -> JudgeStage:
+    # its calls are recorded by the handler (`record_outcome`), in this process or not
+    return stage or JudgeStage(settings, redis, settings.verdict_policy(), version)

@@ -6,37 +6,32 @@ standard process pool moved every call through a feeder and a manager thread, an
 hand-offs waited for the busy agent to let go of the GIL (up to the 5 ms switch interval), which
 under load was much of a verdict's latency.
 
-A frame is a 4-byte big-endian length and a pickle. The first frame to the child is `Judging`;
-it answers `None` once its judges are loaded, then one `(ok, Made | exception)` per `Closing`.
+Frames as in `child.py`. The first frame to the child is `Judging`; it answers `None` once its
+judges are loaded, then one `(ok, Made | exception)` per `Closing`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import json
-import os
-import pickle
-import signal
-import struct
-import sys
 from collections import deque
-from typing import IO, Any
+from typing import Any
 
 from tracejudge.judges.rules import RuleJudge
+from tracejudge.streams.worker.child import (
+    ChildDied,
+    child_pipes,
+    frame,
+    read_answer,
+    read_frame,
+    spawn,
+)
 from tracejudge.streams.worker.verdict_making import Closing, Judging, Made, make_verdict
 
-_LENGTH = struct.Struct(">I")
 
-
-class VerdictProcessDied(RuntimeError):
+class VerdictProcessDied(ChildDied):
     """The verdict process exited; the verdicts it owed are not made (their records come again
     once the worker restarts)."""
-
-
-def _frame(obj: object) -> bytes:
-    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return _LENGTH.pack(len(body)) + body
 
 
 class ProcessMaker:
@@ -57,15 +52,7 @@ class ProcessMaker:
         await asyncio.shield(self._started)
 
     async def _spawn(self) -> None:
-        self._process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            "import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-            "from tracejudge.streams.worker.verdict_process import serve; serve()",
-            json.dumps(sys.path),  # the child imports what the worker imports
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
+        self._process = await spawn("tracejudge.streams.worker.verdict_process:serve")
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.append(ready)
         self._reader = asyncio.ensure_future(self._read())
@@ -75,7 +62,7 @@ class ProcessMaker:
     async def _send(self, obj: object) -> None:
         assert self._process is not None and self._process.stdin is not None
         try:
-            self._process.stdin.write(_frame(obj))
+            self._process.stdin.write(frame(obj))
             await self._process.stdin.drain()  # backpressure when the child falls behind
         except (ConnectionError, BrokenPipeError) as exc:
             raise VerdictProcessDied("the verdict process is gone") from exc
@@ -99,9 +86,7 @@ class ProcessMaker:
         why = "the verdict process exited"
         try:
             while True:
-                (length,) = _LENGTH.unpack(await stdout.readexactly(_LENGTH.size))
-                body = await stdout.readexactly(length)
-                answer = pickle.loads(body)  # our own child, over a private pipe
+                answer = await read_answer(stdout)
                 waiter = self._waiting.popleft()
                 if waiter.done():  # its caller was cancelled
                     continue
@@ -134,32 +119,20 @@ class ProcessMaker:
             await asyncio.gather(self._reader, return_exceptions=True)
 
 
-def _read_frame(stream: IO[bytes]) -> Any:
-    """The next object the worker sent; None once its end of the pipe is closed."""
-    head = stream.read(_LENGTH.size)
-    if len(head) < _LENGTH.size:
-        return None
-    (length,) = _LENGTH.unpack(head)
-    return pickle.loads(stream.read(length))  # from our own worker, over a private pipe
-
-
 def serve() -> None:
     """The child's loop: one verdict per closed window read, until stdin closes (the worker
     stopped or died: the pipe closes either way, so the child never outlives it)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker, which ends us
-    stdin = os.fdopen(os.dup(0), "rb", buffering=1 << 16)
-    stdout = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # whatever else prints goes to stderr, never into the frames
-    judging = _read_frame(stdin)
+    stdin, stdout = child_pipes()
+    judging = read_frame(stdin)
     if judging is None:
         return
     rules = RuleJudge(tool_call_budget=judging.tool_call_budget)
     _settle()
     try:
-        stdout.write(_frame(None))
+        stdout.write(frame(None))
         stdout.flush()
         first = True
-        while (closing := _read_frame(stdin)) is not None:
+        while (closing := read_frame(stdin)) is not None:
             stdout.write(_answer(judging, closing, rules))
             stdout.flush()
             if first:  # what the first verdict loaded (detectors load lazily)
@@ -183,6 +156,6 @@ def _answer(judging: Judging, closing: Closing, rules: RuleJudge) -> bytes:
     except Exception as exc:  # the caller decides what a failed verdict means
         answer = (False, exc)
     try:
-        return _frame(answer)
+        return frame(answer)
     except Exception:  # an exception that does not pickle
-        return _frame((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]!r}")))
+        return frame((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]!r}")))

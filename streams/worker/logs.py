@@ -1,4 +1,4 @@
-"""One idempotent logging set-up, called by the command line only."""
+"""One idempotent logging set-up, called by the command line and the judge process."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLogFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])
-    # aiokafka is chatty about every group join at INFO.
+    # aiokafka is chatty about every group join at INFO, httpx about every request.
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class MaskedLogRecord(logging.LogRecord):
