@@ -164,18 +164,27 @@ def create_app(settings: Settings) -> faust.App:
     async def log_verdicts() -> None:
         ctx.publisher.log.flush()
 
+    ctx.liveness.children_started = not (makers or judges)
+
     @app.task  # type: ignore[untyped-decorator]
-    async def start_verdict_process() -> None:
-        for maker in makers:  # spawned and warm before the first window closes
+    async def start_child_processes() -> None:
+        """Spawned and warm (in parallel) before the first window closes; the worker reports
+        ready only then. One that does not start exits the worker 70, like one that dies."""
+
+        async def verdicts(maker: ProcessMaker) -> None:
             try:
                 await maker.start()
-            except VerdictProcessDied as exc:  # like one that dies later: exit 70, not a crash
+            except VerdictProcessDied as exc:
                 ctx.inflight.fail("the verdict process did not start", exc)
-        for judge in judges:
+
+        async def judging(judge: JudgeProcess) -> None:
             try:
                 await judge.start()
             except JudgeProcessDied as exc:
                 ctx.errors.exit("the judge process did not start", exc)
+
+        await asyncio.gather(*map(verdicts, makers), *map(judging, judges))
+        ctx.liveness.children_started = True
 
     _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard)

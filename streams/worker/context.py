@@ -59,6 +59,7 @@ class Tables:
 class Liveness:
     assigned: bool = False  # the first rebalance has completed
     last_progress: float = field(default_factory=time.monotonic)  # a record was consumed
+    children_started: bool = True  # the verdict and judge processes, where there are any
 
 
 @dataclass
