@@ -164,6 +164,16 @@ def create_app(settings: Settings) -> faust.App:
     async def log_verdicts() -> None:
         ctx.publisher.log.flush()
 
+    _start_children(app, ctx, makers, judges)
+    _add_judge_stage(app, ctx)
+    _add_watchdog_and_pages(app, ctx, guard)
+    _add_phase_logs(app, settings)
+    return app
+
+
+def _start_children(
+    app: faust.App, ctx: WorkerContext, makers: list[ProcessMaker], judges: list[JudgeProcess]
+) -> None:
     ctx.liveness.children_started = not (makers or judges)
 
     @app.task  # type: ignore[untyped-decorator]
@@ -185,11 +195,6 @@ def create_app(settings: Settings) -> faust.App:
 
         await asyncio.gather(*map(verdicts, makers), *map(judging, judges))
         ctx.liveness.children_started = True
-
-    _add_judge_stage(app, ctx)
-    _add_watchdog_and_pages(app, ctx, guard)
-    _add_phase_logs(app, settings)
-    return app
 
 
 def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Channels, Tables]:

@@ -15,7 +15,7 @@ import pickle
 import signal
 import struct
 import sys
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 LENGTH = struct.Struct(">I")
 
@@ -49,6 +49,86 @@ async def read_answer(stdout: asyncio.StreamReader) -> Any:
     """The child's next frame (IncompleteReadError once it is gone)."""
     (length,) = LENGTH.unpack(await stdout.readexactly(LENGTH.size))
     return pickle.loads(await stdout.readexactly(length))  # our own child, a private pipe
+
+
+class ChildProcess:
+    """The worker's side of one child: started once (`setup` is its first frame; it answers
+    `None` when ready), fed on stdin and read on stdout on the event loop. Subclasses say how
+    an answer finds its caller (`_answered`) and fail every waiting caller when the child
+    is gone (`_fail_all`)."""
+
+    serve: ClassVar[str]  # "module:function" the child runs
+    name: ClassVar[str]  # "the verdict process", in errors
+    died: ClassVar[type[ChildDied]]
+
+    def __init__(self, setup: object) -> None:
+        self._setup = setup
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._started: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        """Start the child and wait until it is ready (a second or two)."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._spawn())
+        await asyncio.shield(self._started)
+
+    async def _spawn(self) -> None:
+        self._process = await spawn(self.serve)
+        ready = self._expect_ready()
+        self._reader = asyncio.ensure_future(self._read())
+        await self._send(self._setup)
+        await ready
+
+    def _expect_ready(self) -> asyncio.Future[Any]:
+        raise NotImplementedError
+
+    def _answered(self, answer: Any) -> None:
+        raise NotImplementedError
+
+    def _fail_all(self, exc: ChildDied) -> None:
+        raise NotImplementedError
+
+    async def _started_and_alive(self) -> None:
+        await self.start()
+        if self._reader is None or self._reader.done():  # no one would read the answer
+            raise self.died(f"{self.name} exited")
+
+    async def _send(self, obj: object) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            # whole frames, written at once: concurrent senders do not interleave
+            self._process.stdin.write(frame(obj))
+            await self._process.stdin.drain()  # backpressure when the child falls behind
+        except (ConnectionError, BrokenPipeError) as exc:
+            raise self.died(f"{self.name} is gone") from exc
+
+    async def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        why = f"{self.name} exited"
+        try:
+            while True:
+                self._answered(await read_answer(self._process.stdout))
+        except asyncio.IncompleteReadError:
+            pass
+        except Exception as exc:  # a frame out of step: this child's answers can't be trusted
+            why = f"{self.name}'s answers are unreadable ({exc!r})"
+            self._process.kill()
+        finally:
+            self._fail_all(self.died(why))
+
+    async def close(self) -> None:
+        """Stop the child (it ends when its stdin closes)."""
+        if self._process is None:
+            return
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            await asyncio.wait_for(self._process.wait(), 5.0)
+        except TimeoutError:
+            self._process.kill()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
 
 
 def read_frame(stream: IO[bytes]) -> Any:

@@ -24,10 +24,10 @@ from tracejudge.streams.judging.stage import JudgeStage
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.child import (
     ChildDied,
+    ChildProcess,
     child_pipes,
     frame,
     read_answer,
-    spawn,
 )
 from tracejudge.streams.worker.judge_jobs import Judged, judge_with
 from tracejudge.streams.worker.logs import setup_logging
@@ -38,44 +38,25 @@ class JudgeProcessDied(ChildDied):
     """The judge process exited; the jobs it had are not judged (they come again)."""
 
 
-class JudgeProcess:
+class JudgeProcess(ChildProcess):
     """A `Judge` whose calls run in one child process, concurrently."""
 
+    serve = "tracejudge.streams.worker.judge_process:serve"
+    name = "the judge process"
+    died = JudgeProcessDied
+
     def __init__(self, settings: Settings, version: str) -> None:
-        self._setup = (settings, version)
-        self._process: asyncio.subprocess.Process | None = None
+        super().__init__((settings, version))
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count()
-        self._reader: asyncio.Task[None] | None = None
-        self._started: asyncio.Future[None] | None = None
-        self._write = asyncio.Lock()
 
-    async def start(self) -> None:
-        if self._started is None:
-            self._started = asyncio.ensure_future(self._spawn())
-        await asyncio.shield(self._started)
-
-    async def _spawn(self) -> None:
-        self._process = await spawn("tracejudge.streams.worker.judge_process:serve")
+    def _expect_ready(self) -> asyncio.Future[Any]:
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[-1] = ready
-        self._reader = asyncio.ensure_future(self._read())
-        await self._send(self._setup)
-        await ready
-
-    async def _send(self, obj: object) -> None:
-        assert self._process is not None and self._process.stdin is not None
-        try:
-            async with self._write:  # drain() is not safe for concurrent writers
-                self._process.stdin.write(frame(obj))
-                await self._process.stdin.drain()
-        except (ConnectionError, BrokenPipeError) as exc:
-            raise JudgeProcessDied("the judge process is gone") from exc
+        return ready
 
     async def __call__(self, raw: bytes) -> Judged:
-        await self.start()
-        if self._reader is None or self._reader.done():
-            raise JudgeProcessDied("the judge process exited")
+        await self._started_and_alive()
         call = next(self._ids)
         answer: asyncio.Future[Judged] = asyncio.get_running_loop().create_future()
         self._waiting[call] = answer
@@ -85,45 +66,27 @@ class JudgeProcess:
         finally:
             self._waiting.pop(call, None)
 
-    async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        why = "the judge process exited"
-        try:
-            while True:
-                answer = await read_answer(self._process.stdout)
-                call: int
-                value: Any
-                call, ok, value = (-1, True, None) if answer is None else answer
-                waiter = self._waiting.pop(call, None)
-                if waiter is None or waiter.done():  # its caller was cancelled
-                    continue
-                if ok:
-                    waiter.set_result(value)
-                else:
-                    waiter.set_exception(value)
-        except asyncio.IncompleteReadError:
-            pass
-        except Exception as exc:  # a frame out of step: this child's answers can't be trusted
-            why = f"the judge process's answers are unreadable ({exc!r})"
-            self._process.kill()
-        finally:
-            for waiter in self._waiting.values():
-                if not waiter.done():
-                    waiter.set_exception(JudgeProcessDied(why))
-            self._waiting.clear()
+    def _answered(self, answer: Any) -> None:
+        call: int
+        value: Any
+        call, ok, value = (-1, True, None) if answer is None else answer
+        waiter = self._waiting.pop(call, None)
+        if waiter is None or waiter.done():  # its caller was cancelled
+            return
+        if ok:
+            waiter.set_result(value)
+        else:
+            waiter.set_exception(value)
+
+    def _fail_all(self, exc: ChildDied) -> None:
+        for waiter in self._waiting.values():
+            if not waiter.done():
+                waiter.set_exception(exc)
+        self._waiting.clear()
 
     async def aclose(self) -> None:
-        """Stop the child (it ends when its stdin closes; calls in flight are dropped)."""
-        if self._process is None:
-            return
-        if self._process.stdin is not None:
-            self._process.stdin.close()
-        try:
-            await asyncio.wait_for(self._process.wait(), 5.0)
-        except TimeoutError:
-            self._process.kill()
-        if self._reader is not None:
-            await asyncio.gather(self._reader, return_exceptions=True)
+        """Stop the child; calls in flight are dropped (their jobs are not committed)."""
+        await self.close()
 
 
 def serve() -> None:

@@ -18,14 +18,7 @@ from collections import deque
 from typing import Any
 
 from tracejudge.judges.rules import RuleJudge
-from tracejudge.streams.worker.child import (
-    ChildDied,
-    child_pipes,
-    frame,
-    read_answer,
-    read_frame,
-    spawn,
-)
+from tracejudge.streams.worker.child import ChildDied, ChildProcess, child_pipes, frame, read_frame
 from tracejudge.streams.worker.verdict_making import Closing, Judging, Made, make_verdict
 
 
@@ -34,43 +27,25 @@ class VerdictProcessDied(ChildDied):
     once the worker restarts)."""
 
 
-class ProcessMaker:
+class ProcessMaker(ChildProcess):
     """Verdicts made in one child process, in the order they were asked for. A child that dies
     makes every call waiting on it raise `VerdictProcessDied`."""
 
+    serve = "tracejudge.streams.worker.verdict_process:serve"
+    name = "the verdict process"
+    died = VerdictProcessDied
+
     def __init__(self, judging: Judging) -> None:
-        self._judging = judging
-        self._process: asyncio.subprocess.Process | None = None
+        super().__init__(judging)
         self._waiting: deque[asyncio.Future[Any]] = deque()
-        self._reader: asyncio.Task[None] | None = None
-        self._started: asyncio.Future[None] | None = None
 
-    async def start(self) -> None:
-        """Start the child and wait until its judges are loaded (a second or two)."""
-        if self._started is None:
-            self._started = asyncio.ensure_future(self._spawn())
-        await asyncio.shield(self._started)
-
-    async def _spawn(self) -> None:
-        self._process = await spawn("tracejudge.streams.worker.verdict_process:serve")
+    def _expect_ready(self) -> asyncio.Future[Any]:
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.append(ready)
-        self._reader = asyncio.ensure_future(self._read())
-        await self._send(self._judging)
-        await ready
-
-    async def _send(self, obj: object) -> None:
-        assert self._process is not None and self._process.stdin is not None
-        try:
-            self._process.stdin.write(frame(obj))
-            await self._process.stdin.drain()  # backpressure when the child falls behind
-        except (ConnectionError, BrokenPipeError) as exc:
-            raise VerdictProcessDied("the verdict process is gone") from exc
+        return ready
 
     async def __call__(self, closing: Closing) -> Made:
-        await self.start()
-        if self._reader is None or self._reader.done():  # no one would read the answer
-            raise VerdictProcessDied("the verdict process exited")
+        await self._started_and_alive()
         answer: asyncio.Future[Made] = asyncio.get_running_loop().create_future()
         self._waiting.append(answer)  # before writing: the answer may come back at once
         try:
@@ -80,43 +55,20 @@ class ProcessMaker:
             raise
         return await answer
 
-    async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        stdout = self._process.stdout
-        why = "the verdict process exited"
-        try:
-            while True:
-                answer = await read_answer(stdout)
-                waiter = self._waiting.popleft()
-                if waiter.done():  # its caller was cancelled
-                    continue
-                if answer is None or answer[0]:
-                    waiter.set_result(None if answer is None else answer[1])
-                else:
-                    waiter.set_exception(answer[1])
-        except asyncio.IncompleteReadError:
-            pass
-        except Exception as exc:  # a frame out of step: this child's answers can't be trusted
-            why = f"the verdict process's answers are unreadable ({exc!r})"
-            self._process.kill()
-        finally:
-            while self._waiting:
-                waiter = self._waiting.popleft()
-                if not waiter.done():
-                    waiter.set_exception(VerdictProcessDied(why))
-
-    async def close(self) -> None:
-        """Stop the child (it ends when its stdin closes)."""
-        if self._process is None:
+    def _answered(self, answer: Any) -> None:
+        waiter = self._waiting.popleft()
+        if waiter.done():  # its caller was cancelled
             return
-        if self._process.stdin is not None:
-            self._process.stdin.close()
-        try:
-            await asyncio.wait_for(self._process.wait(), 5.0)
-        except TimeoutError:
-            self._process.kill()
-        if self._reader is not None:
-            await asyncio.gather(self._reader, return_exceptions=True)
+        if answer is None or answer[0]:
+            waiter.set_result(None if answer is None else answer[1])
+        else:
+            waiter.set_exception(answer[1])
+
+    def _fail_all(self, exc: ChildDied) -> None:
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_exception(exc)
 
 
 def serve() -> None:
