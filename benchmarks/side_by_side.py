@@ -127,9 +127,9 @@ async def first_record(bootstrap: str, topic: str, timeout_s: float) -> None:
     raise TimeoutError(f"nothing on {topic}")
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its live descendants (the worker's verdict
-    process counts)."""
+def cpu_s(pid: int, descendants: bool = True) -> float:
+    """User + system CPU seconds of a process and (unless told not to) its live descendants
+    (the worker's verdict and judge processes count)."""
     stats: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -137,7 +137,7 @@ def cpu_s(pid: int) -> float:
                 stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:  # gone meanwhile
                 continue
-    tree, grew = {pid}, True
+    tree, grew = {pid}, descendants
     while grew:
         more = {p for p, f in stats.items() if int(f[1]) in tree} - tree
         tree, grew = tree | more, bool(more)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +25,11 @@ from tracejudge.streams.settings import Settings
 log = logging.getLogger(__name__)
 
 Handler = Callable[[ConsumerRecord], Awaitable[None]]
+
+# Finished jobs are committed at most this often (and when partitions go or the loop stops),
+# not after every finished job (a broker round trip per judged verdict); a crash judges at
+# most this much again (under the same evaluation_id).
+COMMIT_INTERVAL_S = 1.0
 
 
 class OffsetTracker:
@@ -67,6 +73,7 @@ class JudgeRunner:
         self.tracker = OffsetTracker()
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}
         self.assigned = False
+        self.last_commit = 0.0
 
     def _consumer(self) -> AIOKafkaConsumer:
         session_ms = int(self.settings.broker_session_timeout_s * 1000)
@@ -117,7 +124,8 @@ class JudgeRunner:
                     task = asyncio.create_task(self._run_one(record))
                     self.tasks[task] = (tp, record.offset)
                     task.add_done_callback(self._done)
-        await self._commit(consumer)
+        if time.monotonic() - self.last_commit >= COMMIT_INTERVAL_S:
+            await self._commit(consumer)
 
     async def _run_one(self, record: ConsumerRecord) -> None:
         await self.handle(record)
@@ -136,6 +144,7 @@ class JudgeRunner:
         offsets = {
             tp: off for tp, off in self.tracker.safe().items() if tp in consumer.assignment()
         }
+        self.last_commit = time.monotonic()
         if offsets:
             await consumer.commit({tp: OffsetAndMetadata(off, "") for tp, off in offsets.items()})
             self.tracker.committed.update(offsets)
