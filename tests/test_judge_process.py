@@ -17,6 +17,7 @@ from tests.test_llm_judge import _job
 from tracejudge.judges.verdicts import JudgeJob
 from tracejudge.streams.judging.stage import JudgeStage
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.worker.child import portable
 from tracejudge.streams.worker.errors import on_error
 from tracejudge.streams.worker.judge_jobs import InlineJudge
 from tracejudge.streams.worker.judge_process import JudgeProcess, JudgeProcessDied
@@ -105,3 +106,14 @@ async def test_a_child_that_dies_fails_every_call_and_the_worker_exits(model: Fa
     with pytest.raises(JudgeProcessDied):  # and every call after, at once
         await asyncio.wait_for(child(raw), 10)
     await child.aclose()
+
+
+class TwoArgs(Exception):
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a} {b}")  # args holds one item: rebuilding it fails
+
+
+def test_an_exception_that_cannot_be_rebuilt_crosses_the_pipe_as_its_text() -> None:
+    exc = portable(TwoArgs("bad", "job"))
+    assert type(exc) is RuntimeError and "TwoArgs" in str(exc) and "bad job" in str(exc)
+    assert type(portable(ValueError("fine"))) is ValueError

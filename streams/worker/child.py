@@ -30,6 +30,17 @@ def frame(obj: object) -> bytes:
     return LENGTH.pack(len(body)) + body
 
 
+def portable(exc: BaseException) -> BaseException:
+    """`exc` if it survives the pipe, else a RuntimeError with its text: an exception that
+    pickles but cannot be rebuilt would make the worker read the child's answers as unreadable
+    and exit, and the record that caused it would come back and do it again."""
+    try:
+        pickle.loads(pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc!r}")
+    return exc
+
+
 async def spawn(serve: str) -> asyncio.subprocess.Process:
     """Start `python -c "from <module> import <function>; <function>()"` for `serve`
     ("module:function") with both pipes."""

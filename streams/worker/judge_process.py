@@ -1,8 +1,8 @@
 """The judge process: the LLM judge's calls, cache and verdicts in a process of their own.
 
 A judged request costs the process that judges it an HTTP exchange, two Redis round trips, the
-blend and the masking and encoding of its verdict; in the worker's main process that was ~7% of
-the window agent's time with a tenth of the requests judged. Here the worker sends each job's
+blend and the masking and encoding of its verdict; in the worker's main process that was 6% of
+its time with a tenth of the requests judged (BENCHMARKS.md). Here the worker sends each job's
 bytes down a pipe and reads back the encoded verdict and what its metrics need (`Judged`); it
 still consumes the jobs, commits them and publishes the verdicts (`judging/consumer.py`,
 `outputs.py`), so at-least-once is decided in one place.
@@ -27,6 +27,7 @@ from tracejudge.streams.worker.child import (
     ChildProcess,
     child_pipes,
     frame,
+    portable,
     read_answer,
 )
 from tracejudge.streams.worker.judge_jobs import Judged, judge_with
@@ -120,10 +121,7 @@ async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
         try:
             body = frame((call, True, await judge_with(stage, raw)))
         except Exception as exc:  # the worker decides what a failed call means
-            try:
-                body = frame((call, False, exc))
-            except Exception:  # an exception that does not pickle
-                body = frame((call, False, RuntimeError(f"{type(exc).__name__}: {exc!r}")))
+            body = frame((call, False, portable(exc)))
         with contextlib.suppress(BrokenPipeError):  # the worker is gone; so are we, soon
             answer(body)
 

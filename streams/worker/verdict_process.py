@@ -18,7 +18,14 @@ from collections import deque
 from typing import Any
 
 from tracejudge.judges.rules import RuleJudge
-from tracejudge.streams.worker.child import ChildDied, ChildProcess, child_pipes, frame, read_frame
+from tracejudge.streams.worker.child import (
+    ChildDied,
+    ChildProcess,
+    child_pipes,
+    frame,
+    portable,
+    read_frame,
+)
 from tracejudge.streams.worker.verdict_making import Closing, Judging, Made, make_verdict
 
 
@@ -104,10 +111,6 @@ def _settle() -> None:
 
 def _answer(judging: Judging, closing: Closing, rules: RuleJudge) -> bytes:
     try:
-        answer: tuple[bool, Any] = (True, make_verdict(judging, closing, rules))
+        return frame((True, make_verdict(judging, closing, rules)))
     except Exception as exc:  # the caller decides what a failed verdict means
-        answer = (False, exc)
-    try:
-        return frame(answer)
-    except Exception:  # an exception that does not pickle
-        return frame((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]!r}")))
+        return frame((False, portable(exc)))
