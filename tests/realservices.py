@@ -169,13 +169,10 @@ def launch_kafka(
 def _with_fresh_ports(launch: Callable[[], Service], attempts: int = 3) -> Service:
     """`launch` again on new ports when the service exits before listening: a port chosen free
     can be taken (by any client's outgoing connection) before the service binds it."""
-    for attempt in range(1, attempts + 1):
-        try:
+    for _ in range(attempts - 1):
+        with contextlib.suppress(ServiceExited):
             return launch()
-        except ServiceExited:
-            if attempt == attempts:
-                raise
-    raise AssertionError("unreachable")
+    return launch()
 
 
 def _launch_kafka_once(

@@ -452,7 +452,7 @@ async def test_each_answer_becomes_the_right_evaluation(
     stage = _stage(fake.base_url)
     job = _job()
     try:
-        decision = await stage.judge(job)
+        decision, _ = await stage.judged(job)
     finally:
         await stage.aclose()
     e = decision.evaluation
@@ -466,8 +466,8 @@ async def test_each_answer_becomes_the_right_evaluation(
 async def test_server_down_and_open_circuit_become_fallbacks() -> None:
     stage = _stage(f"http://127.0.0.1:{free_port()}/v1", llm_breaker_failures=1)
     try:
-        first = (await stage.judge(_job())).evaluation
-        second = (await stage.judge(_job())).evaluation
+        first = (await stage.judged(_job()))[0].evaluation
+        second = (await stage.judged(_job()))[0].evaluation
     finally:
         await stage.aclose()
     assert (first.judge_status, first.judge_error) == ("fallback", "connect")

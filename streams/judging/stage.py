@@ -16,7 +16,6 @@ from tracejudge.models.outputs import Alert
 from tracejudge.prompts import JudgePrompt, final_judge_prompt
 from tracejudge.streams.judging.cache import JudgeCache
 from tracejudge.streams.judging.rate_limit import SharedRateLimiter
-from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -26,16 +25,6 @@ def judge_version(settings: Settings, prompt: JudgePrompt) -> str:
     return f"judge-{prompt.version}:{settings.llm_model}"
 
 
-def record_outcome(metrics: Metrics, outcome: JudgeOutcome) -> None:
-    """A judge call in the metrics: a cache hit, or the model's latency and any error."""
-    if outcome.cached:
-        metrics.judge_cache_hits.inc()
-    if outcome.error is not None:
-        metrics.judge_errors.labels(outcome.error).inc()
-    if outcome.latency_s is not None:
-        metrics.judge_latency.observe(outcome.latency_s)
-
-
 class JudgeStage:
     def __init__(
         self,
@@ -43,10 +32,8 @@ class JudgeStage:
         redis: aioredis.Redis | None,
         policy: Policy,
         version: str,
-        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
-        self.metrics = metrics or Metrics()
         self.policy = policy
         self.version = version
         self.prompt = final_judge_prompt()
@@ -103,14 +90,9 @@ class JudgeStage:
             latency_s=time.monotonic() - started,
         )
 
-    async def judge(self, job: JudgeJob) -> Verdict:
-        verdict, outcome = await self.judged(job)
-        record_outcome(self.metrics, outcome)
-        return verdict
-
     async def judged(self, job: JudgeJob) -> tuple[Verdict, JudgeOutcome]:
-        """The verdict and how the judge call went, for the caller to record (the judge
-        process sends both back to the worker, whose metrics are the ones served)."""
+        """The verdict and how the judge call went, for the caller to record (`judge_jobs.py`:
+        the judge process sends both back to the worker, whose metrics are the ones served)."""
         outcome = await self.outcome(job)
         now = time.time()
         verdict = conclude(job.facts, job.rules, outcome, self.policy, self.version, now)

@@ -27,15 +27,16 @@ from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
 from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker import record_handoff
+from tracejudge.streams.worker.child import ChildDied, ChildProcess
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
 from tracejudge.streams.worker.judge_jobs import Judge
-from tracejudge.streams.worker.judge_process import JudgeProcess, JudgeProcessDied
+from tracejudge.streams.worker.judge_process import JudgeProcess
 from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
 from tracejudge.streams.worker.outputs import redis_client
 from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, Maker
-from tracejudge.streams.worker.verdict_process import ProcessMaker, VerdictProcessDied
+from tracejudge.streams.worker.verdict_process import ProcessMaker
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -109,17 +110,15 @@ def create_app(settings: Settings) -> faust.App:
     app = _faust_app(settings)
 
     events_topic, responses_topic, channels, tables = _topics_and_tables(app, settings)
-    makers: list[ProcessMaker] = []
+    children: list[ChildProcess] = []  # started by `_start_children`
 
     def process_maker(judging: Judging) -> Maker:
-        makers.append(ProcessMaker(judging))
-        return makers[-1]
-
-    judges: list[JudgeProcess] = []
+        children.append(maker := ProcessMaker(judging))
+        return maker
 
     def judge_process(version: str) -> Judge:
-        judges.append(JudgeProcess(settings, version))
-        return judges[-1]
+        children.append(judge := JudgeProcess(settings, version))
+        return judge
 
     ctx = WorkerContext.build(
         settings,
@@ -164,36 +163,28 @@ def create_app(settings: Settings) -> faust.App:
     async def log_verdicts() -> None:
         ctx.publisher.log.flush()
 
-    _start_children(app, ctx, makers, judges)
+    _start_children(app, ctx, children)
     _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard)
     _add_phase_logs(app, settings)
     return app
 
 
-def _start_children(
-    app: faust.App, ctx: WorkerContext, makers: list[ProcessMaker], judges: list[JudgeProcess]
-) -> None:
-    ctx.liveness.children_started = not (makers or judges)
+def _start_children(app: faust.App, ctx: WorkerContext, children: list[ChildProcess]) -> None:
+    ctx.liveness.children_started = not children
 
     @app.task  # type: ignore[untyped-decorator]
     async def start_child_processes() -> None:
         """Spawned and warm (in parallel) before the first window closes; the worker reports
         ready only then. One that does not start exits the worker 70, like one that dies."""
 
-        async def verdicts(maker: ProcessMaker) -> None:
+        async def start(child: ChildProcess) -> None:
             try:
-                await maker.start()
-            except VerdictProcessDied as exc:
-                ctx.inflight.fail("the verdict process did not start", exc)
+                await child.start()
+            except ChildDied as exc:
+                ctx.errors.exit(f"{child.name} did not start", exc)
 
-        async def judging(judge: JudgeProcess) -> None:
-            try:
-                await judge.start()
-            except JudgeProcessDied as exc:
-                ctx.errors.exit("the judge process did not start", exc)
-
-        await asyncio.gather(*map(verdicts, makers), *map(judging, judges))
+        await asyncio.gather(*map(start, children))
         ctx.liveness.children_started = True
 
 

@@ -225,5 +225,4 @@ def _versions(settings: Settings) -> tuple[str, LLMRouting | None]:
 def _stage(
     settings: Settings, redis: aioredis.Redis | None, stage: JudgeStage | None, version: str
 ) -> JudgeStage:
-    # its calls are recorded by the handler (`record_outcome`), in this process or not
     return stage or JudgeStage(settings, redis, settings.verdict_policy(), version)

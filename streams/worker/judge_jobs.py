@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tracejudge.judges.verdicts import JudgeJob, JudgeOutcome
-from tracejudge.streams.judging.stage import JudgeStage, record_outcome
+from tracejudge.streams.judging.stage import JudgeStage
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.worker.verdict_making import Made, made_of
@@ -59,6 +59,16 @@ async def judge_with(stage: JudgeStage, raw: bytes) -> Judged:
         stage.breaker.state == "open",
         stage.limiter.waits,
     )
+
+
+def record_outcome(metrics: Metrics, outcome: JudgeOutcome) -> None:
+    """A judge call in the metrics: a cache hit, or the model's latency and any error."""
+    if outcome.cached:
+        metrics.judge_cache_hits.inc()
+    if outcome.error is not None:
+        metrics.judge_errors.labels(outcome.error).inc()
+    if outcome.latency_s is not None:
+        metrics.judge_latency.observe(outcome.latency_s)
 
 
 @dataclass
