@@ -39,7 +39,7 @@ EVENTS_PER_REQUEST = 10
 
 
 def backlog(requests: int, run: str) -> list[tuple[bytes, bytes]]:
-    """task_started, 4 x (reasoning_step, tool_call), final_response: ~260 bytes an event."""
+    """task_started, 4 x (reasoning_step, tool_call), final_response: ~160 bytes an event."""
     lines: list[tuple[bytes, bytes]] = []
     for r in range(requests):
         rid = f"{run}-{r}"
