@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -220,6 +221,24 @@ async def test_circuit_breaker_opens_then_probes(fake: FakeLLM) -> None:
         assert str(breaker.state) == "closed" and fake.count() == 3
     finally:
         await client.aclose()
+
+
+async def test_calls_queued_for_a_slot_see_the_breaker_the_calls_ahead_opened() -> None:
+    # a dead server (nothing listens), 2 calls at a time, 6 asked at once: the first 2 fail
+    # to connect and open the breaker; the 4 that waited for a slot never call
+    breaker = CircuitBreaker(failure_threshold=2, cooldown_s=30)
+    client = client_for(
+        f"http://127.0.0.1:{free_port()}/v1", max_attempts=1, concurrency=2, breaker=breaker
+    )
+    try:
+        results = await asyncio.gather(
+            *(client.judge("x") for _ in range(6)), return_exceptions=True
+        )
+    finally:
+        await client.aclose()
+    codes = sorted(r.code for r in results if isinstance(r, JudgeError))
+    assert codes == ["circuit_open"] * 4 + ["connect"] * 2
+    assert breaker.state == "open"
 
 
 def test_parse_answer_prefers_the_tool_call_and_ignores_other_functions() -> None:

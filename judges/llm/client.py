@@ -108,16 +108,22 @@ class LLMClient:
         """One judged answer for the content, or JudgeError; never waits past the deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.timeout_s
-        if not self.breaker.allow():
-            raise JudgeError("circuit_open", "too many consecutive failures; cooling down")
         try:
             async with asyncio.timeout_at(deadline):
                 async with self._semaphore:
+                    # asked when the call would go out, not when it was queued: calls that
+                    # waited for a slot while the calls ahead failed must not reach a dead server
+                    if not self.breaker.allow():
+                        raise JudgeError(
+                            "circuit_open", "too many consecutive failures; cooling down"
+                        )
                     answer = await self._attempts(content, deadline)
         except TimeoutError:
             self.breaker.record_failure()
             raise JudgeError("timeout", f"no answer within {self.config.timeout_s:g}s") from None
         except JudgeError as exc:
+            if exc.code == "circuit_open":
+                raise  # no call was made: nothing to record
             if exc.code == "invalid_output":
                 self.breaker.record_success()  # the provider answered; the model did not
             elif exc.code != "budget":
