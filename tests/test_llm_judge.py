@@ -241,6 +241,26 @@ async def test_calls_queued_for_a_slot_see_the_breaker_the_calls_ahead_opened() 
     assert breaker.state == "open"
 
 
+async def test_a_retry_stops_when_other_calls_opened_the_breaker_meanwhile(
+    fake: FakeLLM,
+) -> None:
+    breaker = CircuitBreaker(failure_threshold=1, cooldown_s=30)
+
+    def answer(body: dict[str, Any], n: int) -> Reply:
+        breaker.record_failure()  # as another call failing while this one backs off
+        return Reply(status=500, body={})
+
+    fake.script = answer
+    client = client_for(fake.base_url, max_attempts=3, breaker=breaker)
+    try:
+        with pytest.raises(JudgeError) as caught:
+            await client.judge("x")
+    finally:
+        await client.aclose()
+    assert caught.value.code == "circuit_open" and fake.count() == 1  # no second attempt
+    assert breaker.state == "open"
+
+
 def test_parse_answer_prefers_the_tool_call_and_ignores_other_functions() -> None:
     body = completion(
         {

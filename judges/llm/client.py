@@ -36,6 +36,10 @@ class JudgeError(TracejudgeError):
         self.detail = detail
 
 
+def _circuit_open() -> JudgeError:
+    return JudgeError("circuit_open", "too many consecutive failures; cooling down")
+
+
 class RateLimiter(Protocol):
     async def acquire(self, deadline: float) -> bool:
         """Wait for a request slot; False when none comes before `deadline` (monotonic)."""
@@ -111,12 +115,11 @@ class LLMClient:
         try:
             async with asyncio.timeout_at(deadline):
                 async with self._semaphore:
-                    # asked when the call would go out, not when it was queued: calls that
-                    # waited for a slot while the calls ahead failed must not reach a dead server
+                    # asked when the call would go out, not when it was queued (and again
+                    # before each attempt): calls that waited while the calls ahead failed must
+                    # not reach a dead server
                     if not self.breaker.allow():
-                        raise JudgeError(
-                            "circuit_open", "too many consecutive failures; cooling down"
-                        )
+                        raise _circuit_open()
                     answer = await self._attempts(content, deadline)
         except TimeoutError:
             self.breaker.record_failure()
@@ -149,6 +152,8 @@ class LLMClient:
             attempt += 1
             if self.limiter is not None and not await self.limiter.acquire(deadline):
                 raise JudgeError("budget", "rate limit budget exhausted before the deadline")
+            if self.breaker.state == "open":  # other calls opened it during a wait or backoff
+                raise _circuit_open()
             error, wait = await self._once(body)
             if isinstance(error, JudgeAnswer):
                 return error
