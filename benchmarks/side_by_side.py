@@ -289,7 +289,7 @@ async def steady(worker: WorkerProcess, kafka: str, rate: float, seconds: float)
     Each request goes out on its schedule; its final response's acknowledgement is timed by a
     callback, not awaited. Awaiting it (as this did before 2026-11-24) held the next request
     back whenever an ack took longer than the interval, and the requests held back then went
-    out together: at 4,500 events/s 12-14% of them left more than 1 ms late, in bursts the
+    out together: at 4,500 events/s 8-14% of them left more than 1 ms late, in bursts the
     load was not meant to have. The split at the evaluation's own timestamp (set when the
     worker sends it; wall clock, same host) tells the worker's share from the delivery's."""
     run = uuid.uuid4().hex[:6]
