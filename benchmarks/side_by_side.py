@@ -32,7 +32,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from benchmarks.pipeline import latency_probe, topic_bytes
+from benchmarks.pipeline import latency_probe, pct, topic_bytes
 from tests.integration.harness import WorkerProcess, produce, wait_counter, worker_env
 from tests.realservices import ROOT, start_kafka, start_redis
 from tracejudge.streams.names import TABLES, changelog_topic
@@ -319,6 +319,7 @@ async def steady(worker: WorkerProcess, kafka: str, rate: float, seconds: float)
     reader = asyncio.create_task(read())
     await asyncio.sleep(1.0)  # the reader settles at the end of the topic
     interval = EVENTS_PER_REQUEST / rate
+    topic = worker.topic("events")
     start = time.perf_counter()
     late = 0
     try:
@@ -326,7 +327,6 @@ async def steady(worker: WorkerProcess, kafka: str, rate: float, seconds: float)
             wait = start + i * interval - time.perf_counter()
             late += wait < -0.001
             await asyncio.sleep(max(0.0, wait))
-            topic = worker.topic("events")
             for key, value in events[:-1]:
                 await producer.send(topic, value, key=key)
             key, value = events[-1]
@@ -338,20 +338,12 @@ async def steady(worker: WorkerProcess, kafka: str, rate: float, seconds: float)
         await producer.stop()
         await consumer.stop()
     judged = [(seen[k], t) for k, t in acked.items() if k in seen]
-    total = sorted((read - t) * 1000 for (read, _), t in judged)
-    in_worker = sorted((sent - t) * 1000 for (_, sent), t in judged)
-    nan = float("nan")
-    return Steady(
-        percentile(total, 50) if total else nan,
-        percentile(total, 99) if total else nan,
-        percentile(in_worker, 50) if in_worker else nan,
-        len(by_request) - len(judged),
-        late / len(by_request),
-    )
-
-
-def percentile(ordered: list[float], p: float) -> float:
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+    unjudged, late_share = len(by_request) - len(judged), late / len(by_request)
+    if not judged:
+        return Steady(float("nan"), float("nan"), float("nan"), unjudged, late_share)
+    total = [(read - t) * 1000 for (read, _), t in judged]
+    in_worker = [(sent - t) * 1000 for (_, sent), t in judged]
+    return Steady(pct(total, 50), pct(total, 99), pct(in_worker, 50), unjudged, late_share)
 
 
 SWEEP = (0.25, 0.5, 0.75, 1.0)
