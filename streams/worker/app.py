@@ -113,7 +113,7 @@ def create_app(settings: Settings) -> faust.App:
     children: list[ChildProcess] = []  # started by `_start_children`
 
     def process_maker(judging: Judging) -> Maker:
-        children.append(maker := ProcessMaker(judging))
+        children.append(maker := ProcessMaker(judging, publishing=settings))
         return maker
 
     def judge_process(version: str) -> Judge:

@@ -57,6 +57,8 @@ class WindowCloser:
             # the judge runs in its own consumer: the agent goes on closing windows meanwhile
             await deliver(self.judge_requests, closing.request_id.encode(), made.job)
             self.counters["judge_queued"] += 1
+        elif made.published:
+            await self.publisher.published(made, closing.terminal_at)
         else:
             await self.publisher.publish_made(made, closing.terminal_at)
         self.store.forget_steps(closing.request_id, count)

@@ -98,6 +98,11 @@ class VerdictPublisher:
             pending.append(await self.alerts.send(key=key, value=alert))
         await later(self._delivered(made, pending, terminal_at))
 
+    async def published(self, made: Made, terminal_at: float | None = None) -> None:
+        """A verdict the verdict process has sent and the broker has: the Redis write and the
+        counting are left for `later`."""
+        await later(self._delivered(made, [], terminal_at))
+
     async def _delivered(
         self, made: Made, pending: list[Awaitable[Any]], terminal_at: float | None
     ) -> None:

@@ -86,6 +86,7 @@ class Made:
     alerts: list[bytes] = field(default_factory=list)
     summary: Summary | None = None
     job: bytes | None = None
+    published: bool = False  # sent and acknowledged already (by the verdict process)
 
 
 def encode(model: Any) -> bytes:

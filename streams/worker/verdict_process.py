@@ -1,32 +1,56 @@
-"""The verdict process: `make_verdict` on a core of its own, fed through two pipes.
+"""The verdict process: `make_verdict` on a core of its own, fed through two pipes; in the
+worker it also sends the verdicts it makes.
 
-The worker writes each closed window to the child's stdin and reads the verdicts back from its
-stdout, on the event loop, in the order it asked for them. No thread sits in between: the
-standard process pool moved every call through a feeder and a manager thread, and each of those
-hand-offs waited for the busy agent to let go of the GIL (up to the 5 ms switch interval), which
-under load was much of a verdict's latency.
+The worker writes each closed window to the child's stdin and reads the answers back from its
+stdout, on the event loop. No thread sits in between: the standard process pool moved every call
+through a feeder and a manager thread, and each of those hand-offs waited for the busy agent to
+let go of the GIL (up to the 5 ms switch interval), which under load was much of a verdict's
+latency.
 
-Frames as in `child.py`. The first frame to the child is `Judging`; it answers `None` once its
-judges are loaded, then one `(ok, Made | exception)` per `Closing`.
+Given the worker's settings, the child sends each verdict's evaluation, reflection and alerts
+with a producer of its own and answers once the broker has them all; the worker then writes
+Redis and acknowledges the window's input records, as when it sends them itself (at-least-once
+is unchanged: a crash in between publishes again, same evaluation_id). Those sends were the
+window agent's costliest per-verdict work under steady load: at 4,944 events/s its wait before
+reaching a request's final response went from 23-43 ms (p50 per 2,000 verdicts) to 13-17 ms with
+them in another process (BENCHMARKS.md). A request the LLM judge samples comes back as a job,
+which the worker sends to the judge stage.
+
+Frames as in `child.py`. The first frame to the child is `(Judging, Settings | None)`; it answers
+`None` once its judges (and producer) are ready, then `(id, ok, Made | exception)` per
+`(id, Closing)`, in the order the answers are ready.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import gc
-from collections import deque
-from typing import Any
+import itertools
+from typing import IO, Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 
 from tracejudge.judges.rules import RuleJudge
+from tracejudge.streams import names
+from tracejudge.streams.kafka.security import client_options
+from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.child import (
     ChildDied,
     ChildProcess,
     child_pipes,
     frame,
     portable,
-    read_frame,
+    read_answer,
 )
+from tracejudge.streams.worker.logs import setup_logging
 from tracejudge.streams.worker.verdict_making import Closing, Judging, Made, make_verdict
+
+# As long as the worker's own (Faust's) producer waits for an acknowledgement
+# (`producer_request_timeout`): a broker outage holds verdicts back, it does not fail them.
+REQUEST_TIMEOUT_MS = 1_200_000
 
 
 class VerdictProcessDied(ChildDied):
@@ -35,70 +59,163 @@ class VerdictProcessDied(ChildDied):
 
 
 class ProcessMaker(ChildProcess):
-    """Verdicts made in one child process, in the order they were asked for. A child that dies
-    makes every call waiting on it raise `VerdictProcessDied`."""
+    """Verdicts made in one child process; with `publishing` (the worker's settings), sent by it
+    too (`Made.published`). A child that dies makes every call waiting on it raise
+    `VerdictProcessDied`."""
 
     serve = "tracejudge.streams.worker.verdict_process:serve"
     name = "the verdict process"
     died = VerdictProcessDied
 
-    def __init__(self, judging: Judging) -> None:
-        super().__init__(judging)
-        self._waiting: deque[asyncio.Future[Any]] = deque()
+    def __init__(self, judging: Judging, publishing: Settings | None = None) -> None:
+        super().__init__((judging, publishing))
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count()
 
     def _expect_ready(self) -> asyncio.Future[Any]:
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append(ready)
+        self._waiting[-1] = ready
         return ready
 
     async def __call__(self, closing: Closing) -> Made:
         await self._started_and_alive()
+        call = next(self._ids)
         answer: asyncio.Future[Made] = asyncio.get_running_loop().create_future()
-        self._waiting.append(answer)  # before writing: the answer may come back at once
+        self._waiting[call] = answer  # before writing: the answer may come back at once
         try:
-            await self._send(closing)
-        except VerdictProcessDied:
-            answer.cancel()  # nobody waits for it any more
-            raise
-        return await answer
+            await self._send((call, closing))
+            return await answer
+        finally:
+            self._waiting.pop(call, None)
 
     def _answered(self, answer: Any) -> None:
-        waiter = self._waiting.popleft()
-        if waiter.done():  # its caller was cancelled
+        call: int
+        value: Any
+        call, ok, value = (-1, True, None) if answer is None else answer
+        waiter = self._waiting.pop(call, None)
+        if waiter is None or waiter.done():  # its caller was cancelled
             return
-        if answer is None or answer[0]:
-            waiter.set_result(None if answer is None else answer[1])
+        if ok:
+            waiter.set_result(value)
         else:
-            waiter.set_exception(answer[1])
+            waiter.set_exception(value)
 
     def _fail_all(self, exc: ChildDied) -> None:
-        while self._waiting:
-            waiter = self._waiting.popleft()
+        for waiter in self._waiting.values():
             if not waiter.done():
                 waiter.set_exception(exc)
+        self._waiting.clear()
+
+
+class Sender:
+    """The child's producer: a verdict's records, sent and acknowledged."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.evaluations = settings.topic(names.EVALUATIONS)
+        self.reflections = settings.topic(names.REFLECTIONS)
+        self.alerts = settings.topic(names.ALERTS)
+        self.settings = settings
+        self.producer = self._producer()
+
+    def _producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            **client_options(self.settings),
+            acks="all",
+            max_request_size=self.settings.kafka_max_request_bytes,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+        )
+
+    async def start(self, attempts: int = 30) -> None:
+        """Connected, or KafkaConnectionError after `attempts` seconds (the worker then exits
+        70, like for a child that does not start)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                await self.producer.start()
+                return
+            except KafkaConnectionError:
+                if attempt == attempts:
+                    raise
+                await asyncio.sleep(1.0)
+                self.producer = self._producer()  # a failed start leaves its client closed
+
+    async def send(self, made: Made) -> None:
+        key = made.request_id.encode("utf-8")
+        send = self.producer.send
+        pending = [await send(self.evaluations, made.evaluation, key=key)]
+        if made.reflection is not None:
+            pending.append(await send(self.reflections, made.reflection, key=key))
+        for alert in made.alerts:
+            pending.append(await send(self.alerts, alert, key=key))
+        await asyncio.gather(*pending)
 
 
 def serve() -> None:
-    """The child's loop: one verdict per closed window read, until stdin closes (the worker
-    stopped or died: the pipe closes either way, so the child never outlives it)."""
+    """The child: one verdict per closed window read, until stdin closes (the worker stopped or
+    died: the pipe closes either way, so the child never outlives it)."""
     stdin, stdout = child_pipes()
-    judging = read_frame(stdin)
-    if judging is None:
+    asyncio.run(_serve(stdin, stdout))
+
+
+async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
+    reader = asyncio.StreamReader(limit=1 << 26)
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    try:
+        judging, publishing = await read_answer(reader)
+    except asyncio.IncompleteReadError:
         return
     rules = RuleJudge(tool_call_budget=judging.tool_call_budget)
+    sender = None
+    if publishing is not None:
+        setup_logging(publishing.log_level, publishing.log_format)
+        sender = Sender(publishing)
+        await sender.start()
     _settle()
-    try:
-        stdout.write(frame(None))
-        stdout.flush()
-        first = True
-        while (closing := read_frame(stdin)) is not None:
-            stdout.write(_answer(judging, closing, rules))
+
+    def answer(body: bytes) -> None:
+        # whole frames, one thread: a blocking write (the worker is always reading)
+        with contextlib.suppress(BrokenPipeError):  # the worker is gone; so are we, soon
+            stdout.write(body)
             stdout.flush()
+
+    async def publish(call: int, made: Made) -> None:
+        assert sender is not None
+        try:
+            await sender.send(made)
+        except Exception as exc:  # the worker exits: the records come again
+            answer(frame((call, False, portable(exc))))
+        else:
+            answer(frame((call, True, dataclasses.replace(made, published=True))))
+
+    answer(frame(None))
+    sending: set[asyncio.Task[None]] = set()
+    first = True
+    try:
+        while True:
+            try:
+                call, closing = await read_answer(reader)
+            except asyncio.IncompleteReadError:  # the worker is gone
+                return
+            try:
+                made = make_verdict(judging, closing, rules)
+            except Exception as exc:  # the caller decides what a failed verdict means
+                answer(frame((call, False, portable(exc))))
+                continue
+            if sender is None or made.job is not None:
+                answer(frame((call, True, made)))
+            else:
+                task = asyncio.create_task(publish(call, made))
+                sending.add(task)
+                task.add_done_callback(sending.discard)
             if first:  # what the first verdict loaded (detectors load lazily)
                 _settle()
                 first = False
-    except BrokenPipeError:  # the worker is gone
-        return
+    finally:
+        for task in sending:
+            task.cancel()
+        if sender is not None:
+            with contextlib.suppress(Exception):
+                await sender.producer.stop()
 
 
 def _settle() -> None:
@@ -107,10 +224,3 @@ def _settle() -> None:
     went straight into verdict latency."""
     gc.collect()
     gc.freeze()
-
-
-def _answer(judging: Judging, closing: Closing, rules: RuleJudge) -> bytes:
-    try:
-        return frame((True, make_verdict(judging, closing, rules)))
-    except Exception as exc:  # the caller decides what a failed verdict means
-        return frame((False, portable(exc)))
