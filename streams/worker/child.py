@@ -9,12 +9,15 @@ when its stdin closes, so it never outlives the worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import pickle
 import signal
 import struct
 import sys
+from collections.abc import Callable
 from typing import IO, Any, ClassVar
 
 LENGTH = struct.Struct(">I")
@@ -140,6 +143,70 @@ class ChildProcess:
             self._process.kill()
         if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)
+
+
+class CallingChild(ChildProcess):
+    """A child whose calls carry an id, answered `(id, ok, value | exception)` in any order
+    (`None` once it is ready): many calls in flight at once."""
+
+    def __init__(self, setup: object) -> None:
+        super().__init__(setup)
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count()
+
+    async def _call(self, obj: object) -> Any:
+        await self._started_and_alive()
+        call = next(self._ids)
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[call] = answer  # before writing: the answer may come back at once
+        try:
+            await self._send((call, obj))
+            return await answer
+        finally:
+            self._waiting.pop(call, None)
+
+    def _expect_ready(self) -> asyncio.Future[Any]:
+        ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[-1] = ready
+        return ready
+
+    def _answered(self, answer: Any) -> None:
+        call: int
+        value: Any
+        call, ok, value = (-1, True, None) if answer is None else answer
+        waiter = self._waiting.pop(call, None)
+        if waiter is None or waiter.done():  # its caller was cancelled
+            return
+        if ok:
+            waiter.set_result(value)
+        else:
+            waiter.set_exception(value)
+
+    def _fail_all(self, exc: ChildDied) -> None:
+        for waiter in self._waiting.values():
+            if not waiter.done():
+                waiter.set_exception(exc)
+        self._waiting.clear()
+
+
+async def frame_reader(stdin: IO[bytes]) -> asyncio.StreamReader:
+    """In an asyncio child: its stdin, for `read_answer`."""
+    reader = asyncio.StreamReader(limit=1 << 26)
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    return reader
+
+
+def frame_writer(stdout: IO[bytes]) -> Callable[[bytes], None]:
+    """In an asyncio child: write one whole frame to the worker."""
+
+    def answer(body: bytes) -> None:
+        # whole frames, one thread: a blocking write (the worker is always reading)
+        with contextlib.suppress(BrokenPipeError):  # the worker is gone; so are we, soon
+            stdout.write(body)
+            stdout.flush()
+
+    return answer
 
 
 def read_frame(stream: IO[bytes]) -> Any:

@@ -17,16 +17,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import itertools
-from typing import IO, Any
+from typing import IO
 
 from tracejudge.streams.judging.stage import JudgeStage
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.child import (
+    CallingChild,
     ChildDied,
-    ChildProcess,
     child_pipes,
     frame,
+    frame_reader,
+    frame_writer,
     portable,
     read_answer,
 )
@@ -39,7 +40,7 @@ class JudgeProcessDied(ChildDied):
     """The judge process exited; the jobs it had are not judged (they come again)."""
 
 
-class JudgeProcess(ChildProcess):
+class JudgeProcess(CallingChild):
     """A `Judge` whose calls run in one child process, concurrently."""
 
     serve = "tracejudge.streams.worker.judge_process:serve"
@@ -48,42 +49,10 @@ class JudgeProcess(ChildProcess):
 
     def __init__(self, settings: Settings, version: str) -> None:
         super().__init__((settings, version))
-        self._waiting: dict[int, asyncio.Future[Any]] = {}
-        self._ids = itertools.count()
-
-    def _expect_ready(self) -> asyncio.Future[Any]:
-        ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[-1] = ready
-        return ready
 
     async def __call__(self, raw: bytes) -> Judged:
-        await self._started_and_alive()
-        call = next(self._ids)
-        answer: asyncio.Future[Judged] = asyncio.get_running_loop().create_future()
-        self._waiting[call] = answer
-        try:
-            await self._send((call, raw))
-            return await answer
-        finally:
-            self._waiting.pop(call, None)
-
-    def _answered(self, answer: Any) -> None:
-        call: int
-        value: Any
-        call, ok, value = (-1, True, None) if answer is None else answer
-        waiter = self._waiting.pop(call, None)
-        if waiter is None or waiter.done():  # its caller was cancelled
-            return
-        if ok:
-            waiter.set_result(value)
-        else:
-            waiter.set_exception(value)
-
-    def _fail_all(self, exc: ChildDied) -> None:
-        for waiter in self._waiting.values():
-            if not waiter.done():
-                waiter.set_exception(exc)
-        self._waiting.clear()
+        judged: Judged = await self._call(raw)
+        return judged
 
     async def aclose(self) -> None:
         """Stop the child; calls in flight are dropped (their jobs are not committed)."""
@@ -98,9 +67,7 @@ def serve() -> None:
 
 
 async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
-    reader = asyncio.StreamReader(limit=1 << 26)
-    loop = asyncio.get_running_loop()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    reader = await frame_reader(stdin)
     try:
         settings, version = await read_answer(reader)
     except asyncio.IncompleteReadError:
@@ -112,18 +79,14 @@ async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     gc.collect()
     gc.freeze()  # what is loaded by now lives as long as the process (verdict_process.py)
 
-    def answer(body: bytes) -> None:
-        # whole frames, one thread: a blocking write (the worker is always reading)
-        stdout.write(body)
-        stdout.flush()
+    answer = frame_writer(stdout)
 
     async def judge(call: int, raw: bytes) -> None:
         try:
             body = frame((call, True, await judge_with(stage, raw)))
         except Exception as exc:  # the worker decides what a failed call means
             body = frame((call, False, portable(exc)))
-        with contextlib.suppress(BrokenPipeError):  # the worker is gone; so are we, soon
-            answer(body)
+        answer(body)
 
     answer(frame(None))
     calls: set[asyncio.Task[None]] = set()

@@ -27,8 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
-import itertools
-from typing import IO, Any
+from typing import IO
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
@@ -38,10 +37,12 @@ from tracejudge.streams import names
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.child import (
+    CallingChild,
     ChildDied,
-    ChildProcess,
     child_pipes,
     frame,
+    frame_reader,
+    frame_writer,
     portable,
     read_answer,
 )
@@ -58,7 +59,7 @@ class VerdictProcessDied(ChildDied):
     once the worker restarts)."""
 
 
-class ProcessMaker(ChildProcess):
+class ProcessMaker(CallingChild):
     """Verdicts made in one child process; with `publishing` (the worker's settings), sent by it
     too (`Made.published`). A child that dies makes every call waiting on it raise
     `VerdictProcessDied`."""
@@ -69,42 +70,10 @@ class ProcessMaker(ChildProcess):
 
     def __init__(self, judging: Judging, publishing: Settings | None = None) -> None:
         super().__init__((judging, publishing))
-        self._waiting: dict[int, asyncio.Future[Any]] = {}
-        self._ids = itertools.count()
-
-    def _expect_ready(self) -> asyncio.Future[Any]:
-        ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[-1] = ready
-        return ready
 
     async def __call__(self, closing: Closing) -> Made:
-        await self._started_and_alive()
-        call = next(self._ids)
-        answer: asyncio.Future[Made] = asyncio.get_running_loop().create_future()
-        self._waiting[call] = answer  # before writing: the answer may come back at once
-        try:
-            await self._send((call, closing))
-            return await answer
-        finally:
-            self._waiting.pop(call, None)
-
-    def _answered(self, answer: Any) -> None:
-        call: int
-        value: Any
-        call, ok, value = (-1, True, None) if answer is None else answer
-        waiter = self._waiting.pop(call, None)
-        if waiter is None or waiter.done():  # its caller was cancelled
-            return
-        if ok:
-            waiter.set_result(value)
-        else:
-            waiter.set_exception(value)
-
-    def _fail_all(self, exc: ChildDied) -> None:
-        for waiter in self._waiting.values():
-            if not waiter.done():
-                waiter.set_exception(exc)
-        self._waiting.clear()
+        made: Made = await self._call(closing)
+        return made
 
 
 class Sender:
@@ -157,9 +126,7 @@ def serve() -> None:
 
 
 async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
-    reader = asyncio.StreamReader(limit=1 << 26)
-    loop = asyncio.get_running_loop()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    reader = await frame_reader(stdin)
     try:
         judging, publishing = await read_answer(reader)
     except asyncio.IncompleteReadError:
@@ -172,11 +139,7 @@ async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
         await sender.start()
     _settle()
 
-    def answer(body: bytes) -> None:
-        # whole frames, one thread: a blocking write (the worker is always reading)
-        with contextlib.suppress(BrokenPipeError):  # the worker is gone; so are we, soon
-            stdout.write(body)
-            stdout.flush()
+    answer = frame_writer(stdout)
 
     async def publish(call: int, made: Made) -> None:
         assert sender is not None
