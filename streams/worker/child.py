@@ -209,15 +209,6 @@ def frame_writer(stdout: IO[bytes]) -> Callable[[bytes], None]:
     return answer
 
 
-def read_frame(stream: IO[bytes]) -> Any:
-    """In the child: the next object the worker sent; None once its end of the pipe closed."""
-    head = stream.read(LENGTH.size)
-    if len(head) < LENGTH.size:
-        return None
-    (length,) = LENGTH.unpack(head)
-    return pickle.loads(stream.read(length))  # from our own worker, over a private pipe
-
-
 def child_pipes() -> tuple[IO[bytes], IO[bytes]]:
     """In the child: its frame pipes. Ctrl-C reaches the worker, which ends the child; whatever
     else prints goes to stderr, never into the frames."""
