@@ -101,6 +101,14 @@ class Settings(BaseSettings):
         description="Run the LLM judge's calls (HTTP, cache, the judged verdict's masking and "
         "encoding) in a process of their own, off the window agent's.",
     )
+    producer_linger_ms: float = Field(
+        5.0,
+        ge=0,
+        description="How long the worker's own producer waits to put records together in one "
+        "request: table changelogs, judge jobs, early-stop and retry messages, dead letters, "
+        "and the verdicts when TRACEJUDGE_VERDICT_PROCESS=false (the verdict process sends its "
+        "own without waiting). Under load, fewer produce requests on the window agent's thread.",
+    )
     step_hold_s: float = Field(
         10.0,
         ge=0,

@@ -8,6 +8,7 @@ import pytest
 
 from tests.memory import memory_worker
 from tracejudge.streams.settings import SettingsError, load_settings
+from tracejudge.streams.worker.app import _faust_app
 
 
 def test_a_misspelled_variable_is_named_with_the_closest_setting(
@@ -96,3 +97,9 @@ async def test_without_trace_capture_steps_keep_no_text_but_the_verdict_still_co
     (evaluation,) = w.channel("evaluations").values()
     assert evaluation["success"] is False  # the failed call still counts
     assert "dropped" not in " ".join(evaluation["reasons"])
+
+
+def test_the_worker_producer_lingers_as_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _faust_app(load_settings()).conf.producer_linger == 0.005
+    monkeypatch.setenv("TRACEJUDGE_PRODUCER_LINGER_MS", "0")
+    assert _faust_app(load_settings()).conf.producer_linger == 0
