@@ -67,6 +67,9 @@ class MemoryLookup:
         self.data[key] = value.decode("utf-8")
         return True
 
+    def count_failed(self, writes: int) -> None:
+        self.errors += writes
+
 
 class ReplayFailed(RuntimeError):
     """What would have made the worker exit for its supervisor."""

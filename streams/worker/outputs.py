@@ -62,6 +62,10 @@ class Lookup(Protocol):
         """`value`: as `encode` made it (masked)."""
         ...
 
+    def count_failed(self, writes: int) -> None:
+        """Writes that failed in another process (the verdict process), counted here too."""
+        ...
+
 
 async def deliver(channel: Channel, key: bytes | None, value: bytes | None) -> None:
     """Send one record and wait until the broker has it."""
@@ -99,8 +103,8 @@ class VerdictPublisher:
         await later(self._delivered(made, pending, terminal_at))
 
     async def published(self, made: Made, terminal_at: float | None = None) -> None:
-        """A verdict the verdict process has sent and the broker has: the Redis write and the
-        counting are left for `later`."""
+        """A verdict the verdict process has sent and the broker has (and, with Redis on, has
+        written to Redis): the counting is left for `later`."""
         await later(self._delivered(made, [], terminal_at))
 
     async def _delivered(
@@ -109,9 +113,12 @@ class VerdictPublisher:
         summary = made.summary
         assert made.evaluation is not None and summary is not None
         await asyncio.gather(*pending)
-        await self.lookup.put_encoded(
-            REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
-        )
+        if made.stored is None:
+            await self.lookup.put_encoded(
+                REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
+            )
+        elif not made.stored:
+            self.lookup.count_failed(1)
         self.counters["evaluations"] += 1
         self.counters[f"judge_{summary.judge_status}"] += 1
         if summary.reflection:
@@ -175,6 +182,13 @@ class RedisSink:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write(self._client))
         return await done
+
+    def count_failed(self, writes: int) -> None:
+        self.errors += writes
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
 
     async def _write(self, client: aioredis.Redis) -> None:
         while self._queue:

@@ -87,6 +87,7 @@ class Made:
     summary: Summary | None = None
     job: bytes | None = None
     published: bool = False  # sent and acknowledged already (by the verdict process)
+    stored: bool | None = None  # its Redis write by the verdict process: done, failed, not tried
 
 
 def encode(model: Any) -> bytes:

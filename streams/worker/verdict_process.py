@@ -8,13 +8,14 @@ let go of the GIL (up to the 5 ms switch interval), which under load was much of
 latency.
 
 Given the worker's settings, the child sends each verdict's evaluation, reflection and alerts
-with a producer of its own and answers once the broker has them all; the worker then writes
-Redis and acknowledges the window's input records, as when it sends them itself (at-least-once
-is unchanged: a crash in between publishes again, same evaluation_id). Those sends were the
-window agent's costliest per-verdict work under steady load: at 4,944 events/s its wait before
-reaching a request's final response went from 23-43 ms (p50 per 2,000 verdicts) to 13-17 ms with
-them in another process (BENCHMARKS.md). A request the LLM judge samples comes back as a job,
-which the worker sends to the judge stage.
+with a producer of its own, writes the evaluation to Redis once the broker has them all, and
+then answers; the worker acknowledges the window's input records, as when it sends them itself
+(at-least-once is unchanged: a crash in between publishes again, same evaluation_id). Those
+sends were the window agent's costliest per-verdict work under steady load: at 4,944 events/s
+its wait before reaching a request's final response went from 23-43 ms (p50 per 2,000 verdicts)
+to 13-17 ms with them in another process; the Redis writes were the next cost on the window
+agent's thread (BENCHMARKS.md). A request the LLM judge samples comes back as a job, which the
+worker sends to the judge stage.
 
 Frames as in `child.py`. The first frame to the child is `(Judging, Settings | None)`; it answers
 `None` once its judges (and producer) are ready, then `(id, ok, Made | exception)` per
@@ -47,6 +48,7 @@ from tracejudge.streams.worker.child import (
     read_answer,
 )
 from tracejudge.streams.worker.logs import setup_logging
+from tracejudge.streams.worker.outputs import RedisSink, redis_client
 from tracejudge.streams.worker.verdict_making import Closing, Judging, Made, make_verdict
 
 # As long as the worker's own (Faust's) producer waits for an acknowledgement
@@ -61,8 +63,8 @@ class VerdictProcessDied(ChildDied):
 
 class ProcessMaker(CallingChild):
     """Verdicts made in one child process; with `publishing` (the worker's settings), sent by it
-    too (`Made.published`). A child that dies makes every call waiting on it raise
-    `VerdictProcessDied`."""
+    too (`Made.published`) and written to Redis if Redis is on (`Made.stored`). A child that
+    dies makes every call waiting on it raise `VerdictProcessDied`."""
 
     serve = "tracejudge.streams.worker.verdict_process:serve"
     name = "the verdict process"
@@ -132,10 +134,11 @@ async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     except asyncio.IncompleteReadError:
         return
     rules = RuleJudge(tool_call_budget=judging.tool_call_budget)
-    sender = None
+    sender, store = None, RedisSink(None, 1)
     if publishing is not None:
         setup_logging(publishing.log_level, publishing.log_format)
         sender = Sender(publishing)
+        store = RedisSink(redis_client(publishing.redis_url), publishing.evaluation_ttl_s)
         await sender.start()
     _settle()
 
@@ -147,8 +150,13 @@ async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
             await sender.send(made)
         except Exception as exc:  # the worker exits: the records come again
             answer(frame((call, False, portable(exc))))
-        else:
-            answer(frame((call, True, dataclasses.replace(made, published=True))))
+            return
+        stored = None
+        if store.enabled:  # best effort, as in the worker: a failure is counted, not raised
+            key = names.REDIS_EVALUATION_KEY.format(request_id=made.request_id)
+            assert made.evaluation is not None
+            stored = await store.put_encoded(key, made.evaluation)
+        answer(frame((call, True, dataclasses.replace(made, published=True, stored=stored))))
 
     answer(frame(None))
     sending: set[asyncio.Task[None]] = set()
@@ -179,6 +187,8 @@ async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
         if sender is not None:
             with contextlib.suppress(Exception):
                 await sender.producer.stop()
+        with contextlib.suppress(Exception):
+            await store.aclose()
 
 
 def _settle() -> None:

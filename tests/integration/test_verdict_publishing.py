@@ -10,12 +10,21 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.integration.harness import WorkerProcess, worker_env
-from tests.realservices import ROOT
+from tests.integration.harness import (
+    WorkerProcess,
+    grouped,
+    produce_events,
+    refund_request,
+    wait_counter,
+    worker_env,
+)
+from tests.realservices import ROOT, free_port
 from tests.test_verdict_process import JUDGING, closings
 from tracejudge.streams import names
+from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.verdict_making import make_verdict
 from tracejudge.streams.worker.verdict_process import ProcessMaker
 
@@ -43,11 +52,8 @@ async def records_on(bootstrap: str, topic: str, partitions: int) -> list[tuple[
         await consumer.stop()
 
 
-async def test_the_verdict_process_answers_only_once_its_records_are_on_the_broker(
-    kafka_bootstrap: str, redis_url: str, tmp_path: Path
-) -> None:
-    env = worker_env(kafka_bootstrap, redis_url, tmp_path, "vpub")
-    settings = WorkerProcess(env, tmp_path / "unused.log").settings
+async def settings_with_topics(env: dict[str, str], tmp_path: Path) -> Settings:
+    """The worker's settings for `env`, its topics created as `tracejudge topics` does."""
     await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "tracejudge.streams.cli", "topics"],
@@ -55,6 +61,15 @@ async def test_the_verdict_process_answers_only_once_its_records_are_on_the_brok
         env={**os.environ, **env},
         check=True,
         capture_output=True,
+    )
+    return WorkerProcess(env, tmp_path / "unused.log").settings
+
+
+async def test_the_verdict_process_answers_only_once_its_records_are_on_the_broker(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    settings = await settings_with_topics(
+        worker_env(kafka_bootstrap, redis_url, tmp_path, "vpub"), tmp_path
     )
     maker = ProcessMaker(JUDGING, publishing=settings)
     try:
@@ -71,11 +86,23 @@ async def test_the_verdict_process_answers_only_once_its_records_are_on_the_brok
         alerts = await records_on(
             kafka_bootstrap, settings.topic(names.ALERTS), settings.partitions
         )
+        # and the evaluations are in Redis already, under the key agents look them up by
+        redis = aioredis.from_url(redis_url)
+        try:
+            in_redis = {
+                m.request_id: await redis.get(
+                    names.REDIS_EVALUATION_KEY.format(request_id=m.request_id)
+                )
+                for m in made
+            }
+        finally:
+            await redis.aclose()
     finally:
         await maker.close()
-    assert all(m.published for m in made)
+    assert in_redis == {m.request_id: m.evaluation for m in made}
+    assert all(m.published and m.stored for m in made)
     # what it sent is what the worker would have made and sent itself, keyed by request id
-    assert [dataclasses.replace(m, published=False) for m in made] == [
+    assert [dataclasses.replace(m, published=False, stored=None) for m in made] == [
         make_verdict(JUDGING, c) for c in asked
     ]
     key = [m.request_id.encode() for m in made]
@@ -87,3 +114,49 @@ async def test_the_verdict_process_answers_only_once_its_records_are_on_the_brok
         (k, a) for k, m in zip(key, made, strict=True) for a in m.alerts
     )
     assert reflections and alerts  # the samples include incomplete and failing requests
+
+
+async def test_with_redis_down_the_verdict_process_still_sends_and_says_the_write_failed(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    # nothing listens on this loopback port: each write fails within the 1 s socket timeout
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    settings = await settings_with_topics(
+        worker_env(kafka_bootstrap, down, tmp_path, "vpubr"), tmp_path
+    )
+    maker = ProcessMaker(JUDGING, publishing=settings)
+    try:
+        asked = closings()
+        made = await asyncio.wait_for(asyncio.gather(*(maker(c) for c in asked)), 60)
+        evaluations = await records_on(
+            kafka_bootstrap, settings.topic(names.EVALUATIONS), settings.partitions
+        )
+    finally:
+        await maker.close()
+    assert [(m.published, m.stored) for m in made] == [(True, False)] * len(asked)
+    assert sorted(evaluations) == sorted((m.request_id.encode(), m.evaluation) for m in made)
+
+
+async def test_a_worker_with_redis_down_publishes_every_verdict_and_counts_the_failed_writes(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    worker = WorkerProcess(
+        worker_env(kafka_bootstrap, down, tmp_path, "redisdown"), tmp_path / "worker.log"
+    )
+    worker.start()
+    try:
+        rids = {f"rd-{i}" for i in range(3)}
+        await produce_events(
+            kafka_bootstrap,
+            worker.topic("events"),
+            [e for rid in sorted(rids) for e in refund_request(rid)],
+        )
+        await wait_counter(worker, len(rids), timeout_s=120)
+        found = await grouped(worker, "evaluations", rids, wait_for_all=True)
+        code, health = worker.health()
+    finally:
+        worker.stop()
+    assert all(len(v) == 1 for v in found.values()), found
+    # the writes failed in the verdict process; the worker's reading counts them
+    assert code == 200 and health["redis"] is True and health["redis_errors"] == len(rids)
