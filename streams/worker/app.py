@@ -22,6 +22,7 @@ from faust.types import TP
 
 from tracejudge.streams import names
 from tracejudge.streams.judging.consumer import JudgeRunner
+from tracejudge.streams.kafka.linger import send_lingering
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
 from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -34,7 +35,7 @@ from tracejudge.streams.worker.health import health_report
 from tracejudge.streams.worker.judge_jobs import Judge
 from tracejudge.streams.worker.judge_process import JudgeProcess
 from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
-from tracejudge.streams.worker.outputs import redis_client
+from tracejudge.streams.worker.outputs import Prompt, redis_client
 from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, Maker
 from tracejudge.streams.worker.verdict_process import ProcessMaker
 from tracejudge.streams.worker.watchdog import StallWatchdog
@@ -218,8 +219,9 @@ def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Ch
         evaluations=topic(names.EVALUATIONS),
         reflections=topic(names.REFLECTIONS),
         alerts=topic(names.ALERTS),
-        retries=topic(names.RETRIES),
-        control=topic(names.CONTROL),
+        # an agent waits on these: they do not wait out the linger
+        retries=Prompt(topic(names.RETRIES), partial(_send_lingering, app)),
+        control=Prompt(topic(names.CONTROL), partial(_send_lingering, app)),
         dlq=topic(names.DLQ),
     )
     tables = Tables(
@@ -229,6 +231,11 @@ def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Ch
         retry_state=table(names.RETRY_STATE),
     )
     return events_topic, responses_topic, channels, tables
+
+
+def _send_lingering(app: faust.App) -> None:
+    # Faust's aiokafka driver keeps its AIOKafkaProducer in `_producer` (None until started)
+    send_lingering(getattr(app.producer, "_producer", None))
 
 
 def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -65,6 +65,27 @@ class Lookup(Protocol):
     def count_failed(self, writes: int) -> None:
         """Writes that failed in another process (the verdict process), counted here too."""
         ...
+
+
+@dataclass
+class Prompt:
+    """A topic an agent waits on (early-stop decisions, retry requests): each record is sent,
+    then `now` sends what the producer holds for its linger, this record with it."""
+
+    topic: Channel
+    now: Callable[[], object]
+
+    async def send(
+        self,
+        *,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        partition: int | None = None,
+        headers: Headers | None = None,
+    ) -> Awaitable[Any]:
+        delivery = await self.topic.send(key=key, value=value, partition=partition, headers=headers)
+        self.now()
+        return delivery
 
 
 async def deliver(channel: Channel, key: bytes | None, value: bytes | None) -> None:
