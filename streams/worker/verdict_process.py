@@ -134,7 +134,7 @@ async def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     except asyncio.IncompleteReadError:
         return
     rules = RuleJudge(tool_call_budget=judging.tool_call_budget)
-    sender, store = None, RedisSink(None, 1)
+    sender, store = None, RedisSink(None, ttl_s=1)  # no client: disabled, writes nothing
     if publishing is not None:
         setup_logging(publishing.log_level, publishing.log_format)
         sender = Sender(publishing)
