@@ -257,7 +257,6 @@ def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:
 
 
 FETCH_MAX_WAIT_MS = 50
-PREFETCH_BACKOFF_S = 0.02
 
 
 def _shorten_fetch_wait(app: faust.App) -> None:
@@ -265,17 +264,10 @@ def _shorten_fetch_wait(app: faust.App) -> None:
     not fetch a partition whose records are still buffered: one long poll on the other
     partitions then holds that partition's new records back up to 1.5 s. Under steady load this
     was a 1.5 s verdict latency plateau with the worker not busy (measured at 1,400 events/s).
-
-    The other way round, while any partition of a broker still has records nobody has taken,
-    aiokafka sends that broker no fetch for the partitions that have none, for up to its
-    `prefetch_backoff` (100 ms). That was the ~100 ms tail of one request in a hundred: the
-    early-stop decision's p99 went from 94-97 ms to 22-23 ms with 20 ms. 5 ms cut it to 13-15 ms
-    but made steady load worse (more, smaller fetches; BENCHMARKS.md).
     Private state of both libraries (faust-streaming pinned < 0.16)."""
     try:
         fetcher = app.consumer._thread._consumer._fetcher  # type: ignore[attr-defined]
         fetcher._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-        fetcher._prefetch_backoff = PREFETCH_BACKOFF_S
     except AttributeError:
         log.warning("cannot shorten the consumer's fetch wait (a faust or aiokafka change?)")
 
