@@ -105,9 +105,10 @@ class Settings(BaseSettings):
         5.0,
         ge=0,
         description="How long the worker's own producer waits to put records together in one "
-        "request: table changelogs, judge jobs, early-stop and retry messages, dead letters, "
-        "and the verdicts when TRACEJUDGE_VERDICT_PROCESS=false (the verdict process sends its "
-        "own without waiting). Under load, fewer produce requests on the window agent's thread.",
+        "request: table changelogs, judge jobs, dead letters, and the verdicts when "
+        "TRACEJUDGE_VERDICT_PROCESS=false (the verdict process sends its own without waiting). "
+        "Early-stop decisions and retry requests, which agents wait on, go at once. Under load, "
+        "fewer produce requests on the window agent's thread.",
     )
     step_hold_s: float = Field(
         10.0,

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,8 @@ from tests.integration.harness import (
     wait_counter,
     worker_env,
 )
-from tests.realservices import ROOT, free_port
+from tests.integration.test_cli import cli
+from tests.realservices import free_port
 from tests.test_verdict_process import JUDGING, closings
 from tracejudge.streams import names
 from tracejudge.streams.settings import Settings
@@ -53,16 +51,11 @@ async def records_on(bootstrap: str, topic: str, partitions: int) -> list[tuple[
 
 
 async def settings_with_topics(env: dict[str, str], tmp_path: Path) -> Settings:
-    """The worker's settings for `env`, its topics created as `tracejudge topics` does."""
-    await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "tracejudge.streams.cli", "topics"],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        check=True,
-        capture_output=True,
-    )
-    return WorkerProcess(env, tmp_path / "unused.log").settings
+    """The worker's settings for `env`, its topics created by `tracejudge topics`."""
+    worker = WorkerProcess(env, tmp_path / "unused.log")
+    created = await asyncio.to_thread(cli, worker, "topics")
+    assert created.returncode == 0, created.stderr
+    return worker.settings
 
 
 async def test_the_verdict_process_answers_only_once_its_records_are_on_the_broker(
