@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.tau_agreement import windows
+from benchmarks.agreement import windows
 from tests.conftest import SHARED_DATA
 from tests.llm_server import MODEL_ALIAS, start_llm_server
 from tracejudge.judges.llm.breaker import CircuitBreaker

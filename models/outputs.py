@@ -33,6 +33,13 @@ class FailedStep(_Output):
     reason: str
 
 
+class Finding(_Output):
+    """A rule that fired on the request, with the evidence it read (masked)."""
+
+    rule: str
+    evidence: str
+
+
 class DimensionScores(_Output):
     completeness: Score = Field(ge=0, le=100)
     execution_health: Score = Field(ge=0, le=100)
@@ -65,6 +72,9 @@ class Evaluation(_Output):
     summary: str
     reasons: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(
+        default_factory=list, description="Each rule that fired, with its evidence."
+    )
     judge_status: JudgeStatus
     judge_error: JudgeErrorCode | None = Field(
         default=None, description="Why the judge gave no valid answer (judge_status fallback)."
