@@ -15,7 +15,11 @@ from tracejudge.judges.outcomes import (
     performs,
     reads_only,
 )
+from tracejudge.judges.text_kinds import split
 from tracejudge.models.window import Window
+
+# "Submitted patch:", "Here is the result:" and nothing after: an empty submission
+_ANNOUNCE_MAX = 40
 
 
 def answer_outcome(
@@ -26,9 +30,11 @@ def answer_outcome(
     Each makes the request incomplete; the return value caps completeness."""
     if window.final is None:
         return 100
-    output = window.final.output
+    text = split(window.final.output)
+    # the claim rules read what the agent says, not the patch, code or log it hands over
+    output = text.prose
     cap = 100
-    if is_placeholder(output):
+    if not text.artifact and (is_placeholder(output) or _announces_nothing(output)):
         findings.append(("placeholder_answer", output.strip()[:80] or "(empty)"))
         reasons.append(f"the final answer is a placeholder ('{output.strip()[:40]}')")
         remaining.append("give the user the actual result")
@@ -89,3 +95,8 @@ def answer_outcome(
             remaining.append(left.format(full=evidence, short=evidence[:120]))
             cap = min(cap, limit)
     return cap
+
+
+def _announces_nothing(text: str) -> bool:
+    stripped = text.strip()
+    return len(stripped) <= _ANNOUNCE_MAX and stripped.endswith((":", "："))

@@ -13,12 +13,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from tracejudge.judges.answer_checks import answer_outcome
 from tracejudge.judges.conversation import is_conversation, unconfirmed_changes
 from tracejudge.judges.generic import assess_answer
+from tracejudge.judges.norms import Norms, RunStats
 from tracejudge.judges.phrases import REMAINING_WORK_RE, first_match
-from tracejudge.judges.trouble import trouble_kinds
+from tracejudge.judges.signals import (
+    claim_contradicts_result,
+    ended_on_error,
+    last_attempt_failed,
+    limit_call,
+    stopped_at_limit,
+)
+from tracejudge.judges.text_kinds import split
+from tracejudge.judges.trouble import relative_findings, trouble_kinds
 from tracejudge.models.outputs import FailedStep
 from tracejudge.models.window import Window
 
-RULES_VERSION = "rules-2"
+RULES_VERSION = "rules-3"
 # A request the rules find failed or incomplete never scores above this: scores must separate.
 FLAGGED_CAP = 79
 # Two kinds of process trouble in one run (see _troubles) put it below the default warn threshold.
@@ -74,9 +83,18 @@ def _sentence_around(text: str, snippet: str, limit: int = 200) -> str:
     return text[start:end].strip()[:limit]
 
 
-DEFAULT_TOOL_CALL_BUDGET = 25
-SHORT_CHAIN = 5  # tool calls that cost no efficiency
-SHORT_EXCHANGE = 3  # user turns after the first that cost no efficiency
+# No absolute budget by default: how many calls is too many depends on the agent (a support
+# bot answers in 3, a coding agent runs 40 commands when all is well), so a run is judged long
+# only against its own agent's runs (`Norms`). A budget set explicitly is a fact and applies.
+DEFAULT_TOOL_CALL_BUDGET = 0
+RECOVERED_COST = 2  # a failure fixed later: how agents work, and it costs little
+RECOVERED_COST_MAX = 8
+ENDED_ON_ERROR_COST = 35
+LAST_ATTEMPT_COST = 15
+LIMIT_COST = 30  # stopped at a limit: the harness ended it, not the agent
+CONTRADICTED_COST = 30
+RELATIVE_COST = {"high": 10, "extreme": 20}  # above the agent's 90th / 95th percentile
+LOOP_RUN = 3  # the same call this many times in a row, nothing between: a loop
 
 
 class RuleJudge:
@@ -93,7 +111,13 @@ class RuleJudge:
         self.tool_call_budget = tool_call_budget
         self.weights = weights or RuleWeights()
 
-    def judge(self, window: Window) -> RuleVerdict:
+    def judge(
+        self, window: Window, stats: RunStats | None = None, norms: Norms | None = None
+    ) -> RuleVerdict:
+        """`stats`: the run's counts over all its steps (the worker's, exact beyond the step
+        limit); counted from the window when not given. `norms`: what is normal for its agent;
+        nothing is judged relative to it when absent or still learning."""
+        stats = stats or RunStats.of(window)
         reasons: list[str] = []
         suggestions: list[str] = []
         findings: list[tuple[str, str]] = []
@@ -106,7 +130,12 @@ class RuleJudge:
             window, missing, remaining, reasons, suggestions, findings
         )
         completeness = min(completeness, answer_outcome(window, remaining, reasons, findings))
-        health = self._health(window, failed, reasons, suggestions)
+        limit = stopped_at_limit(window)
+        if limit:
+            findings.append(("stopped_at_limit", limit))
+            reasons.append(f"the run stopped at a limit, not by finishing ('{limit[:80]}')")
+            suggestions.append("find what made the run reach its limit (a loop, a dead end)")
+        health = self._health(window, stats, failed, limit, reasons, suggestions, findings)
         unconfirmed = unconfirmed_changes(window)
         if unconfirmed:
             # acting on a choice or a question instead of a yes: how agents act on a wrong
@@ -117,7 +146,8 @@ class RuleJudge:
             )
             suggestions.append("read the change back and wait for the user's yes before acting")
             health = _clamp(health - min(UNCONFIRMED_COST_MAX, UNCONFIRMED_COST * len(unconfirmed)))
-        efficiency = self._efficiency(window, reasons, suggestions)
+        relative = relative_findings(stats, norms)
+        efficiency = self._efficiency(window, stats, norms, relative, reasons, suggestions)
         w = self.weights
         rule_score = _clamp(
             w.completeness * completeness + w.execution_health * health + w.efficiency * efficiency
@@ -127,18 +157,21 @@ class RuleJudge:
             and window.final.validation is not None
             and (window.final.validation.verdict == "block")
         )
-        success = not failed and not blocked
+        success = not failed and not blocked and not limit
         incomplete = window.final is None or bool(remaining)
         if failed:
             findings.append(("unrecovered_failure", "; ".join(f.reason for f in failed[:3])))
+        for kind, evidence in relative:
+            findings.append((kind, evidence))
         if not success or incomplete:
             rule_score = min(rule_score, FLAGGED_CAP)
-        troubles = trouble_kinds(window, unconfirmed)
+        troubles = trouble_kinds(window, unconfirmed, relative)
         rule_score = _clamp(rule_score - TROUBLE_COST * len(troubles))
         if len(troubles) >= TROUBLE_KINDS_TO_FAIL:
             findings.append(("compound_trouble", "; ".join(troubles)))
             reasons.append("several kinds of trouble in one run: " + "; ".join(troubles))
             rule_score = min(rule_score, TROUBLED_CAP)
+        self._notes(window, stats, norms, reasons)
         return RuleVerdict(
             completeness=completeness,
             execution_health=health,
@@ -148,7 +181,7 @@ class RuleJudge:
             incomplete=incomplete,
             failed_steps=failed,
             remaining_steps=remaining,
-            summary=self._summary(window, failed, remaining, blocked),
+            summary=self._summary(window, stats, failed, remaining, blocked),
             reasons=reasons,
             suggestions=suggestions,
             findings=findings,
@@ -156,16 +189,15 @@ class RuleJudge:
 
     @staticmethod
     def _unrecovered_failures(window: Window) -> list[FailedStep]:
-        calls = window.tool_calls
-        failed: list[FailedStep] = []
-        for i, call in enumerate(calls):
-            if call.success:
-                continue
-            redone = any(later.tool == call.tool and later.success for later in calls[i + 1 :])
-            if not redone:
-                reason = call.error or "tool reported failure"
-                failed.append(FailedStep(index=call.step_index, tool=call.tool, reason=reason))
-        return failed
+        """The error the run ended on: its last call failed and nothing succeeded after. A call
+        that failed and was followed by work that succeeded is how agents correct themselves
+        (a lookup that found nothing, a command fixed and run again): it costs a little in
+        health, it does not make the run a failure."""
+        last = ended_on_error(window)
+        if last is None:
+            return []
+        reason = last.error or "tool reported failure"
+        return [FailedStep(index=last.step_index, tool=last.tool, reason=reason)]
 
     @staticmethod
     def _missing_planned(window: Window) -> list[str]:
@@ -202,20 +234,27 @@ class RuleJudge:
             remaining.append("produce a final response for the user")
             return 0
         score = 100.0
-        output = window.final.output.strip()
-        if len(output) < SHORT_OUTPUT:
+        text = split(window.final.output)
+        if text.artifact and not text.prose:
+            # the answer is a patch, code, a log or JSON: what the agent made, read as such
+            # (an empty one is a placeholder, see answer_checks)
+            return _clamp(score - self._planned_cost(window, missing, reasons, suggestions))
+        output = text.prose if text.artifact else window.final.output.strip()
+        if len(output) < SHORT_OUTPUT and not text.artifact:
             score -= 50
             reasons.append(f"final output is very short ({len(output)} characters)")
-        elif len(output) < BRIEF_OUTPUT:
+        elif len(output) < BRIEF_OUTPUT and not text.artifact:
             score -= 15
             reasons.append(f"final output is brief ({len(output)} characters)")
         # Same classifier as the retry stream: filler, or a question where work was asked
         # for, is not a result (a clarifying question to a vague goal is).
+        # an answer that carries a patch, code or data is substantive whatever its prose says
+        # ("Submitted patch:"): the filler classifier reads prose-only answers
         answer = assess_answer(window.task.goal if window.task else "", output)
         # the last message of a conversation may close it ("You're welcome! Safe travels."):
         # the work is in the turns before it, which the other rules read
         closing = answer.classification.response_type == "generic" and is_conversation(window)
-        if answer.retry and not closing:
+        if answer.retry and not closing and not text.artifact:
             kind = answer.classification.response_type
             pattern = answer.classification.detected_pattern
             score -= 60
@@ -235,36 +274,64 @@ class RuleJudge:
             findings.append(("says_work_remains", _sentence_around(output, left)))
             reasons.append(f"final output says work remains ('{left}')")
             suggestions.append("finish the remaining work before answering")
-        if missing and window.task is not None:
-            ratio = len(missing) / len(window.task.planned_steps)
-            score -= 50 * ratio
-            reasons.append(
-                f"{len(missing)} of {len(window.task.planned_steps)} planned steps not executed"
-            )
-            suggestions.append("run the planned steps still missing: " + ", ".join(missing[:5]))
+        score -= self._planned_cost(window, missing, reasons, suggestions)
         return _clamp(score)
 
     @staticmethod
+    def _planned_cost(
+        window: Window, missing: list[str], reasons: list[str], suggestions: list[str]
+    ) -> float:
+        if not missing or window.task is None:
+            return 0.0
+        reasons.append(
+            f"{len(missing)} of {len(window.task.planned_steps)} planned steps not executed"
+        )
+        suggestions.append("run the planned steps still missing: " + ", ".join(missing[:5]))
+        return 50 * len(missing) / len(window.task.planned_steps)
+
+    @staticmethod
     def _health(
-        window: Window, failed: list[FailedStep], reasons: list[str], suggestions: list[str]
+        window: Window,
+        stats: RunStats,
+        failed: list[FailedStep],
+        limit: str | None,
+        reasons: list[str],
+        suggestions: list[str],
+        findings: list[tuple[str, str]],
     ) -> int:
         score = 100.0
-        calls = window.tool_calls
-        n_failed = sum(1 for c in calls if not c.success)
-        if calls and n_failed:
+        limits = sum(1 for c in window.tool_calls if limit_call(c))
+        n_failed = stats.failed_calls - limits
+        if n_failed > 0:
             unrecovered = len(failed)
-            recovered = n_failed - unrecovered
-            # each failure costs on its own as well: a redone failure is still a sign of
-            # trouble (on tau-bench, runs with one fail twice as often), however long the run
-            score -= 70 * unrecovered / len(calls) + 25 * recovered / len(calls)
-            score -= min(24, 8 * n_failed)
+            recovered = max(0, n_failed - unrecovered)
             if unrecovered:
-                score -= 15
+                score -= ENDED_ON_ERROR_COST
                 tools = ", ".join(sorted({f.tool or "?" for f in failed}))
-                reasons.append(f"{unrecovered} tool call(s) failed and were not redone ({tools})")
+                reasons.append(f"the run ended on a failed tool call ({tools})")
                 suggestions.append(f"retry or replace the failed tool call(s): {tools}")
             if recovered:
-                reasons.append(f"{recovered} tool call(s) failed but were redone successfully")
+                score -= min(RECOVERED_COST_MAX, RECOVERED_COST * recovered)
+                reasons.append(f"{recovered} tool call(s) failed before later calls succeeded")
+        if limit:
+            score -= LIMIT_COST
+        attempt = last_attempt_failed(window)
+        if attempt:
+            findings.append(("last_attempt_failed", attempt))
+            reasons.append(f"the last of several attempts failed ({attempt[:100]})")
+            score -= LAST_ATTEMPT_COST
+        contradicted = claim_contradicts_result(window)
+        if contradicted:
+            findings.append(("claim_contradicts_result", contradicted))
+            reasons.append(f"the final claim contradicts the last result: {contradicted[:120]}")
+            suggestions.append("check the last result before claiming success")
+            score -= CONTRADICTED_COST
+        loop = _loop(window)
+        if loop:
+            findings.append(("identical_call_loop", loop))
+            reasons.append(f"the same call ran {LOOP_RUN}+ times in a row ({loop[:80]})")
+            suggestions.append("reuse earlier tool results instead of repeating identical calls")
+            score -= 15
         step_errors = sum(1 for r in window.reasoning if r.error) + sum(
             1 for it in window.iterations if it.exec_success is False
         )
@@ -281,34 +348,26 @@ class RuleJudge:
             suggestions.append("fix what the validator blocked before answering")
         return _clamp(score)
 
-    def _efficiency(self, window: Window, reasons: list[str], suggestions: list[str]) -> int:
+    def _efficiency(
+        self,
+        window: Window,
+        stats: RunStats,
+        norms: Norms | None,
+        relative: list[tuple[str, str]],
+        reasons: list[str],
+        suggestions: list[str],
+    ) -> int:
         score = 100.0
-        calls = window.tool_calls
-        if len(calls) > self.tool_call_budget:
-            over = len(calls) - self.tool_call_budget
+        if self.tool_call_budget and stats.tool_calls > self.tool_call_budget:
+            over = stats.tool_calls - self.tool_call_budget
             score -= min(50, 3 * over)
-            reasons.append(f"{len(calls)} tool calls, {over} over the budget")
-        # Friction, below the budget too: each call beyond a short chain and each user turn
-        # beyond a short exchange costs a little. Long chains and long back-and-forths go with
-        # failure (tau-bench AUC of the call count alone: 0.66); small enough never to fail a
-        # run by themselves.
-        extra_calls = max(0, len(calls) - SHORT_CHAIN)
-        extra_turns = max(0, len(window.user_turns) - SHORT_EXCHANGE)
-        if extra_calls or extra_turns:
-            score -= min(25, 2 * extra_calls + 3 * extra_turns)
-        seen: set[tuple[str, str]] = set()
-        repeats = 0
-        for call in calls:
-            if call.args_summary is None:
-                continue
-            signature = (call.tool, call.args_summary)
-            if signature in seen:
-                repeats += 1
-            seen.add(signature)
-        if repeats:
-            score -= min(40, 8 * repeats)
-            reasons.append(f"{repeats} repeated identical tool call(s)")
-            suggestions.append("reuse earlier tool results instead of repeating identical calls")
+            reasons.append(f"{stats.tool_calls} tool calls, {over} over the budget")
+        for kind, evidence in relative:
+            severity = "extreme" if "far above" in evidence else "high"
+            score -= RELATIVE_COST[severity]
+            reasons.append(evidence)
+        if relative:
+            suggestions.append("compare this run with the agent's usual runs: what made it longer")
         rounds = [r.iteration for r in window.iterations]
         stops = [(a, i) for a, i in window.early_stops if a in ("stop", "finalize")]
         if rounds and stops:
@@ -321,19 +380,37 @@ class RuleJudge:
                     f"at iteration {at}"
                 )
                 suggestions.append("check tracejudge:control:{request_id} between rounds")
-        if window.steps_dropped:
-            score -= 10
-            reasons.append(f"trace exceeded the step limit; {window.steps_dropped} steps dropped")
         return _clamp(score)
 
     @staticmethod
+    def _notes(
+        window: Window, stats: RunStats, norms: Norms | None, reasons: list[str]
+    ) -> None:
+        """What the verdict could not use, said so (never a penalty)."""
+        if norms is None or not norms.ready:
+            have = 0 if norms is None else norms.runs
+            need = "" if norms is None else f" of {norms.min_runs}"
+            reasons.append(
+                f"note: no baseline for this agent yet ({have}{need} runs learned): "
+                "nothing judged against its normal"
+            )
+        if window.steps_dropped:
+            reasons.append(
+                f"note: {window.steps_dropped} of {window.step_count} steps beyond the step "
+                f"limit were kept as counts only ({stats.tool_calls} tool calls in all)"
+            )
+
+    @staticmethod
     def _summary(
-        window: Window, failed: list[FailedStep], remaining: list[str], blocked: bool
+        window: Window,
+        stats: RunStats,
+        failed: list[FailedStep],
+        remaining: list[str],
+        blocked: bool,
     ) -> str:
-        calls = window.tool_calls
-        parts = [f"{len(calls)} tool call(s)"]
+        parts = [f"{stats.tool_calls} tool call(s)"]
         if failed:
-            parts.append(f"{len(failed)} unrecovered failure(s)")
+            parts.append(f"ended on a failed call ({failed[0].tool})")
         if blocked:
             parts.append("output blocked by validator")
         if window.final is None:
@@ -343,3 +420,16 @@ class RuleJudge:
         if remaining:
             parts.append(f"{len(remaining)} item(s) of work remaining")
         return "; ".join(parts)
+
+
+def _loop(window: Window) -> str | None:
+    """The same call (tool and arguments) run LOOP_RUN or more times in a row: a loop, a fact
+    whatever the agent (a call run again after other work is not one)."""
+    run, previous = 0, None
+    for call in window.tool_calls:
+        signature = (call.tool, call.args_summary)
+        run = run + 1 if signature == previous and call.args_summary is not None else 1
+        previous = signature
+        if run >= LOOP_RUN:
+            return f"{call.tool} {(call.args_summary or '')[:60]}"
+    return None

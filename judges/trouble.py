@@ -1,36 +1,60 @@
 """Kinds of process trouble in a run: each common alone in runs that end well, telling together.
 
-A run that changed state without the user's go-ahead, had tool calls fail, repeated identical
-calls, ran a long tool chain or needed a long back-and-forth is not wrong for any one of these;
-two or more kinds in one run put it below the warn threshold (see RuleJudge).
+A run that changed state without the user's go-ahead, ended on a failed call, looped on one
+call, or was longer, more failure-ridden or more back-and-forth than its own agent's runs
+usually are is not wrong for any one of these; two or more kinds in one run put it below the
+warn threshold (see RuleJudge). "Longer than usual" is only ever measured against the agent's
+own runs (`Norms`): a coding agent's 40 commands are its normal, a support bot's are not.
 """
 
 from __future__ import annotations
 
+from tracejudge.judges.norms import Norms, RunStats
+from tracejudge.judges.signals import ended_on_error
 from tracejudge.models.window import Window
 
-LONG_CHAIN = 10  # tool calls: twice the short chain that costs no efficiency
-LONG_EXCHANGE = 8  # user turns
+# measure -> (finding, what it counts)
+RELATIVE: dict[str, tuple[str, str]] = {
+    "tool_calls": ("long_for_agent", "tool calls"),
+    "failed_calls": ("failures_for_agent", "failed tool calls"),
+    "user_turns": ("long_exchange_for_agent", "user turns"),
+    "duration_s": ("slow_for_agent", "seconds"),
+}
 
 
-def trouble_kinds(window: Window, unconfirmed: list[str]) -> list[str]:
+def relative_findings(stats: RunStats, norms: Norms | None) -> list[tuple[str, str]]:
+    """Each measure of the run above its agent's 90th percentile, with the evidence; nothing
+    while the agent's baseline is still learning."""
+    if norms is None or not norms.ready:
+        return []
+    measures = stats.measures()
+    found = []
+    for measure, (finding, unit) in RELATIVE.items():
+        above = norms.above(measure, measures.get(measure))
+        if above is None:
+            continue
+        severity, norm = above
+        where = "far above" if severity == "extreme" else "above"
+        found.append(
+            (
+                finding,
+                f"{measures[measure]:.0f} {unit}, {where} this agent's usual "
+                f"(median {norm.p50:.0f}, 90th percentile {norm.p90:.0f}, {norms.runs} runs)",
+            )
+        )
+    return found
+
+
+def trouble_kinds(
+    window: Window, unconfirmed: list[str], relative: list[tuple[str, str]]
+) -> list[str]:
     """Independent kinds of process trouble, each with its evidence. One alone is common in
-    runs that end well; two together mark a run that deserves a look (on tau-bench two or
-    more come in 3 of 10 failed runs and 1 in 10 successful ones)."""
-    calls = window.tool_calls
+    runs that end well; two together mark a run that deserves a look."""
     kinds: list[str] = []
     if unconfirmed:
         kinds.append(f"changed state without a go-ahead ({unconfirmed[0][:80]})")
-    failed = [c for c in calls if not c.success]
-    if failed:
-        kinds.append(
-            f"{len(failed)} failed tool call(s) ({failed[0].tool}: {(failed[0].error or '')[:60]})"
-        )
-    signatures = [(c.tool, c.args_summary) for c in calls if c.args_summary is not None]
-    if len(signatures) != len(set(signatures)):
-        kinds.append("identical tool calls repeated")
-    if len(calls) >= LONG_CHAIN:
-        kinds.append(f"a long tool chain ({len(calls)} calls)")
-    if len(window.user_turns) >= LONG_EXCHANGE:
-        kinds.append(f"a long back-and-forth ({len(window.user_turns)} user turns)")
+    last = ended_on_error(window)
+    if last is not None:
+        kinds.append(f"ended on a failed call ({last.tool}: {(last.error or '')[:60]})")
+    kinds += [evidence for _, evidence in relative]
     return kinds

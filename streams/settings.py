@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defaults of the judges' own settings are theirs: written there once, read here.
+from tracejudge.judges.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
 from tracejudge.judges.early_stop import EarlyStopPolicy
 from tracejudge.judges.llm.client import LLMConfig
 from tracejudge.judges.redact import mask
@@ -169,7 +170,22 @@ class Settings(BaseSettings):
     )
     evaluation_ttl_s: int = Field(86400, ge=1, description="TTL of evaluations kept in Redis.")
     tool_call_budget: int = Field(
-        DEFAULT_TOOL_CALL_BUDGET, ge=1, description="Tool calls before efficiency drops."
+        DEFAULT_TOOL_CALL_BUDGET,
+        ge=0,
+        description="A hard budget of tool calls per request, beyond which efficiency drops; "
+        "0: none (a request is judged long only against its own agent's normal).",
+    )
+    baseline_min_runs: int = Field(
+        DEFAULT_MIN_RUNS,
+        ge=1,
+        description="Closed requests an agent needs before its runs are judged against its "
+        "normal (calls, failures, user turns, duration); until then no relative penalty.",
+    )
+    baseline_epoch_runs: int = Field(
+        DEFAULT_EPOCH_RUNS,
+        ge=10,
+        description="An agent's normal is learned from its last 1-2 epochs of this many "
+        "requests (per partition): older runs are forgotten.",
     )
     broker_session_timeout_s: float = Field(
         60.0,

@@ -1,0 +1,158 @@
+"""What one run did, counted one way everywhere, and what is normal for its agent.
+
+`Tally` counts a run as its events arrive (the worker keeps one per open window, so counts stay
+exact when steps beyond the step limit are stored as stubs); `RunStats` is the result. `Norms`
+is a group's normal (quantiles of its recent runs, see `baselines.py`) as the rules read it.
+A run is never judged long or troubled by a fixed number: only against its own agent's runs,
+and only once that agent has `min_runs` of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracejudge.models.events import Event, ToolCall, UserMessage
+from tracejudge.models.window import Window
+
+NO_AGENT = "(no agent name)"  # the group of requests that carry no agent_name
+# what baselines learn of each run (RunStats attributes); duration only when events carry ts
+MEASURES: tuple[str, ...] = ("tool_calls", "failed_calls", "user_turns", "duration_s")
+
+
+def group_of(agent_name: str | None) -> str:
+    return agent_name or NO_AGENT
+
+
+def call_key(tool: str, args: str | None) -> str:
+    """A stable short key of a call (tool and arguments): equal keys are identical calls. Kept
+    on the stub of a call beyond the step limit, so repeats are counted there too."""
+    return hashlib.blake2b(f"{tool}\x1f{args or ''}".encode(), digest_size=8).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """Counts over the whole run, including steps beyond the step limit."""
+
+    tool_calls: int = 0
+    failed_calls: int = 0
+    recovered_calls: int = 0  # failed, and a later call of the same tool succeeded
+    repeated_calls: int = 0  # a call identical (tool and arguments) to an earlier one
+    user_turns: int = 0
+    duration_s: float | None = None  # first to last event, when events carry timestamps
+    agent_name: str | None = None
+
+    def measures(self) -> dict[str, float]:
+        values = {m: getattr(self, m) for m in MEASURES}
+        return {m: float(v) for m, v in values.items() if v is not None}
+
+    @classmethod
+    def of(cls, window: Window) -> RunStats:
+        tally = Tally()
+        for event in (window.task, *window.steps, window.final):
+            if event is not None:
+                tally.add(event)
+        return tally.stats()
+
+
+@dataclass
+class Tally:
+    """Counts of a run so far, event by event."""
+
+    tool_calls: int = 0
+    failed_calls: int = 0
+    recovered_calls: int = 0
+    repeated_calls: int = 0
+    user_turns: int = 0
+    first_ts: float | None = None
+    last_ts: float | None = None
+    agent_name: str | None = None
+    keys: set[str] = field(default_factory=set)
+    failing: dict[str, int] = field(default_factory=dict)  # tool -> failures not yet redone
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, ToolCall):
+            self.call(event.tool, call_key(event.tool, event.args_summary), event.success)
+        elif isinstance(event, UserMessage):
+            self.user_turns += 1
+        self._seen(event.ts, event.agent_name)
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """A stored step record, whole or a stub (see `streams/worker/records.py`)."""
+        kind = record.get("type")
+        if kind == "tool_call":
+            tool = str(record.get("tool", ""))
+            key = record.get("args_key") or call_key(tool, record.get("args_summary"))
+            self.call(tool, str(key), bool(record.get("success")))
+        elif kind == "user_message":
+            self.user_turns += 1
+        ts = record.get("ts")
+        self._seen(float(ts) if isinstance(ts, int | float) else None, record.get("agent_name"))
+
+    def call(self, tool: str, key: str, success: bool) -> None:
+        self.tool_calls += 1
+        if key in self.keys:
+            self.repeated_calls += 1
+        self.keys.add(key)
+        if not success:
+            self.failed_calls += 1
+            self.failing[tool] = self.failing.get(tool, 0) + 1
+        elif tool in self.failing:
+            self.recovered_calls += self.failing.pop(tool)
+
+    def _seen(self, ts: float | None, agent_name: Any) -> None:
+        if ts is not None:
+            self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+            self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+        if self.agent_name is None and agent_name:
+            self.agent_name = str(agent_name)
+
+    def stats(self) -> RunStats:
+        duration = None
+        if self.first_ts is not None and self.last_ts is not None:
+            duration = self.last_ts - self.first_ts
+        return RunStats(
+            tool_calls=self.tool_calls,
+            failed_calls=self.failed_calls,
+            recovered_calls=self.recovered_calls,
+            repeated_calls=self.repeated_calls,
+            user_turns=self.user_turns,
+            duration_s=duration,
+            agent_name=self.agent_name,
+        )
+
+
+@dataclass(frozen=True)
+class Norm:
+    """One measure's normal for a group: quantiles of its recent runs."""
+
+    p50: float
+    p90: float
+    p95: float
+
+
+@dataclass(frozen=True)
+class Norms:
+    """A group's normal, as learned when the run closed (before the run itself was added)."""
+
+    group: str
+    runs: int  # runs the quantiles are over
+    min_runs: int  # runs needed before anything is judged against them
+    measures: dict[str, Norm] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return self.runs >= self.min_runs
+
+    def above(self, measure: str, value: float | None) -> tuple[str, Norm] | None:
+        """How far above its agent's normal a value is: "high" above the 90th percentile,
+        "extreme" above the 95th; None when it is within the normal, or nothing is known.
+        A value at most one more than the median is never high: on counts that are usually
+        small (0 failures, 1 turn), the upper quantiles are the median itself."""
+        norm = self.measures.get(measure)
+        if not self.ready or norm is None or value is None:
+            return None
+        if value <= norm.p50 + 1 or value <= norm.p90 * 1.05:
+            return None
+        return ("extreme" if value > norm.p95 * 1.05 else "high"), norm
