@@ -117,8 +117,10 @@ class Baseline:
             sketch = sketches.get(measure)
             if sketch is None or sketch.count == 0:
                 continue
-            p50, p90, p95 = (sketch.get_quantile_value(q) or 0.0 for q in (0.5, 0.9, 0.95))
-            measures[measure] = Norm(p50=p50, p90=p90, p95=p95)
+            p50, p75, p90, p95 = (
+                sketch.get_quantile_value(q) or 0.0 for q in (0.5, 0.75, 0.9, 0.95)
+            )
+            measures[measure] = Norm(p50=p50, p75=p75, p90=p90, p95=p95)
         return Norms(group=group, runs=self.runs, min_runs=min_runs, measures=measures)
 
     def to_json(self) -> str:

@@ -13,12 +13,19 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracejudge.judges.outcomes import reads_only
 from tracejudge.models.events import Event, ToolCall, UserMessage
 from tracejudge.models.window import Window
 
 NO_AGENT = "(no agent name)"  # the group of requests that carry no agent_name
 # what baselines learn of each run (RunStats attributes); duration only when events carry ts
-MEASURES: tuple[str, ...] = ("tool_calls", "failed_calls", "user_turns", "duration_s")
+MEASURES: tuple[str, ...] = (
+    "tool_calls",
+    "state_changes",
+    "failed_calls",
+    "user_turns",
+    "duration_s",
+)
 
 
 def group_of(agent_name: str | None) -> str:
@@ -36,6 +43,7 @@ class RunStats:
     """Counts over the whole run, including steps beyond the step limit."""
 
     tool_calls: int = 0
+    state_changes: int = 0  # calls whose tool does more than look things up
     failed_calls: int = 0
     recovered_calls: int = 0  # failed, and a later call of the same tool succeeded
     repeated_calls: int = 0  # a call identical (tool and arguments) to an earlier one
@@ -61,6 +69,7 @@ class Tally:
     """Counts of a run so far, event by event."""
 
     tool_calls: int = 0
+    state_changes: int = 0
     failed_calls: int = 0
     recovered_calls: int = 0
     repeated_calls: int = 0
@@ -92,6 +101,8 @@ class Tally:
 
     def call(self, tool: str, key: str, success: bool) -> None:
         self.tool_calls += 1
+        if not reads_only(tool):
+            self.state_changes += 1
         if key in self.keys:
             self.repeated_calls += 1
         self.keys.add(key)
@@ -114,6 +125,7 @@ class Tally:
             duration = self.last_ts - self.first_ts
         return RunStats(
             tool_calls=self.tool_calls,
+            state_changes=self.state_changes,
             failed_calls=self.failed_calls,
             recovered_calls=self.recovered_calls,
             repeated_calls=self.repeated_calls,
@@ -128,8 +140,18 @@ class Norm:
     """One measure's normal for a group: quantiles of its recent runs."""
 
     p50: float
+    p75: float
     p90: float
     p95: float
+
+    def position(self, value: float) -> float:
+        """Roughly where a value falls in the agent's runs: 0 at or below the median, 0.25
+        above the 75th percentile, 0.4 above the 90th, 0.45 above the 95th (each with the
+        sketch's 2 % and one count of slack)."""
+        for quantile, at in ((self.p95, 0.45), (self.p90, 0.4), (self.p75, 0.25), (self.p50, 0.0)):
+            if value > quantile * 1.05 and value > self.p50 + 1:
+                return at if at else 0.1
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +166,14 @@ class Norms:
     @property
     def ready(self) -> bool:
         return self.runs >= self.min_runs
+
+    def position(self, measure: str, value: float | None) -> float:
+        """Where a run's measure falls in its agent's runs (see `Norm.position`); 0 when
+        nothing is known yet."""
+        norm = self.measures.get(measure)
+        if not self.ready or norm is None or value is None:
+            return 0.0
+        return norm.position(value)
 
     def above(self, measure: str, value: float | None) -> tuple[str, Norm] | None:
         """How far above its agent's normal a value is: "high" above the 90th percentile,

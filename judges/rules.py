@@ -20,6 +20,7 @@ from tracejudge.judges.signals import (
     ended_on_error,
     last_attempt_failed,
     limit_call,
+    patch_adds_only,
     stopped_at_limit,
 )
 from tracejudge.judges.text_kinds import split
@@ -93,7 +94,9 @@ ENDED_ON_ERROR_COST = 35
 LAST_ATTEMPT_COST = 15
 LIMIT_COST = 30  # stopped at a limit: the harness ended it, not the agent
 CONTRADICTED_COST = 30
-RELATIVE_COST = {"high": 10, "extreme": 20}  # above the agent's 90th / 95th percentile
+GRADED_COST = 40  # times the run's position in its agent's runs (at most 0.45), per measure
+RELATIVE_MEASURES = ("tool_calls", "state_changes", "failed_calls", "user_turns", "duration_s")
+ADDS_ONLY_COST = 40  # a patch that changes no existing file: a ranking signal, not an alert
 LOOP_RUN = 3  # the same call this many times in a row, nothing between: a loop
 
 
@@ -235,6 +238,12 @@ class RuleJudge:
             return 0
         score = 100.0
         text = split(window.final.output)
+        adds_only = patch_adds_only(window)
+        if adds_only:
+            findings.append(("patch_adds_only", adds_only))
+            reasons.append(f"{adds_only}: no existing file was changed")
+            suggestions.append("change the code the task is about, not only new scripts")
+            score -= ADDS_ONLY_COST
         if text.artifact and not text.prose:
             # the answer is a patch, code, a log or JSON: what the agent made, read as such
             # (an empty one is a placeholder, see answer_checks)
@@ -362,9 +371,14 @@ class RuleJudge:
             over = stats.tool_calls - self.tool_call_budget
             score -= min(50, 3 * over)
             reasons.append(f"{stats.tool_calls} tool calls, {over} over the budget")
-        for kind, evidence in relative:
-            severity = "extreme" if "far above" in evidence else "high"
-            score -= RELATIVE_COST[severity]
+        if norms is not None and norms.ready:
+            # graded against the agent's own runs: above its median costs a little, far
+            # above its 95th percentile most (the findings name the measures above the 90th)
+            values = stats.measures()
+            score -= sum(
+                GRADED_COST * norms.position(m, values.get(m)) for m in RELATIVE_MEASURES
+            )
+        for _, evidence in relative:
             reasons.append(evidence)
         if relative:
             suggestions.append("compare this run with the agent's usual runs: what made it longer")
@@ -387,12 +401,12 @@ class RuleJudge:
         window: Window, stats: RunStats, norms: Norms | None, reasons: list[str]
     ) -> None:
         """What the verdict could not use, said so (never a penalty)."""
-        if norms is None or not norms.ready:
-            have = 0 if norms is None else norms.runs
-            need = "" if norms is None else f" of {norms.min_runs}"
+        if norms is not None and not norms.ready:
+            # not the count so far: a run judged again after a crash was learned already,
+            # and its verdict must read the same
             reasons.append(
-                f"note: no baseline for this agent yet ({have}{need} runs learned): "
-                "nothing judged against its normal"
+                f"note: this agent's normal is still being learned (fewer than "
+                f"{norms.min_runs} runs): nothing judged against it yet"
             )
         if window.steps_dropped:
             reasons.append(

@@ -140,3 +140,22 @@ def claim_contradicts_result(window: Window) -> str | None:
 
 def _submits(call: ToolCall) -> bool:
     return re.search(r"submit|finish|final|answer|respond", call.tool, re.IGNORECASE) is not None
+
+
+_FILE_BLOCK = re.compile(r"(?m)^diff --git a/(\S+)")
+
+
+def patch_adds_only(window: Window) -> str | None:
+    """The submitted patch creates files and changes none that existed: asked to fix or change
+    something, the agent left everything that was there as it was (typically it only added a
+    script reproducing the problem)."""
+    if window.final is None:
+        return None
+    text = window.final.output
+    paths = _FILE_BLOCK.findall(text)
+    if not paths:
+        return None
+    blocks = re.split(r"(?m)^diff --git ", text)[1:]
+    if all(re.search(r"(?m)^new file mode", block.split("\n@@", 1)[0]) for block in blocks):
+        return "the patch only adds " + ", ".join(paths[:4])
+    return None

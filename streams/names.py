@@ -28,7 +28,8 @@ INTERNAL = (JUDGE_REQUESTS,)
 WINDOW_META = "window-meta"
 WINDOW_STEPS = "window-steps"
 RETRY_STATE = "retry-state"
-TABLES = (WINDOW_META, WINDOW_STEPS, RETRY_STATE)
+BASELINES = "baselines"  # each agent's normal, per partition (worker/baselines.py)
+TABLES = (WINDOW_META, WINDOW_STEPS, RETRY_STATE, BASELINES)
 
 # Consumer group of the judge stage: `{app_id}` + this suffix.
 JUDGE_GROUP_SUFFIX = "-judge"

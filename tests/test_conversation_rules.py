@@ -9,6 +9,7 @@ import pytest
 
 from tests.test_rules import judge, rule_decision, window_of
 from tracejudge.judges.conversation import pending_action, unconfirmed_changes
+from tracejudge.judges.norms import Norm, Norms
 
 Turn = tuple[str, Any]  # ("user", text) | ("agent", text) | ("call", (tool, ok))
 
@@ -201,18 +202,22 @@ def test_two_kinds_of_trouble_fail_the_run_one_does_not() -> None:
     )
     verdict = rule_decision(window_of(one))
     assert verdict.evaluation.passed
+    # the same run, far longer than this agent's runs usually are: a second kind of trouble
     two = conversation(
         "Change my flight to Friday.",
         [
             ("user", "Friday morning please."),
-            ("call", ("update_reservation", False)),
+            *[("call", (f"get_flight_{i}", True)) for i in range(12)],
             ("call", ("update_reservation", True)),
         ],
         "Your flight now leaves Friday at 09:00; reservation ABC123 is updated.",
     )
-    verdict = rule_decision(window_of(two))
-    assert verdict.evaluation.success and not verdict.evaluation.incomplete
-    assert not verdict.evaluation.passed and verdict.evaluation.overall_score < 60
-    fired = dict(judge.judge(window_of(two)).findings)
+    usual = Norms("agent", runs=60, min_runs=50, measures={"tool_calls": Norm(2, 3, 4, 5)})
+    verdict_two = judge.judge(window_of(two), norms=usual)
+    assert verdict_two.success and not verdict_two.incomplete
+    assert verdict_two.rule_score < 60
+    fired = dict(verdict_two.findings)
     assert "without a go-ahead" in fired["compound_trouble"]
-    assert "failed tool call" in fired["compound_trouble"]
+    assert "above this agent's usual" in fired["compound_trouble"]
+    # without the agent's normal (still learning), the length alone says nothing
+    assert judge.judge(window_of(two)).rule_score >= 60

@@ -176,17 +176,17 @@ def test_filler_and_short_outputs_lower_completeness() -> None:
     assert short.completeness == 85  # brief, not a placeholder
 
 
-def test_repeated_identical_calls_and_budget_cost_efficiency() -> None:
+def test_a_loop_of_identical_calls_costs_and_a_set_budget_applies_none_by_default() -> None:
     events = trace(GOOD, [("search", True)] * 3)
     for e in events:
         if e["type"] == "tool_call":
             e["args_summary"] = "{}"
-    repeated = judge.judge(window_of(events))
-    assert repeated.efficiency == 84
-    many = judge.judge(window_of(trace(GOOD, [(f"t{i}", True) for i in range(30)])))
-    assert many.efficiency == 60  # 5 over the budget (-15) and a long chain (-25, the cap)
-    short = judge.judge(window_of(trace(GOOD, [(f"t{i}", True) for i in range(7)])))
-    assert short.efficiency == 96  # two calls beyond a short chain
+    looped = judge.judge(window_of(events))
+    assert ("identical_call_loop", "search {}") in looped.findings
+    assert looped.execution_health == 85
+    many = window_of(trace(GOOD, [(f"t{i}", True) for i in range(30)]))
+    assert judge.judge(many).efficiency == 100  # no fixed budget: long only against its agent
+    assert RuleJudge(tool_call_budget=25).judge(many).efficiency == 85  # 5 over a set budget
 
 
 def test_decide_builds_deterministic_ids_and_alerts() -> None:

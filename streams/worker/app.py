@@ -229,6 +229,7 @@ def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Ch
         # step records are encoded once by the store (records.py), stored and sent as bytes
         window_steps=table(names.WINDOW_STEPS, value_type=bytes),
         retry_state=table(names.RETRY_STATE),
+        baselines=table(names.BASELINES),
     )
     return events_topic, responses_topic, channels, tables
 

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tracejudge.judges.norms import group_of
 from tracejudge.models.window import ClosedBy
 from tracejudge.streams.worker.inflight import later
 from tracejudge.streams.worker.outputs import Channel, VerdictPublisher, deliver
@@ -34,6 +35,10 @@ class WindowCloser:
         verdict, `offset` is the closing record's."""
         now = self.clock()
         meta, records = self.store.stored(request_id)
+        first_close = self.store.is_open(request_id)
+        stats = self.store.run_stats(request_id, records)
+        group = group_of(stats.agent_name)
+        book = self.store.baselines
         closing = Closing(
             request_id,
             closed_by,
@@ -43,10 +48,14 @@ class WindowCloser:
             [(str(a), int(i)) for a, i in meta.early_stops],
             now,
             terminal_at,
+            stats,
+            None if book is None else book.norms(group),
         )
         # The marker goes now, the steps once the outputs are acknowledged: the closing record,
         # delivered again after a crash, finds them and publishes again (same evaluation_id).
         count, held = self.store.close(request_id, closed_by, now, offset)
+        if book is not None and first_close:  # a run closed again was learned the first time
+            book.observe(group, meta.partition, stats, now)
         self.counters[f"closed_by_{closed_by}"] += 1
         self.publisher.metrics.windows_closed.labels(closed_by).inc()
         await later(self._publish(closing, count, held))

@@ -20,6 +20,7 @@ from tracejudge.prompts import final_judge_prompt
 from tracejudge.streams.judging.stage import JudgeStage, judge_version
 from tracejudge.streams.metrics import Metrics, Readings
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.worker.baselines import BaselineBook
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
@@ -53,6 +54,7 @@ class Tables:
     window_meta: Table
     window_steps: Table
     retry_state: Table
+    baselines: Table = field(default_factory=dict)
 
 
 @dataclass
@@ -102,13 +104,7 @@ class WorkerContext:
         (`windows.py`); only where records are acknowledged when their work is done."""
         counters: Counter[str] = Counter()
         metrics = Metrics()
-        store = WindowStore(
-            meta=tables.window_meta,
-            steps=tables.window_steps,
-            max_steps=settings.max_trace_steps,
-            capture=settings.trace_capture,
-            hold_s=hold_s,
-        )
+        store = _store(settings, tables, hold_s)
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         version, llm = _versions(settings)
         publisher = VerdictPublisher(
@@ -160,6 +156,19 @@ class WorkerContext:
             judge_jobs=judge_jobs,
             inflight=InFlight(exit),
         )
+
+
+def _store(settings: Settings, tables: Tables, hold_s: float) -> WindowStore:
+    return WindowStore(
+        meta=tables.window_meta,
+        steps=tables.window_steps,
+        max_steps=settings.max_trace_steps,
+        capture=settings.trace_capture,
+        hold_s=hold_s,
+        baselines=BaselineBook(
+            tables.baselines, settings.baseline_min_runs, settings.baseline_epoch_runs
+        ),
+    )
 
 
 def _early_stopper(

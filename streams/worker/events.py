@@ -85,6 +85,12 @@ class EventHandler:
         arrived after it was sent."""
         now = self.clock()
         self.markers.arrived(request_id)
+        if marker == "baselines":  # not a window's: the partition's baselines to write
+            if self.store.baselines is not None:
+                self.counters["baselines_written"] += self.store.baselines.write(
+                    record.partition, now
+                )
+            return
         if self.store.closed_by_record(request_id, record.partition, record.offset, now):
             # the idle close this marker made may not have been acknowledged: publish again
             await self.closer.close(request_id, "idle_timeout", None, record.offset)

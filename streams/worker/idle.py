@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from tracejudge.streams.names import MARKER_HEADER
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outputs import Channel
-from tracejudge.streams.worker.windows import WindowStore
+from tracejudge.streams.worker.baselines import BASELINE_MARKER_ID, SEP
+from tracejudge.streams.worker.windows import Marker, WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +74,24 @@ class IdleScanner:
             self.counters["activity_reindexes"] += 1
             self.indexed_for = self.liveness.assignments
 
+    def _baselines_due(self, now: float) -> list[tuple[str, int, Marker]]:
+        """A marker to each partition whose baselines have learning not yet written."""
+        book = self.store.baselines
+        if book is None:
+            return []
+        return [
+            (f"{BASELINE_MARKER_ID}{SEP}{p}", p, "baselines")
+            for p in sorted(book.due(now))
+            if self.liveness.since(p) is not None
+        ]
+
     async def scan(self) -> None:
         now = self.clock()
         try:
             self._reindex_if_restored()
             idle_s, retention_s, refresh_s = self.timeouts.seconds()
             due = list(self.store.due(now, idle_s, retention_s, self.liveness.since, refresh_s))
+            due += self._baselines_due(now)
             for request_id, partition, marker in due:
                 if not self.markers.due(request_id, now):
                     continue

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pydantic_core
 
+from tracejudge.judges.norms import call_key
 from tracejudge.models.events import (
     Event,
     FinalResponse,
@@ -38,7 +39,7 @@ DROPPED = "dropped"  # set on the stub of a step beyond the step limit
 # knows when they are due to be written again) and its partition (for the idle scan).
 OPENED_AT = "opened_at"
 PARTITION = "partition"
-_NOT_EVENT_FIELDS = frozenset({DROPPED, OPENED_AT, PARTITION})
+_NOT_EVENT_FIELDS = frozenset({DROPPED, OPENED_AT, PARTITION, "args_key"})
 
 
 def step_record(event: Event, *, beyond_limit: bool, extra: dict[str, Any] | None = None) -> bytes:
@@ -60,8 +61,15 @@ def step_record(event: Event, *, beyond_limit: bool, extra: dict[str, Any] | Non
         DROPPED: True,
         **fields,
     }
+    if event.ts is not None:
+        stub["ts"] = event.ts  # the run's duration counts every step
+    if event.agent_name:
+        stub["agent_name"] = event.agent_name
     if isinstance(event, ToolCall):
-        stub.update(tool=event.tool, success=event.success)
+        # repeats are counted beyond the limit too (norms.Tally): the call's key, not its text
+        stub.update(
+            tool=event.tool, success=event.success, args_key=call_key(event.tool, event.args_summary)
+        )
     return orjson.dumps(stub)
 
 

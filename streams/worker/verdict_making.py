@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tracejudge.judges.llm.prompt import build_input
+from tracejudge.judges.norms import Norms, RunStats
 from tracejudge.judges.redact import masked_json
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.sampling import sampled
@@ -60,6 +61,8 @@ class Closing:
     early_stops: list[tuple[str, int]]
     now: float
     terminal_at: float | None
+    stats: RunStats | None = None  # counted over every step (None: from the records)
+    norms: Norms | None = None  # what is normal for its agent (None: no baselines)
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ def make_verdict(judging: Judging, closing: Closing, rules: RuleJudge | None = N
         early_stops=closing.early_stops,
     )
     rules = rules or RuleJudge(tool_call_budget=judging.tool_call_budget)
-    verdict = rules.judge(window)
+    verdict = rules.judge(window, closing.stats, closing.norms)
     facts = WindowFacts.of(window)
     llm = judging.llm
     if llm is not None and sampled(closing.request_id, llm.sample_rate):

@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tracejudge.judges.early_stop import Action, Round
+from tracejudge.judges.norms import RunStats, Tally
 from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, Iteration
 from tracejudge.models.window import ClosedBy, Window
+from tracejudge.streams.worker.baselines import BaselineBook
 from tracejudge.streams.worker.records import (
     OPENED_AT,
     PARTITION,
@@ -57,7 +59,7 @@ from tracejudge.streams.worker.records import (
 
 SEP = "\x1f"
 AddStatus = Literal["added", "duplicate", "late", "reclose", "replayed"]
-Marker = Literal["idle_close", "purge", "refresh", "flush"]
+Marker = Literal["idle_close", "purge", "refresh", "flush", "baselines"]
 HOLD_MAX = 200  # steps of one window held at most
 HOLD_TOTAL = 100_000  # steps held at most in all, before each window adding one is written
 # Since when a partition has been consumed live (None: not live now); see liveness.py.
@@ -118,6 +120,9 @@ class OpenWindow:
     # its iterations as the early-stop check reads them, kept as they arrive: a check on each
     # iteration event does not decode the whole window again
     rounds: list[Round] = field(default_factory=list)
+    # the run's counts over every step, those beyond the step limit too (judged, and learned
+    # into its agent's baseline, at close)
+    tally: Tally = field(default_factory=Tally)
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,8 @@ class WindowStore:
     closed: dict[str, ClosedMarker] = field(default_factory=dict)
     replays: dict[str, Held] = field(default_factory=dict)  # closed windows read again
     held_total: int = 0
+    # per-partition state kept beside the windows: forgotten with them when partitions move
+    baselines: BaselineBook | None = None
 
     def __post_init__(self) -> None:
         self._meta_local = _local(self.meta)
@@ -191,6 +198,7 @@ class WindowStore:
         opened = float(records[0].get(OPENED_AT, now)) if records else now
         window = OpenWindow(meta, {str(r["event_id"]): i for i, r in enumerate(records)}, opened)
         for record in records:
+            window.tally.add_record(record)
             if record.get("type") == "iteration" and isinstance(e := read_step(record), Iteration):
                 window.rounds.append(_round(e))
         return window
@@ -199,6 +207,8 @@ class WindowStore:
         """Read in every window the tables hold that is not in memory yet (after partitions
         were restored), so the idle scan finds those no event touches any more; how many
         windows are known."""
+        if self.baselines is not None:
+            self.baselines.forget()
         for rid, record in list(self.meta.items()):
             stored = WindowMeta.of_record(record)
             if stored.closed and rid not in self.closed:
@@ -220,6 +230,8 @@ class WindowStore:
         self.closed.clear()
         self.replays.clear()
         self.held_total = 0
+        if self.baselines is not None:
+            self.baselines.forget()
 
     # -- events ----------------------------------------------------------------------------
 
@@ -247,6 +259,7 @@ class WindowStore:
                 key = step_key(rid, seq)
                 self.steps[key] = self.steps[key]
             return "duplicate"
+        window.tally.add(event)
         beyond_limit = False
         if event.type in STEP_TYPES:
             meta.step_count += 1
@@ -354,6 +367,18 @@ class WindowStore:
         replayed = self.replays.get(request_id)
         again = [r for i, r in (replayed.records.items() if replayed else ()) if i not in ids]
         return WindowMeta.of_record(record), written + again
+
+    def run_stats(self, request_id: str, records: list[Any]) -> RunStats:
+        """The run's counts: kept as events came for an open window; for a closed one read
+        again, counted from its records."""
+        window = self.open.get(request_id)
+        if window is not None:
+            return window.tally.stats()
+        tally = Tally()
+        for record in records:
+            if record is not None:
+                tally.add_record(load_record(record))
+        return tally.stats()
 
     def collect(self, request_id: str, closed_by: ClosedBy) -> Window:
         meta, records = self.stored(request_id)
