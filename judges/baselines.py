@@ -35,13 +35,14 @@ def _sketch() -> DDSketch:
 
 
 def _encode(sketch: DDSketch) -> str:
-    return base64.b64encode(DDSketchProto.to_proto(sketch).SerializeToString()).decode()
+    message = DDSketchProto.to_proto(sketch)  # type: ignore[no-untyped-call]
+    return base64.b64encode(message.SerializeToString()).decode()
 
 
 def _decode(text: str) -> DDSketch:
     message = SketchMessage()
     message.ParseFromString(base64.b64decode(text))
-    sketch: DDSketch = DDSketchProto.from_proto(message)
+    sketch: DDSketch = DDSketchProto.from_proto(message)  # type: ignore[no-untyped-call]
     return sketch
 
 

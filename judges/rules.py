@@ -375,9 +375,7 @@ class RuleJudge:
             # graded against the agent's own runs: above its median costs a little, far
             # above its 95th percentile most (the findings name the measures above the 90th)
             values = stats.measures()
-            score -= sum(
-                GRADED_COST * norms.position(m, values.get(m)) for m in RELATIVE_MEASURES
-            )
+            score -= sum(GRADED_COST * norms.position(m, values.get(m)) for m in RELATIVE_MEASURES)
         for _, evidence in relative:
             reasons.append(evidence)
         if relative:
@@ -397,9 +395,7 @@ class RuleJudge:
         return _clamp(score)
 
     @staticmethod
-    def _notes(
-        window: Window, stats: RunStats, norms: Norms | None, reasons: list[str]
-    ) -> None:
+    def _notes(window: Window, stats: RunStats, norms: Norms | None, reasons: list[str]) -> None:
         """What the verdict could not use, said so (never a penalty)."""
         if norms is not None and not norms.ready:
             # not the count so far: a run judged again after a crash was learned already,

@@ -90,6 +90,14 @@ class BaselineBook:
         self.cached.pop(group, None)
         self._write(key, float("-inf"))
 
+    def restored(self) -> None:
+        """Partitions were restored from their changelogs: merge again what the table holds
+        (what was learned here and not yet written is kept)."""
+        self.merged.clear()
+        self.cached.clear()
+        for key in [k for k in self.parts if k not in self.dirty]:
+            del self.parts[key]
+
     def forget(self) -> None:
         """Partitions moved: what is in memory is rebuilt from the table when next needed."""
         self.parts.clear()

@@ -68,7 +68,9 @@ def step_record(event: Event, *, beyond_limit: bool, extra: dict[str, Any] | Non
     if isinstance(event, ToolCall):
         # repeats are counted beyond the limit too (norms.Tally): the call's key, not its text
         stub.update(
-            tool=event.tool, success=event.success, args_key=call_key(event.tool, event.args_summary)
+            tool=event.tool,
+            success=event.success,
+            args_key=call_key(event.tool, event.args_summary),
         )
     return orjson.dumps(stub)
 

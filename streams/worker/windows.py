@@ -208,7 +208,7 @@ class WindowStore:
         were restored), so the idle scan finds those no event touches any more; how many
         windows are known."""
         if self.baselines is not None:
-            self.baselines.forget()
+            self.baselines.restored()
         for rid, record in list(self.meta.items()):
             stored = WindowMeta.of_record(record)
             if stored.closed and rid not in self.closed:
