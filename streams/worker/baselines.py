@@ -82,14 +82,6 @@ class BaselineBook:
             self._write(key, now)
         return len(keys)
 
-    def reset(self, group: str, partition: int) -> None:
-        """Forget a group's runs in one partition (after a deliberate change of the agent)."""
-        key = baseline_key(group, partition)
-        self.parts[key] = Baseline(self.epoch_runs)
-        self.merged.pop(group, None)
-        self.cached.pop(group, None)
-        self._write(key, float("-inf"))
-
     def restored(self) -> None:
         """Partitions were restored from their changelogs: merge again what the table holds
         (what was learned here and not yet written is kept)."""
@@ -128,10 +120,20 @@ class BaselineBook:
         if merged is None:
             merged = Baseline(self.epoch_runs)
             prefix = group + SEP
-            for key in [k for k in list(self.table.keys()) if str(k).startswith(prefix)]:
-                merged.absorb(self._part(str(key)))
+            seen = set()
+            # items(), not get(): in-stream, Faust's RocksDB store looks a key up in the current
+            # event's partition only, and the merge needs every partition this worker owns
+            for raw_key, stored in list(self.table.items()):
+                key = str(raw_key)
+                if not key.startswith(prefix) or stored is None:
+                    continue
+                part = self.parts.get(key)
+                if part is None:
+                    part = self.parts[key] = Baseline.from_json(stored, self.epoch_runs)
+                merged.absorb(part)
+                seen.add(key)
             for key, part in self.parts.items():  # learned here, not written yet
-                if key.startswith(prefix) and key not in self.table:
+                if key.startswith(prefix) and key not in seen:
                     merged.absorb(part)
             self.merged[group] = merged
         return merged
