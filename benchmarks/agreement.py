@@ -35,6 +35,7 @@ OK_ALERTED_MAX = 0.15
 OK_REFLECTED_MAX = 0.10
 FAILED_FLAGGED_MIN = 0.50
 USELESS_RATIO = 0.8
+MIN_FIRED = 5  # runs a rule must fire on before its rates say anything
 
 
 def windows(path: Path, max_steps: int = 50) -> dict[str, Window]:
@@ -84,7 +85,16 @@ class SetResult:
         )
 
     def useless_rules(self) -> list[str]:
-        return [r for r, (ok, bad) in self.rules.items() if ok > 0 and ok >= USELESS_RATIO * bad]
+        return [r for r, rates in self.rules.items() if _useless(self, *rates)]
+
+
+def _fired_on(result: SetResult, ok: float, bad: float) -> int:
+    return round(ok * result.ok + bad * result.failed)
+
+
+def _useless(result: SetResult, ok: float, bad: float) -> bool:
+    """Fires on ok runs at 80 % or more of its rate on failed runs, on enough runs to tell."""
+    return ok > 0 and ok >= USELESS_RATIO * bad and _fired_on(result, ok, bad) >= MIN_FIRED
 
 
 def score_set(
@@ -144,7 +154,11 @@ def render(result: SetResult) -> list[str]:
     ]
     for rule, (ok, bad) in result.rules.items():
         ratio = ok / bad if bad else float("inf") if ok else 0.0
-        verdict = "  <- no better than chance" if ok > 0 and ok >= USELESS_RATIO * bad else ""
+        verdict = ""
+        if _useless(result, ok, bad):
+            verdict = "  <- no better than chance"
+        elif _fired_on(result, ok, bad) < MIN_FIRED:
+            verdict = f"  (fired on {_fired_on(result, ok, bad)} runs: too few to tell)"
         lines.append(f"  {rule:<28} {ok:>7.1%} {bad:>10.1%}  {ratio:8.2f}{verdict}")
     return lines
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tracejudge.judges.answer_checks import answer_outcome
 from tracejudge.judges.conversation import is_conversation, unconfirmed_changes
 from tracejudge.judges.generic import assess_answer
-from tracejudge.judges.norms import Norms, RunStats
+from tracejudge.judges.norms import MEASURES, Norms, RunStats
 from tracejudge.judges.phrases import REMAINING_WORK_RE, first_match
 from tracejudge.judges.signals import (
     claim_contradicts_result,
@@ -95,9 +95,10 @@ LAST_ATTEMPT_COST = 15
 LIMIT_COST = 30  # stopped at a limit: the harness ended it, not the agent
 CONTRADICTED_COST = 30
 GRADED_COST = 40  # times the run's position in its agent's runs (at most 0.45), per measure
-RELATIVE_MEASURES = ("tool_calls", "state_changes", "failed_calls", "user_turns", "duration_s")
+RELATIVE_MEASURES = MEASURES
 ADDS_ONLY_COST = 40  # a patch that changes no existing file: a ranking signal, not an alert
 LOOP_RUN = 3  # the same call this many times in a row, nothing between: a loop
+LOOP_COST = 15
 
 
 class RuleJudge:
@@ -324,23 +325,36 @@ class RuleJudge:
                 reasons.append(f"{recovered} tool call(s) failed before later calls succeeded")
         if limit:
             score -= LIMIT_COST
-        attempt = last_attempt_failed(window)
-        if attempt:
-            findings.append(("last_attempt_failed", attempt))
-            reasons.append(f"the last of several attempts failed ({attempt[:100]})")
-            score -= LAST_ATTEMPT_COST
-        contradicted = claim_contradicts_result(window)
-        if contradicted:
-            findings.append(("claim_contradicts_result", contradicted))
-            reasons.append(f"the final claim contradicts the last result: {contradicted[:120]}")
-            suggestions.append("check the last result before claiming success")
-            score -= CONTRADICTED_COST
-        loop = _loop(window)
-        if loop:
-            findings.append(("identical_call_loop", loop))
-            reasons.append(f"the same call ran {LOOP_RUN}+ times in a row ({loop[:80]})")
-            suggestions.append("reuse earlier tool results instead of repeating identical calls")
-            score -= 15
+        # (rule, evidence, why, what to do, health cost): how the run went, for any agent
+        signals = (
+            (
+                "last_attempt_failed",
+                last_attempt_failed(window),
+                "the last of several attempts failed ({evidence})",
+                "find why the action keeps failing before trying it again",
+                LAST_ATTEMPT_COST,
+            ),
+            (
+                "claim_contradicts_result",
+                claim_contradicts_result(window),
+                "the final claim contradicts the last result: {evidence}",
+                "check the last result before claiming success",
+                CONTRADICTED_COST,
+            ),
+            (
+                "identical_call_loop",
+                _loop(window),
+                f"the same call ran {LOOP_RUN}+ times in a row ({{evidence}})",
+                "reuse earlier tool results instead of repeating identical calls",
+                LOOP_COST,
+            ),
+        )
+        for rule, evidence, why, fix, cost in signals:
+            if evidence:
+                findings.append((rule, evidence))
+                reasons.append(why.format(evidence=evidence[:120]))
+                suggestions.append(fix)
+                score -= cost
         step_errors = sum(1 for r in window.reasoning if r.error) + sum(
             1 for it in window.iterations if it.exec_success is False
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from tracejudge.judges.text_kinds import prose
-from tracejudge.models.events import ReasoningStep, ToolCall
+from tracejudge.models.events import ReasoningStep, ToolCall, UserMessage
 from tracejudge.models.window import Window
 
 # How agent harnesses say they stopped a run at a limit rather than the agent finishing it:
@@ -43,7 +43,12 @@ _SUCCESS_CLAIM = re.compile(
     r"|测试(?:全部)?通过|问题已(?:经)?(?:修复|解决)",
     re.IGNORECASE,
 )
-_NEGATION = re.compile(r"\b(?:not|n't|no longer|never|fail)", re.IGNORECASE)
+# negated, conditional or hoped for: "to see if the issue has been resolved" claims nothing
+_HEDGED = re.compile(
+    r"\b(?:not|n't|no longer|never|fail|if|whether|once|when|until|unless|should|would|"
+    r"will|might|may|could|hope|expect|to (?:see|check|verify|confirm|ensure|make sure))\b",
+    re.IGNORECASE,
+)
 # What a tool result reads like when it failed although the call itself "succeeded".
 _FAILED_RESULT = re.compile(
     r"\b(?:FAILED|FAILURE|BUILD FAILURE|Tests? failed|\d+ failed|failures: [1-9]|errors: [1-9]|"
@@ -85,11 +90,16 @@ def _agent_calls(window: Window) -> list[ToolCall]:
 
 
 def ended_on_error(window: Window) -> ToolCall | None:
-    """The run's last call failed, with no successful call after: the run ended on the error."""
+    """The run's last call failed, with no successful call after: the run ended on the error.
+    In a conversation that went on after it (the user spoke again), the failure was told and
+    talked over, not ended on: a refusal the system enforced is often the right outcome."""
     calls = _agent_calls(window)
-    if calls and not calls[-1].success:
-        return calls[-1]
-    return None
+    if not calls or calls[-1].success:
+        return None
+    last = calls[-1]
+    if any(isinstance(s, UserMessage) and s.step_index > last.step_index for s in window.steps):
+        return None
+    return last
 
 
 def _action(call: ToolCall) -> tuple[str, str]:
@@ -133,7 +143,7 @@ def claim_contradicts_result(window: Window) -> str | None:
     for text in [*said, *after]:
         for sentence in re.split(r"(?<=[.!?。])\s+|\n", prose(text)):
             found = _SUCCESS_CLAIM.search(sentence)
-            if found and not _NEGATION.search(sentence[: found.start()]):
+            if found and not _HEDGED.search(sentence[: found.start()]):
                 return f"'{sentence.strip()[:120]}' after {last.tool} failed"
     return None
 

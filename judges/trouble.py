@@ -18,7 +18,6 @@ RELATIVE: dict[str, tuple[str, str]] = {
     "tool_calls": ("long_for_agent", "tool calls"),
     "state_changes": ("changes_for_agent", "state-changing calls"),
     "failed_calls": ("failures_for_agent", "failed tool calls"),
-    "user_turns": ("long_exchange_for_agent", "user turns"),
     "duration_s": ("slow_for_agent", "seconds"),
 }
 
