@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from tracejudge.judges.outcomes import reads_only
+from tracejudge.judges.text_kinds import prose
 from tracejudge.models.events import ReasoningStep, ToolCall, UserMessage
 from tracejudge.models.window import Window
 
@@ -195,7 +196,7 @@ def unmet_confirmation(window: Window) -> str | None:
     unmet: str | None = None
     for i, step in enumerate(steps):
         if isinstance(step, ReasoningStep) and step.intent_summary:
-            last_agent = step.intent_summary
+            last_agent = prose(step.intent_summary)  # what the agent said, not code it showed
             continue
         if not isinstance(step, UserMessage) or not _GO_AHEAD.search(step.text):
             continue
@@ -205,9 +206,11 @@ def unmet_confirmation(window: Window) -> str | None:
         withdrawn = any(
             isinstance(s, UserMessage) and _WITHDRAWN.search(s.text) for s in steps[i + 1 :]
         )
-        told = [s.intent_summary or "" for s in steps[i + 1 :] if isinstance(s, ReasoningStep)]
+        told = [
+            prose(s.intent_summary or "") for s in steps[i + 1 :] if isinstance(s, ReasoningStep)
+        ]
         if window.final is not None:
-            told.append(window.final.output)
+            told.append(prose(window.final.output))
         explained = any(_EXPLAINED.search(text) for text in told)
         done = any(call.success for call in later)
         unmet = None if done or withdrawn or explained else step.text[:200]
