@@ -9,7 +9,7 @@ the merge of all of them is exactly the sketch one process would have built from
 
 "Recent" is two epochs of `epoch_runs` runs each: when the current epoch is full, it becomes
 the previous one and the one before it is dropped. The quantiles are over both, so the baseline
-follows a deliberate change of the agent within two epochs (or at once after a reset).
+follows a deliberate change of the agent within two epochs (at once under a new agent_name).
 """
 
 from __future__ import annotations
