@@ -9,6 +9,7 @@ domain. Each returns the evidence it read, or None.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from tracejudge.judges.text_kinds import prose
 from tracejudge.models.events import ReasoningStep, ToolCall, UserMessage
@@ -61,7 +62,13 @@ _FAILED_RESULT = re.compile(
 def limit_call(call: ToolCall) -> bool:
     """A tool call by which the harness stopped the run (SWE-agent's `exit_cost`), not one the
     agent made: it is a limit, not the agent's failure."""
-    return LIMIT.search(call.tool) is not None
+    return _limit_tool(call.tool)
+
+
+@lru_cache(maxsize=1024)
+def _limit_tool(tool: str) -> bool:
+    # a run has few distinct tool names, each read by several rules
+    return LIMIT.search(tool) is not None
 
 
 def stopped_at_limit(window: Window) -> str | None:

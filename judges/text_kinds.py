@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _DIFF_START = re.compile(r"^(?:diff --git |--- (?:a/|/dev/null)|\+\+\+ (?:b/|/dev/null)|@@ -\d)")
@@ -39,8 +40,10 @@ class Split:
     artifact: bool  # a patch, code block, log or JSON was there
 
 
+@lru_cache(maxsize=256)
 def split(text: str) -> Split:
-    """The prose of a text, without its patches, code blocks, logs and JSON."""
+    """The prose of a text, without its patches, code blocks, logs and JSON. Cached: several
+    rules read the same final answer."""
     stripped = text.strip()
     if stripped[:1] in "{[" and _is_json(stripped):
         return Split("", True)
