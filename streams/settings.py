@@ -179,7 +179,7 @@ class Settings(BaseSettings):
         DEFAULT_MIN_RUNS,
         ge=1,
         description="Closed requests an agent needs before its runs are judged against its "
-        "normal (calls, failures, user turns, duration); until then no relative penalty.",
+        "normal (calls, state changes, failures, duration); until then no relative penalty.",
     )
     baseline_epoch_runs: int = Field(
         DEFAULT_EPOCH_RUNS,
