@@ -28,10 +28,13 @@ def group_of(agent_name: str | None) -> str:
     return agent_name or NO_AGENT
 
 
-def call_key(tool: str, args: str | None) -> str:
+def call_key(tool: str, args: str | None) -> str | None:
     """A stable short key of a call (tool and arguments): equal keys are identical calls. Kept
-    on the stub of a call beyond the step limit, so repeats are counted there too."""
-    return hashlib.blake2b(f"{tool}\x1f{args or ''}".encode(), digest_size=8).hexdigest()
+    on the stub of a call beyond the step limit, so a loop is found there too. None when the
+    call's arguments are not known: such calls are never identical to another."""
+    if args is None:
+        return None
+    return hashlib.blake2b(f"{tool}\x1f{args}".encode(), digest_size=8).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,9 @@ class RunStats:
     tool_calls: int = 0
     state_changes: int = 0  # calls whose tool does more than look things up
     failed_calls: int = 0
-    recovered_calls: int = 0  # failed, and a later call of the same tool succeeded
-    repeated_calls: int = 0  # a call identical (tool and arguments) to an earlier one
+    # the longest run of identical calls (tool and arguments) one after the other, and its tool
+    identical_streak: int = 0
+    streak_tool: str | None = None
     duration_s: float | None = None  # first to last event, when events carry timestamps
     agent_name: str | None = None
 
@@ -66,13 +70,13 @@ class Tally:
     tool_calls: int = 0
     state_changes: int = 0
     failed_calls: int = 0
-    recovered_calls: int = 0
-    repeated_calls: int = 0
+    identical_streak: int = 0
+    streak_tool: str | None = None
     first_ts: float | None = None
     last_ts: float | None = None
     agent_name: str | None = None
-    keys: set[str] = field(default_factory=set)
-    failing: dict[str, int] = field(default_factory=dict)  # tool -> failures not yet redone
+    last_key: str | None = None
+    streak: int = 0
 
     def add(self, event: Event) -> None:
         if isinstance(event, ToolCall):
@@ -85,22 +89,20 @@ class Tally:
         if kind == "tool_call":
             tool = str(record.get("tool", ""))
             key = record.get("args_key") or call_key(tool, record.get("args_summary"))
-            self.call(tool, str(key), bool(record.get("success")))
+            self.call(tool, None if key is None else str(key), bool(record.get("success")))
         ts = record.get("ts")
         self._seen(float(ts) if isinstance(ts, int | float) else None, record.get("agent_name"))
 
-    def call(self, tool: str, key: str, success: bool) -> None:
+    def call(self, tool: str, key: str | None, success: bool) -> None:
         self.tool_calls += 1
         if not reads_only(tool):
             self.state_changes += 1
-        if key in self.keys:
-            self.repeated_calls += 1
-        self.keys.add(key)
+        self.streak = self.streak + 1 if key is not None and key == self.last_key else 1
+        self.last_key = key
+        if self.streak > self.identical_streak:
+            self.identical_streak, self.streak_tool = self.streak, tool
         if not success:
             self.failed_calls += 1
-            self.failing[tool] = self.failing.get(tool, 0) + 1
-        elif tool in self.failing:
-            self.recovered_calls += self.failing.pop(tool)
 
     def _seen(self, ts: float | None, agent_name: Any) -> None:
         if ts is not None:
@@ -117,8 +119,8 @@ class Tally:
             tool_calls=self.tool_calls,
             state_changes=self.state_changes,
             failed_calls=self.failed_calls,
-            recovered_calls=self.recovered_calls,
-            repeated_calls=self.repeated_calls,
+            identical_streak=self.identical_streak,
+            streak_tool=self.streak_tool,
             duration_s=duration,
             agent_name=self.agent_name,
         )

@@ -343,7 +343,7 @@ class RuleJudge:
             ),
             (
                 "identical_call_loop",
-                _loop(window),
+                _loop(window, stats),
                 f"the same call ran {LOOP_RUN}+ times in a row ({{evidence}})",
                 "reuse earlier tool results instead of repeating identical calls",
                 LOOP_COST,
@@ -446,9 +446,10 @@ class RuleJudge:
         return "; ".join(parts)
 
 
-def _loop(window: Window) -> str | None:
+def _loop(window: Window, stats: RunStats) -> str | None:
     """The same call (tool and arguments) run LOOP_RUN or more times in a row: a loop, a fact
-    whatever the agent (a call run again after other work is not one)."""
+    whatever the agent (a call run again after other work is not one). Found in the steps
+    kept, with their arguments; beyond the step limit, from the run's counts."""
     run, previous = 0, None
     for call in window.tool_calls:
         signature = (call.tool, call.args_summary)
@@ -456,4 +457,6 @@ def _loop(window: Window) -> str | None:
         previous = signature
         if run >= LOOP_RUN:
             return f"{call.tool} {(call.args_summary or '')[:60]}"
+    if stats.identical_streak >= LOOP_RUN:
+        return f"{stats.streak_tool} ({stats.identical_streak} identical calls in a row)"
     return None

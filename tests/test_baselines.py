@@ -127,3 +127,15 @@ def test_old_epochs_are_forgotten() -> None:
         baseline.observe(RunStats(tool_calls=5))
     norm = baseline.norms("bot", 10).measures["tool_calls"]
     assert norm.p95 < 6  # the 50-call runs are two epochs back
+
+
+async def test_a_loop_beyond_the_step_limit_is_found_from_the_counts() -> None:
+    worker = memory_worker(max_trace_steps=3)
+    events = run("looped", "bot", calls=2)
+    final = events.pop()
+    for i in range(3, 8):  # the same call five times in a row, all beyond the 3 steps kept
+        events.append({**events[-1], "step_index": i, "tool": "poll", "args_summary": "job 7"})
+    events.append({**final, "step_index": 9})
+    evaluation = await judged(worker, events)
+    evidence = dict((f["rule"], f["evidence"]) for f in evaluation["findings"])
+    assert evidence["identical_call_loop"] == "poll (5 identical calls in a row)"

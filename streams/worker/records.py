@@ -67,11 +67,11 @@ def step_record(event: Event, *, beyond_limit: bool, extra: dict[str, Any] | Non
         stub["agent_name"] = event.agent_name
     if isinstance(event, ToolCall):
         # repeats are counted beyond the limit too (norms.Tally): the call's key, not its text
-        stub.update(
-            tool=event.tool,
-            success=event.success,
-            args_key=call_key(event.tool, event.args_summary),
-        )
+        stub.update(tool=event.tool, success=event.success)
+        # a loop is found beyond the limit too (norms.Tally): the call's key, not its text
+        key = call_key(event.tool, event.args_summary)
+        if key is not None:
+            stub["args_key"] = key
     return orjson.dumps(stub)
 
 
