@@ -169,7 +169,7 @@ class RuleJudge:
             findings.append((kind, evidence))
         if not success or incomplete:
             rule_score = min(rule_score, FLAGGED_CAP)
-        troubles = trouble_kinds(window, unconfirmed, relative)
+        troubles = trouble_kinds(unconfirmed, failed, relative)
         rule_score = _clamp(rule_score - TROUBLE_COST * len(troubles))
         if len(troubles) >= TROUBLE_KINDS_TO_FAIL:
             findings.append(("compound_trouble", "; ".join(troubles)))

@@ -10,8 +10,7 @@ own runs (`Norms`): a coding agent's 40 commands are its normal, a support bot's
 from __future__ import annotations
 
 from tracejudge.judges.norms import Norms, RunStats
-from tracejudge.judges.signals import ended_on_error
-from tracejudge.models.window import Window
+from tracejudge.models.outputs import FailedStep
 
 # measure -> (finding, what it counts)
 RELATIVE: dict[str, tuple[str, str]] = {
@@ -46,15 +45,14 @@ def relative_findings(stats: RunStats, norms: Norms | None) -> list[tuple[str, s
 
 
 def trouble_kinds(
-    window: Window, unconfirmed: list[str], relative: list[tuple[str, str]]
+    unconfirmed: list[str], ended_on: list[FailedStep], relative: list[tuple[str, str]]
 ) -> list[str]:
     """Independent kinds of process trouble, each with its evidence. One alone is common in
     runs that end well; two together mark a run that deserves a look."""
     kinds: list[str] = []
     if unconfirmed:
         kinds.append(f"changed state without a go-ahead ({unconfirmed[0][:80]})")
-    last = ended_on_error(window)
-    if last is not None:
-        kinds.append(f"ended on a failed call ({last.tool}: {(last.error or '')[:60]})")
+    for last in ended_on[:1]:  # the failed call the run ended on (RuleJudge finds it)
+        kinds.append(f"ended on a failed call ({last.tool}: {last.reason[:60]})")
     kinds += [evidence for _, evidence in relative]
     return kinds
