@@ -11,6 +11,7 @@ from importlib import metadata
 
 from pydantic import BaseModel
 
+from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import RuleVerdict
@@ -55,6 +56,8 @@ class Policy:
     enable_reflection: bool = True
     max_reflection_rounds: int = 2
     rule_weight: float = 0.6
+    # the length of an iterative loop whose events carry no max_iterations (the design's 5)
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
 
 
 @dataclass(frozen=True)
@@ -87,10 +90,12 @@ class WindowFacts(BaseModel):
     stopped_early: bool | None = None
 
     @classmethod
-    def of(cls, window: Window) -> WindowFacts:
+    def of(cls, window: Window, max_iterations: int = DEFAULT_MAX_ITERATIONS) -> WindowFacts:
+        """`max_iterations`: the loop's length when its events carry none."""
         rounds = window.iterations
         used = max((r.iteration for r in rounds), default=None)
-        limit = max((r.max_iterations or 0 for r in rounds), default=0) or None
+        given = max((r.max_iterations or 0 for r in rounds), default=0) or None
+        limit = None if used is None else given or max_iterations
         decided = any(action in ("stop", "finalize") for action, _ in window.early_stops)
         stopped = None if used is None else decided and (limit is None or used < limit)
         return cls(

@@ -159,6 +159,8 @@ class EarlyStopDecision(_Output):
     request_id: str
     iteration: int = Field(ge=1)
     action: Literal["stop", "finalize", "hint"]
-    reason: Literal["conclusion", "task_status", "observation_success", "consecutive_success"]
+    reason: Literal[
+        "conclusion", "task_status", "observation_success", "no_experiment", "consecutive_success"
+    ]
     evidence: str
     ts: float

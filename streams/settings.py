@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defaults of the judges' own settings are theirs: written there once, read here.
 from tracejudge.judges.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
-from tracejudge.judges.early_stop import EarlyStopPolicy
+from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
 from tracejudge.judges.llm.client import LLMConfig
 from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import DEFAULT_TOOL_CALL_BUDGET
@@ -224,6 +224,12 @@ class Settings(BaseSettings):
     min_iterations: int = Field(
         EarlyStopPolicy.min_iterations, ge=1, description="No early stop before this iteration."
     )
+    max_iterations: int = Field(
+        DEFAULT_MAX_ITERATIONS,
+        ge=1,
+        description="Rounds of an iterative loop whose events carry no max_iterations: no "
+        "early-stop decision at the last one, and the evaluation reports iterations against it.",
+    )
     early_stop_consecutive: int = Field(
         EarlyStopPolicy.consecutive_successes,
         ge=1,
@@ -315,10 +321,13 @@ class Settings(BaseSettings):
             enable_reflection=self.enable_reflection,
             max_reflection_rounds=self.max_reflection_rounds,
             rule_weight=self.rule_weight,
+            max_iterations=self.max_iterations,
         )
 
     def early_stop_policy(self) -> EarlyStopPolicy:
-        return EarlyStopPolicy(self.min_iterations, self.early_stop_consecutive)
+        return EarlyStopPolicy(
+            self.min_iterations, self.early_stop_consecutive, self.max_iterations
+        )
 
     def topic(self, name: str) -> str:
         """Full name of a topic from its suffix in `names.py`."""

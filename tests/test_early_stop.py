@@ -29,7 +29,7 @@ def replay(scenario: dict[str, Any]) -> list[list[Any]]:
     emitted: set[Action] = set()
     decisions = []
     for raw in scenario["rounds"]:
-        rounds.append(Round(**raw))
+        rounds.append(Round.read(**raw))
         decision = check_early_stop(rounds, policy, frozenset(emitted))
         if decision is not None:
             emitted.add(decision.action)
@@ -95,7 +95,11 @@ def test_tag_extraction_tolerates_case_spacing_and_an_unclosed_tag() -> None:
         ("0 errors", []),
         ("error-free run", []),
         ("no exceptions were raised", []),
-        ("Error: boom", ["Error:"]),
+        ("Error: boom", ["Error"]),
+        ("errors: 0", []),
+        ("Saved successfully. ValueError: bad value", ["ValueError"]),
+        ("saved successfully, but an error occurred while uploading", ["error"]),
+        ("RuntimeError: x; tests passed", ["RuntimeError"]),
         ("Traceback (most recent call last)", ["Traceback"]),
         ("an exception occurred", ["exception"]),
         ("上传失败", ["失败"]),
@@ -108,3 +112,25 @@ def test_error_words_are_word_aware(text: str, errors: list[str]) -> None:
 
 def test_evidence_is_short() -> None:
     assert observation_success("saved successfully " + "x" * 500) == "saved successfully"
+
+
+@pytest.mark.parametrize(
+    "observation",
+    [
+        "Saved successfully. ValueError: bad value",
+        "saved successfully, but an error occurred while uploading",
+        "RuntimeError: x; tests passed",
+        "All tests passed. IOException on teardown",
+        "测试通过，但上传报错",
+    ],
+)
+def test_a_success_word_beside_an_error_is_not_success(observation: str) -> None:
+    # the false early stop the adaptive-iteration design warns about
+    assert observation_success(observation) is None
+
+
+def test_a_round_is_read_once_into_signals_that_survive_its_text() -> None:
+    read = Round.read(3, 5, "<Experiment>x</Experiment><Conclusion>done</Conclusion>", "ok")
+    again = Round.of_record(3, 5, None, read.to_record())
+    assert again == read
+    assert again.conclusion == "done" and again.experiment

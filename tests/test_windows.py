@@ -4,6 +4,8 @@ import json
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
+import pytest
+
 from tracejudge.models.events import ToolCall, parse_event
 from tracejudge.streams.worker.records import WindowMeta, read_step, step_record
 from tracejudge.streams.worker.windows import WindowStore
@@ -38,13 +40,13 @@ class ChangelogDict(MutableMapping[str, Any]):
         return len(self.data)
 
 
-def store(max_steps: int = 50) -> WindowStore:
-    return WindowStore(ChangelogDict(), ChangelogDict(), max_steps=max_steps)
+def store(max_steps: int = 50, capture: bool = True) -> WindowStore:
+    return WindowStore(ChangelogDict(), ChangelogDict(), max_steps=max_steps, capture=capture)
 
 
 def again(s: WindowStore) -> WindowStore:
     """A worker that starts on what `s` left in its tables (nothing in memory)."""
-    return WindowStore(s.meta, s.steps, max_steps=s.max_steps)
+    return WindowStore(s.meta, s.steps, max_steps=s.max_steps, capture=s.capture)
 
 
 def tool(rid: str, i: int, ok: bool = True) -> dict[str, Any]:
@@ -250,12 +252,42 @@ def test_iterations_are_kept_as_rounds_and_rebuilt_with_the_window() -> None:
         s.add(parse_event(event), 0, 1.0)
     s.add(parse_event(tool("r", 3)), 0, 1.0)
     rounds = s.rounds("r")
-    assert [(r.iteration, r.response, r.exec_success) for r in rounds] == [
-        (1, "try 1", True),
-        (2, "try 2", True),
+    assert [(r.iteration, r.answered, r.exec_success) for r in rounds] == [
+        (1, True, True),
+        (2, True, True),
     ]
     assert again(s).add(parse_event(tool("r", 4)), 0, 2.0) == "added"
     assert [r.iteration for r in again(s).rounds("r")] == []  # not loaded until touched
     restarted = again(s)
     restarted.add(parse_event(tool("r", 5)), 0, 2.0)
     assert restarted.rounds("r") == rounds
+
+
+@pytest.mark.parametrize("capture", [True, False])
+def test_rounds_beyond_the_step_limit_are_kept_as_signals_and_rebuilt(capture: bool) -> None:
+    s = store(max_steps=2, capture=capture)
+    for i in range(1, 4):
+        s.add(parse_event(tool("r", i)), 0, 1.0)
+    s.add(
+        parse_event(
+            {
+                "type": "iteration",
+                "request_id": "r",
+                "step_index": 4,
+                "iteration": 2,
+                "max_iterations": 5,
+                "response": "<Conclusion>mail me at ann@example.com</Conclusion>",
+            }
+        ),
+        0,
+        1.0,
+    )
+    (round_,) = s.rounds("r")
+    assert round_.iteration == 2 and round_.conclusion is not None
+    restarted = again(s)
+    restarted.add(parse_event(tool("r", 5)), 0, 2.0)
+    (rebuilt,) = restarted.rounds("r")
+    assert rebuilt.iteration == 2 and rebuilt.max_iterations == 5
+    assert rebuilt.conclusion is not None and "ann@example.com" not in rebuilt.conclusion
+    window = restarted.collect("r", "idle_timeout")
+    assert [r.iteration for r in window.iterations] == [2]  # the iterations used survive

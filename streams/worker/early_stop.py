@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.judges.early_stop import EarlyStopPolicy, check_early_stop
+from tracejudge.judges.redact import mask
 from tracejudge.judges.verdicts import stable_id
 from tracejudge.models.outputs import EarlyStopDecision
 from tracejudge.streams.metrics import Metrics
@@ -37,8 +38,8 @@ class EarlyStopper:
             request_id=request_id,
             iteration=found.iteration,
             action=found.action,
-            reason=found.reason,  # type: ignore[arg-type]
-            evidence=found.evidence,
+            reason=found.reason,
+            evidence=mask(found.evidence),  # the round's own text: masked as it leaves
             ts=self.clock(),
         )
         await deliver(self.control, request_id.encode("utf-8"), encode(decision))

@@ -13,7 +13,9 @@ from typing import Any
 import orjson
 import pydantic_core
 
+from tracejudge.judges.early_stop import Round
 from tracejudge.judges.norms import call_key
+from tracejudge.judges.redact import mask
 from tracejudge.models.events import (
     Event,
     FinalResponse,
@@ -39,13 +41,21 @@ DROPPED = "dropped"  # set on the stub of a step beyond the step limit
 # knows when they are due to be written again) and its partition (for the idle scan).
 OPENED_AT = "opened_at"
 PARTITION = "partition"
-_NOT_EVENT_FIELDS = frozenset({DROPPED, OPENED_AT, PARTITION, "args_key"})
+ROUND = "round"  # on an iteration's stub: the round's early-stop signals (Round.to_record)
+_NOT_EVENT_FIELDS = frozenset({DROPPED, OPENED_AT, PARTITION, "args_key", ROUND})
 
 
-def step_record(event: Event, *, beyond_limit: bool, extra: dict[str, Any] | None = None) -> bytes:
+def step_record(
+    event: Event,
+    *,
+    beyond_limit: bool,
+    extra: dict[str, Any] | None = None,
+    round_: Round | None = None,
+) -> bytes:
     """The stored form of a validated event, JSON encoded once (the table stores and sends
     these bytes as they are); beyond the step limit only its identity and, for a tool call, its
-    outcome (an unrecovered failure must still count). `extra`: fields of the window's own."""
+    outcome (an unrecovered failure must still count), for an iteration its round's signals
+    (`round_`: early stop and the iterations used still work). `extra`: the window's fields."""
     fields = dict(extra or {})
     if not beyond_limit:
         if event.event_id is None:
@@ -65,14 +75,42 @@ def step_record(event: Event, *, beyond_limit: bool, extra: dict[str, Any] | Non
         stub["ts"] = event.ts  # the run's duration counts every step
     if event.agent_name:
         stub["agent_name"] = event.agent_name
+    if isinstance(event, Iteration):
+        stub.update(iteration=event.iteration, exec_success=event.exec_success)
+        if event.max_iterations is not None:
+            stub["max_iterations"] = event.max_iterations
+        signals = (round_ or Round.read(event.iteration)).to_record()
+        for name in ("c", "o"):  # short evidence, kept masked like everything that is stored
+            if name in signals:
+                signals[name] = mask(str(signals[name]))
+        stub[ROUND] = signals
     if isinstance(event, ToolCall):
-        # repeats are counted beyond the limit too (norms.Tally): the call's key, not its text
         stub.update(tool=event.tool, success=event.success)
         # a loop is found beyond the limit too (norms.Tally): the call's key, not its text
         key = call_key(event.tool, event.args_summary)
         if key is not None:
             stub["args_key"] = key
     return orjson.dumps(stub)
+
+
+def round_of_record(value: bytes | str | dict[str, Any]) -> Round:
+    """An iteration's round as the early-stop check reads it, from its record or its stub."""
+    record = load_record(value)
+    signals = record.get(ROUND)
+    if isinstance(signals, dict):
+        return Round.of_record(
+            int(record["iteration"]),
+            record.get("max_iterations"),
+            record.get("exec_success"),
+            signals,
+        )
+    return Round.read(
+        int(record["iteration"]),
+        record.get("max_iterations"),
+        str(record.get("response") or ""),
+        str(record.get("observation") or ""),
+        record.get("exec_success"),
+    )
 
 
 def load_record(value: bytes | str | dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +127,7 @@ def read_step(value: bytes | str | dict[str, Any]) -> Event | None:
     """The event a step record holds, or None for a stub that carries nothing to judge."""
     record = load_record(value)
     kind = record.get("type")
-    if record.get(DROPPED) and kind != "tool_call":
+    if record.get(DROPPED) and kind not in ("tool_call", "iteration"):
         return None
     fields = {k: v for k, v in record.items() if k not in _NOT_EVENT_FIELDS}
     if isinstance(fields.get("validation"), dict):

@@ -130,7 +130,7 @@ def make_verdict(judging: Judging, closing: Closing, rules: RuleJudge | None = N
     )
     rules = rules or RuleJudge(tool_call_budget=judging.tool_call_budget)
     verdict = rules.judge(window, closing.stats, closing.norms)
-    facts = WindowFacts.of(window)
+    facts = WindowFacts.of(window, judging.policy.max_iterations)
     llm = judging.llm
     if llm is not None and sampled(closing.request_id, llm.sample_rate):
         job = JudgeJob(

@@ -51,7 +51,7 @@ from tracejudge.streams.worker.records import (
     PARTITION,
     WindowMeta,
     load_record,
-    read_step,
+    round_of_record,
     step_record,
     window_of,
     with_fields,
@@ -199,8 +199,8 @@ class WindowStore:
         window = OpenWindow(meta, {str(r["event_id"]): i for i, r in enumerate(records)}, opened)
         for record in records:
             window.tally.add_record(record)
-            if record.get("type") == "iteration" and isinstance(e := read_step(record), Iteration):
-                window.rounds.append(_round(e))
+            if record.get("type") == "iteration":
+                window.rounds.append(round_of_record(record))
         return window
 
     def reindex(self, now: float) -> int:
@@ -270,9 +270,12 @@ class WindowStore:
                 beyond_limit = True
         seq = meta.next_seq
         extra = {OPENED_AT: window.opened_at, PARTITION: partition} if seq == 0 else None
-        record = step_record(event, beyond_limit=beyond_limit, extra=extra)
-        if isinstance(event, Iteration) and not beyond_limit:
-            window.rounds.append(_round(event))
+        round_ = _round(event) if isinstance(event, Iteration) else None
+        record = step_record(event, beyond_limit=beyond_limit, extra=extra, round_=round_)
+        if round_ is not None:
+            # every round, those beyond the step limit or with capture off too: the early-stop
+            # check reads the round's signals, which the stub keeps, not its text
+            window.rounds.append(round_)
         window.ids[event_id] = seq
         meta.next_seq = seq + 1
         meta.last_event_at = now
@@ -528,7 +531,7 @@ def _idle(
 
 
 def _round(event: Iteration) -> Round:
-    return Round(
+    return Round.read(
         event.iteration,
         event.max_iterations,
         event.response or "",
