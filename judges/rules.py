@@ -70,6 +70,12 @@ def _clamp(value: float) -> int:
     return max(0, min(100, round(value)))
 
 
+def _names_a_tool(step: str) -> bool:
+    """A planned step that is one identifier ("search_flights", "git.commit") names a tool;
+    anything with spaces describes a step in words."""
+    return re.fullmatch(r"[\w.:/-]+", step.strip()) is not None
+
+
 def _norm(text: str) -> str:
     return " ".join(re.sub(r"[^0-9a-z\u4e00-\u9fff]+", " ", text.lower()).split())
 
@@ -126,7 +132,7 @@ class RuleJudge:
         suggestions: list[str] = []
         findings: list[tuple[str, str]] = []
         failed = self._unrecovered_failures(window)
-        missing = self._missing_planned(window)
+        missing = self._missing_planned(window, stats)
         remaining = list(missing)
         if missing:
             findings.append(("planned_step_not_attempted", ", ".join(missing[:5])))
@@ -204,22 +210,37 @@ class RuleJudge:
         return [FailedStep(index=last.step_index, tool=last.tool, reason=reason)]
 
     @staticmethod
-    def _missing_planned(window: Window) -> list[str]:
+    def _missing_planned(window: Window, stats: RunStats) -> list[str]:
+        """Planned steps not attempted. A step named as a tool (or an action) is matched by
+        name; a step written as a description ("check the order status") cannot be, so the
+        design's count rule decides for those: the run's attempts not matched by name cover
+        the described steps in order, and those left over were not attempted."""
         if window.task is None or not window.task.planned_steps:
             return []
         # attempted counts as executed: whether it succeeded is `success`'s business, and a step
         # that ran and failed is not work left undone (the seed's fourth quadrant)
         done_tools = {_norm(c.tool) for c in window.tool_calls}
         done_actions = {_norm(r.action) for r in window.reasoning if r.action}
-        missing = []
+        missing, described = [], []
+        matched = 0
         for planned in window.task.planned_steps:
             p = _norm(planned)
             executed = p in done_actions or any(
                 t and (t == p or t in p or p in t) for t in done_tools
             )
-            if not executed:
+            if executed:
+                matched += 1
+            elif _names_a_tool(planned):
                 missing.append(planned)
-        return missing
+            else:
+                described.append(planned)
+        # an attempt is a tool call (all of them, beyond the step limit too) or, for agents
+        # that act without tools, a reasoning step naming an action: whichever counts more,
+        # since a ReAct agent reports each call both ways
+        actions = sum(1 for r in window.reasoning if r.action)
+        spare = max(0, max(stats.tool_calls, actions) - matched)
+        missing.extend(described[spare:])
+        return [p for p in window.task.planned_steps if p in missing]  # in the plan's order
 
     def _completeness(
         self,

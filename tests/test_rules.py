@@ -325,3 +325,23 @@ def test_an_attempted_planned_step_that_failed_is_not_remaining_work() -> None:
     verdict = judge.judge(window_of(events))
     assert (verdict.success, verdict.incomplete) == (False, False)
     assert verdict.failed_steps[0].tool == "ping_db"
+
+
+def test_planned_steps_written_as_descriptions_count_as_done_when_as_many_ran() -> None:
+    # issue 28: the design's rule is a count; two described steps, both run
+    planned = ["look up the customer's order", "issue the refund for the damaged item"]
+    calls = [("get_order", True), ("refund", True)]
+    output = "Your refund of $20 for order 1234 has been issued."
+    done = judge.judge(window_of(trace(output, calls, planned=planned)))
+    assert done.incomplete is False and done.remaining_steps == []
+    short = judge.judge(window_of(trace("Order 1234 is a $20 mug.", calls[:1], planned=planned)))
+    assert short.incomplete is True
+    assert short.remaining_steps[0] == "issue the refund for the damaged item"
+
+
+def test_a_planned_tool_name_never_called_is_missing_whatever_else_ran() -> None:
+    calls = [("search_flights", True), ("get_weather", True)]
+    planned = ["search_flights", "book_reservation"]
+    output = "Found 3 flights to Boston; the weather there is sunny."
+    verdict = judge.judge(window_of(trace(output, calls, planned=planned)))
+    assert verdict.incomplete is True and "book_reservation" in verdict.remaining_steps
