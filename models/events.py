@@ -9,7 +9,15 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tracejudge.models.errors import InvalidEvent
 
@@ -101,8 +109,22 @@ class ReasoningStep(_Event):
     intent_summary: str | None = None
     action: str | None = None
     observation_summary: str | None = None
-    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    confidence: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="0-1; a percentage (above 1, up to 100) is read as its fraction.",
+    )
     error: str | None = None
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _percentage(cls, value: Any) -> Any:
+        # agents write confidence as 0.85 or as 85 (%); both mean the same, and refusing the
+        # second would dead-letter the whole step for a matter of scale
+        if isinstance(value, int | float) and not isinstance(value, bool) and 1 < value <= 100:
+            return value / 100
+        return value
 
 
 class ToolCall(_Event):

@@ -114,7 +114,7 @@ def test_long_texts_are_clipped_and_flagged() -> None:
         ),
         (
             b'{"type": "reasoning_step", "request_id": "r", "step_index": 0, "phase": "plan", '
-            b'"confidence": 1.5}',
+            b'"confidence": 150}',
             "invalid_fields",
             "confidence",
         ),
@@ -137,3 +137,12 @@ def test_request_id_length_limit() -> None:
     parse_event({"type": "final_response", "request_id": "r" * 256})
     with pytest.raises(InvalidEvent):
         parse_event({"type": "final_response", "request_id": "r" * 257})
+
+
+@pytest.mark.parametrize(
+    ("given", "read"), [(0.85, 0.85), (85, 0.85), (100, 1.0), (1, 1.0), (0, 0)]
+)
+def test_a_percentage_confidence_is_read_as_its_fraction(given: float, read: float) -> None:
+    raw = {"type": "reasoning_step", "request_id": "r", "step_index": 0, "phase": "plan"}
+    event = parse_event(json.dumps({**raw, "confidence": given}).encode())
+    assert isinstance(event, ReasoningStep) and event.confidence == pytest.approx(read)
