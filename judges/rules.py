@@ -55,6 +55,8 @@ class RuleVerdict(BaseModel):
     execution_health: int
     efficiency: int
     rule_score: int
+    # the score before rounding: the pass threshold is tested on it (59.8 does not pass 60)
+    rule_exact: float | None = None
     success: bool
     incomplete: bool
     failed_steps: list[FailedStep]
@@ -68,6 +70,10 @@ class RuleVerdict(BaseModel):
 
 def _clamp(value: float) -> int:
     return max(0, min(100, round(value)))
+
+
+def _bound(value: float) -> float:
+    return max(0.0, min(100.0, value))
 
 
 def _names_a_tool(step: str) -> bool:
@@ -159,7 +165,7 @@ class RuleJudge:
         relative = relative_findings(stats, norms)
         efficiency = self._efficiency(window, stats, norms, relative, reasons, suggestions)
         w = self.weights
-        rule_score = _clamp(
+        rule_score = _bound(
             w.completeness * completeness + w.execution_health * health + w.efficiency * efficiency
         )
         blocked = (
@@ -176,7 +182,7 @@ class RuleJudge:
         if not success or incomplete:
             rule_score = min(rule_score, FLAGGED_CAP)
         troubles = trouble_kinds(unconfirmed, failed, relative)
-        rule_score = _clamp(rule_score - TROUBLE_COST * len(troubles))
+        rule_score = _bound(rule_score - TROUBLE_COST * len(troubles))
         if len(troubles) >= TROUBLE_KINDS_TO_FAIL:
             findings.append(("compound_trouble", "; ".join(troubles)))
             reasons.append("several kinds of trouble in one run: " + "; ".join(troubles))
@@ -186,7 +192,8 @@ class RuleJudge:
             completeness=completeness,
             execution_health=health,
             efficiency=efficiency,
-            rule_score=rule_score,
+            rule_score=round(rule_score),
+            rule_exact=rule_score,
             success=success,
             incomplete=incomplete,
             failed_steps=failed,

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Required
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+from typing_extensions import TypedDict
 
 from tracejudge.models.ids import stable_id
 
@@ -40,13 +47,33 @@ class Finding(_Output):
     evidence: str
 
 
+class PublishedScores(TypedDict, total=False):
+    """DimensionScores as published: the judge's scores are absent when it gave none, never
+    null (what the serializer returns, so the published schema says it too)."""
+
+    completeness: Required[Annotated[int, Field(ge=0, le=100)]]
+    execution_health: Required[Annotated[int, Field(ge=0, le=100)]]
+    efficiency: Required[Annotated[int, Field(ge=0, le=100)]]
+    correctness: Annotated[int, Field(ge=0, le=100, description="LLM judge")]
+    relevance: Annotated[int, Field(ge=0, le=100, description="LLM judge")]
+    actionability: Annotated[int, Field(ge=0, le=100, description="LLM judge")]
+
+
 class DimensionScores(_Output):
+    """Named scores 0-100: always the three rule dimensions, the judge's three when it gave
+    them. A dimension without a score is left out, never null."""
+
     completeness: Score = Field(ge=0, le=100)
     execution_health: Score = Field(ge=0, le=100)
     efficiency: Score = Field(ge=0, le=100)
     correctness: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
     relevance: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
     actionability: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
+
+    @model_serializer(mode="wrap")
+    def _without_missing(self, handler: SerializerFunctionWrapHandler) -> PublishedScores:
+        published: PublishedScores = {k: v for k, v in handler(self).items() if v is not None}  # type: ignore[assignment]
+        return published
 
 
 class Evaluation(_Output):

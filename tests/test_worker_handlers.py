@@ -482,3 +482,14 @@ async def test_an_unexpected_error_is_dead_lettered_with_its_class() -> None:
 def test_memory_channels_are_the_ones_the_context_uses() -> None:
     w = memory_worker()
     assert isinstance(w.ctx.publisher.evaluations, MemoryChannel)
+
+
+async def test_published_dimension_scores_are_integers_never_null() -> None:
+    # the online-evaluation design's dict[str, int]: a judge score it did not give is absent
+    w = memory_worker()
+    for event in (start(), tool(1), final()):
+        await w.event(event)
+    (evaluation,) = w.channel("evaluations").values()
+    scores = evaluation["dimension_scores"]
+    assert set(scores) == {"completeness", "execution_health", "efficiency"}
+    assert all(isinstance(v, int) for v in scores.values())
