@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defaults of the judges' own settings are theirs: written there once, read here.
@@ -244,7 +244,11 @@ class Settings(BaseSettings):
         le=1,
         description="Weight w of the rule score: overall = w*rule + (1-w)*llm.",
     )
-    llm_judge_enabled: bool = Field(False, description="Judge closed requests with an LLM.")
+    llm_judge_enabled: bool = Field(
+        False,
+        description="Judge closed requests with an LLM. Unset: on as soon as a judge endpoint "
+        "is configured (TRACEJUDGE_LLM_BASE_URL or TRACEJUDGE_LLM_API_KEY set), off otherwise.",
+    )
     llm_base_url: str = Field(
         "https://api.openai.com/v1", description="OpenAI-compatible API base URL (…/v1)."
     )
@@ -314,6 +318,18 @@ class Settings(BaseSettings):
     llm_alert_min_requests: int = Field(
         10, ge=1, description="Judged requests in the window before the alert can fire."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _judge_on_when_configured(cls, values: Any) -> Any:
+        # the design judges with the LLM by default; one cannot without an endpoint, so a
+        # configured endpoint switches it on unless the setting says otherwise
+        if isinstance(values, dict) and values.get("llm_judge_enabled") in (None, ""):
+            configured = any(
+                str(values.get(name) or "").strip() for name in ("llm_base_url", "llm_api_key")
+            )
+            values = {**values, "llm_judge_enabled": configured}
+        return values
 
     def verdict_policy(self) -> Policy:
         return Policy(

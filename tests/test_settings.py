@@ -103,3 +103,31 @@ def test_the_worker_producer_lingers_as_configured(monkeypatch: pytest.MonkeyPat
     assert _faust_app(load_settings()).conf.producer_linger == 0.005
     monkeypatch.setenv("TRACEJUDGE_PRODUCER_LINGER_MS", "0")
     assert _faust_app(load_settings()).conf.producer_linger == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "judged"),
+    [
+        ({}, False),  # no endpoint: nothing to judge with
+        ({"TRACEJUDGE_LLM_BASE_URL": "http://127.0.0.1:8080/v1"}, True),
+        ({"TRACEJUDGE_LLM_API_KEY": "sk-test"}, True),  # the default endpoint, with a key
+        ({"TRACEJUDGE_LLM_API_KEY": ""}, False),
+        (
+            {"TRACEJUDGE_LLM_BASE_URL": "http://x/v1", "TRACEJUDGE_LLM_JUDGE_ENABLED": "false"},
+            False,
+        ),
+        ({"TRACEJUDGE_LLM_JUDGE_ENABLED": "true"}, True),
+    ],
+)
+def test_the_llm_judge_is_on_once_an_endpoint_is_configured(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], judged: bool
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert load_settings().llm_judge_enabled is judged
+
+
+def test_a_config_file_endpoint_switches_the_judge_on(tmp_path: Path) -> None:
+    config = tmp_path / "judge.env"
+    config.write_text("TRACEJUDGE_LLM_BASE_URL=http://127.0.0.1:8080/v1\n")
+    assert load_settings(str(config)).llm_judge_enabled is True
