@@ -27,3 +27,14 @@ def final_judge_prompt() -> JudgePrompt:
     schema_text = read_prompt("final_judge.schema.json")
     digest = hashlib.sha256((system + "\x00" + schema_text).encode("utf-8")).hexdigest()
     return JudgePrompt(system=system, schema=json.loads(schema_text), version=digest[:12])
+
+
+def task_status_prompt(language: str = "en") -> str:
+    """The snippet an iterative loop adds to its system prompt so its rounds say when the task
+    is done (`<TaskStatus>`, `<Conclusion>`): what the early-stop detector reads. "en" or "zh"."""
+    text = read_prompt("task_status.md")
+    body = text[text.index("-->") + 3 :]
+    english, chinese = (part.strip() for part in body.split("\n---\n"))
+    if language not in ("en", "zh"):
+        raise ValueError(f"language must be 'en' or 'zh', not {language!r}")
+    return english if language == "en" else chinese

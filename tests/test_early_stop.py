@@ -134,3 +134,18 @@ def test_a_round_is_read_once_into_signals_that_survive_its_text() -> None:
     again = Round.of_record(3, 5, None, read.to_record())
     assert again == read
     assert again.conclusion == "done" and again.experiment
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_shipped_task_status_snippet_asks_for_what_the_detector_reads(language: str) -> None:
+    from tracejudge.prompts import task_status_prompt
+
+    snippet = task_status_prompt(language)
+    assert "<TaskStatus>complete</TaskStatus>" in snippet and "<Conclusion>" in snippet
+    # a loop that follows it: still going, then done with its conclusion
+    going = Round.read(2, 5, "<TaskStatus>in_progress</TaskStatus><Experiment>x</Experiment>")
+    done = Round.read(3, 5, "<Conclusion>found it</Conclusion><TaskStatus>complete</TaskStatus>")
+    policy = EarlyStopPolicy()
+    assert check_early_stop([going], policy) is None
+    decision = check_early_stop([going, done], policy)
+    assert decision is not None and (decision.action, decision.reason) == ("stop", "conclusion")
