@@ -153,6 +153,7 @@ def conclude(
     """Blend, settle `success` and `incomplete`, and plan all that one closed request emits."""
     evaluation_id = stable_id("evaluation", version, facts.request_id)
     answer = outcome.answer if outcome.status == "ok" else None
+    rule_exact = rules.rule_score if rules.rule_exact is None else rules.rule_exact
     dimensions = DimensionScores(
         completeness=rules.completeness,
         execution_health=rules.execution_health,
@@ -161,12 +162,10 @@ def conclude(
     if answer is not None:
         llm_score: int | None = answer.llm_score
         if llm_score is None:  # a verdict without scores (the seed's shape): rules score it
-            overall = rules.rule_score
+            exact = rule_exact
             unscored = ["the judge gave no scores: overall_score is the rule score"]
         else:
-            overall = round(
-                policy.rule_weight * rules.rule_score + (1 - policy.rule_weight) * llm_score
-            )
+            exact = policy.rule_weight * rule_exact + (1 - policy.rule_weight) * answer.llm_exact
             unscored = []
         dimensions = dimensions.model_copy(
             update={
@@ -180,10 +179,11 @@ def conclude(
         suggestions = answer.suggestions or rules.suggestions
     else:
         llm_score = None
-        overall = rules.rule_score  # a fallback never invents a score
+        exact = rule_exact  # a fallback never invents a score
         verdict = rules
         reasons = list(rules.reasons)
         suggestions = list(rules.suggestions)
+    overall = round(exact)
     evaluation = Evaluation(
         evaluation_id=evaluation_id,
         evaluator_version=version,
@@ -195,7 +195,8 @@ def conclude(
         rule_score=rules.rule_score,
         llm_score=llm_score,
         dimension_scores=dimensions,
-        passed=overall >= policy.warn_threshold,
+        # the design tests the threshold on the score before rounding: 59.8 does not pass 60
+        passed=exact >= policy.warn_threshold,
         warn_threshold=policy.warn_threshold,
         success=verdict.success,
         incomplete=verdict.incomplete,
@@ -216,20 +217,23 @@ def conclude(
         stopped_early=facts.stopped_early,
         ts=now,
     )
-    return _plan(evaluation, facts, policy, now)
+    return _plan(evaluation, facts, policy, now, exact)
 
 
-def _plan(evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float) -> Verdict:
+def _plan(
+    evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float, exact: float
+) -> Verdict:
     evaluation_id = evaluation.evaluation_id
     alerts: list[Alert] = []
     if not evaluation.passed:
-        overall = evaluation.overall_score
+        # the score the threshold was tested on: "59.8 below 60", never "60 below 60"
+        shown = f"{exact:.1f}".removesuffix(".0")
         alerts.append(
             Alert.of(
                 "low_score",
                 evaluation_id,
-                "critical" if overall < policy.warn_threshold / 2 else "warning",
-                f"score {overall} below threshold {policy.warn_threshold}: {evaluation.summary}",
+                "critical" if exact < policy.warn_threshold / 2 else "warning",
+                f"score {shown} below threshold {policy.warn_threshold}: {evaluation.summary}",
                 now,
                 request_id=facts.request_id,
                 evaluation_id=evaluation_id,
