@@ -310,7 +310,24 @@ def vague_step(sentence: str, norm: str) -> str | None:
     return next((norm[:60] for p in families().vague_steps if p.search(norm)), None)
 
 
+# What happened to a step: a sentence that reports it ("步骤2文件读取失败，后续分析无法进行",
+# "Step 2 failed to read the file") tells a result, even in an announcement's form.
+_OUTCOME = re.compile(
+    r"\b(?:failed|crashed|timed out|succeeded|was not found|were not found|was denied|"
+    r"was refused|could not|couldn t|returned an? error)\b"
+    # 失败 as what happened, not as the thing to look into ("定位失败原因", "失败的用例")
+    r"|(?<!定位)(?<!排查)(?<!修复)(?<!分析)(?<!查找)(?<!找出)失败(?!的|原因|用例|测试|点)"
+    r"|出错了|报错了|超时了?(?!的)|不存在|找不到|被拒绝|无法(?:进行|继续|完成|读取|打开|连接)"
+)
+
+
+def reports_outcome(norm: str) -> bool:
+    return _OUTCOME.search(norm) is not None
+
+
 def announcement_in(norm: str) -> str | None:
+    if reports_outcome(norm):
+        return None
     rest = strip_acknowledgements(norm)
     joined = _CJK_GAP.sub("", rest)
     for pattern in families().announcements:
@@ -359,7 +376,7 @@ def _filler_in(sentence: str, norm: str, about_itself: bool = False) -> str | No
     if _CONTINUES.match(sentence):
         return None
     joined_early = _CJK_GAP.sub("", rest)
-    for pattern in fam.announcements:
+    for pattern in () if reports_outcome(norm) else fam.announcements:
         found = pattern.search(rest) or pattern.search(joined_early)
         if found:
             return found.group(0).strip() or rest[:60]

@@ -32,6 +32,9 @@ from tracejudge.judges.answer_families import (
 from tracejudge.judges.prompt_kind import is_chinese, prompt_is_complex
 
 ResponseType = Literal["generic", "clarification", "substantive"]
+# The generic/clarification design applies its phrase patterns to answers under 800 characters
+# only: an answer that long has said something, whatever phrase it opens or closes with.
+PATTERN_LIMIT = 800
 # Sentences looked at for stock phrases: bounds the cost of an answer made of thousands of
 # tiny sentences (each is matched against every phrase) without changing any real verdict.
 PHRASE_SENTENCES = 64
@@ -144,6 +147,14 @@ def new_content(remainder: str, prompt: str) -> Content:
 
 
 def classify(response: str, prompt: str = "") -> Classification:
+    length = len(response.strip())
+    if length >= PATTERN_LIMIT:
+        return Classification(
+            "substantive",
+            None,
+            substance(response),
+            [f"{length} characters: filler patterns apply to answers under {PATTERN_LIMIT}"],
+        )
     if not asks_for_text(prompt):  # a requested template is a skeleton
         response = _SKELETON.sub("", response)
     kept: list[str] = []

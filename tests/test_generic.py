@@ -139,3 +139,37 @@ def test_a_bare_verb_or_a_greeting_is_not_a_task_but_a_verb_with_an_object_is() 
         "how do I reverse a list in Python",
     ):
         assert prompt_is_complex(task), task
+
+
+FILLER_SENTENCE = "I'm ready to assist you with whatever you need. "
+
+
+def test_patterns_apply_only_under_800_characters() -> None:
+    # the generic/clarification design's length gate
+    long = (FILLER_SENTENCE * 20)[:899]
+    assert not assess_answer("Refactor the billing module", long).retry
+    assert assess_answer("Refactor the billing module", (FILLER_SENTENCE * 20)[:799]).retry
+
+
+@pytest.mark.parametrize(
+    ("prompt", "response"),
+    [
+        ("分析 data.csv 的销售趋势", "步骤2文件读取失败，后续分析无法进行。"),
+        ("Analyze sales.csv", "Step 2 failed to read the file, so the analysis cannot continue."),
+        ("Analyze sales.csv", "Step 2: the file could not be read, so the analysis stopped."),
+    ],
+)
+def test_a_report_of_what_happened_to_a_step_is_not_filler(prompt: str, response: str) -> None:
+    # the design's own failure summary: it says what happened, it does not announce work
+    assert assess_answer(prompt, response).classification.response_type == "substantive"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "response"),
+    [
+        ("修复 utils.py 里失败的测试", "正在运行 pytest 以定位失败的用例……"),
+        ("fix the failing test", "Let me look into what is causing the failure."),
+    ],
+)
+def test_announcing_a_look_at_a_failure_is_still_filler(prompt: str, response: str) -> None:
+    assert assess_answer(prompt, response).retry
