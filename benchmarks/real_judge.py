@@ -58,7 +58,7 @@ async def main(runs: int, mode: str) -> None:
             finally:
                 seconds.append(time.perf_counter() - started)
             parsed += 1
-            flagged = answer.incomplete or not answer.success
+            flagged = answer.incomplete is True or answer.success is False
             agree += flagged == (labels[rid]["reward"] < 1.0)
     finally:
         await client.aclose()

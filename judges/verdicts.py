@@ -174,8 +174,15 @@ def conclude(
                 "actionability": answer.actionability,
             }
         )
-        verdict: RuleVerdict | JudgeAnswer = answer
-        reasons = answer.reasons + unscored + [f"rules: {r}" for r in rules.reasons]
+        if answer.has_verdict:
+            verdict: RuleVerdict | JudgeAnswer = answer
+            unverdicted = []
+        else:  # scores only (the online-evaluation design's shape): the rules decide
+            verdict = rules
+            unverdicted = [
+                "the judge gave scores but no verdict: success and incomplete are the rules'"
+            ]
+        reasons = answer.reasons + unscored + unverdicted + [f"rules: {r}" for r in rules.reasons]
         suggestions = answer.suggestions or rules.suggestions
     else:
         llm_score = None
@@ -198,8 +205,8 @@ def conclude(
         # the design tests the threshold on the score before rounding: 59.8 does not pass 60
         passed=exact >= policy.warn_threshold,
         warn_threshold=policy.warn_threshold,
-        success=verdict.success,
-        incomplete=verdict.incomplete,
+        success=rules.success if verdict.success is None else verdict.success,
+        incomplete=rules.incomplete if verdict.incomplete is None else verdict.incomplete,
         failed_steps=_masked_steps(verdict.failed_steps),
         remaining_steps=[mask(s) for s in verdict.remaining_steps],
         summary=mask(verdict.summary or rules.summary),

@@ -104,16 +104,8 @@ async def test_json_in_content_with_string_booleans_and_numbers(fake: FakeLLM) -
 @pytest.mark.parametrize(
     "reply",
     [
-        tool_call_reply(
-            {
-                "success": "yes",
-                "incomplete": False,
-                "correctness": 1,
-                "relevance": 1,
-                "actionability": 1,
-            }
-        ),
-        tool_call_reply({"success": True, "correctness": 1, "relevance": 1, "actionability": 1}),
+        tool_call_reply({"reasons": ["looks fine"], "summary": "ok"}),  # no verdict, no scores
+        tool_call_reply({"correctness": 80, "relevance": 90}),  # two scores of three, no verdict
         tool_call_reply(verdict(True, False, 150)),
         tool_call_reply("{not json"),
         content_reply("I think it went well."),
@@ -124,8 +116,8 @@ async def test_json_in_content_with_string_booleans_and_numbers(fake: FakeLLM) -
         Reply(body={"choices": []}),
     ],
     ids=[
-        "bool-yes",
-        "missing-incomplete",
+        "no-verdict-no-scores",
+        "no-verdict-two-scores",
         "score-150",
         "bad-arguments",
         "prose",
@@ -558,3 +550,59 @@ async def test_json_schema_mode_asks_for_the_verdict_as_content(fake: FakeLLM) -
     assert schema["schema"]["additionalProperties"] is False
     lists = [p for p in schema["schema"]["properties"].values() if p.get("type") == "array"]
     assert lists and all("maxItems" in p for p in lists)
+
+
+# --- the design documents' answer shapes (issue 28) -------------------------------------------
+
+ONLINE_EVALUATION_ANSWER = {
+    "correctness": 80,
+    "relevance": 90,
+    "actionability": 70,
+    "reasons": ["the booking matches the request"],
+}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        tool_call_reply(ONLINE_EVALUATION_ANSWER),
+        content_reply(json.dumps(ONLINE_EVALUATION_ANSWER)),
+        content_reply(sentra(ONLINE_EVALUATION_ANSWER)),
+    ],
+    ids=["tool-call", "json-content", "sentra-tools"],
+)
+async def test_the_online_evaluation_designs_shape_keeps_the_scores(
+    fake: FakeLLM, reply: Reply
+) -> None:
+    answer = await judge_once(fake, reply)
+    assert (answer.success, answer.incomplete, answer.has_verdict) == (None, None, False)
+    assert answer.llm_score == 80
+    window = window_of(trace(GOOD, [("book", True)]))
+    rules = RuleJudge().judge(window)
+    e = conclude(
+        WindowFacts.of(window), rules, JudgeOutcome("ok", answer=answer), Policy(), "v", 0.0
+    ).evaluation
+    assert e.judge_status == "ok" and e.llm_score == 80
+    assert e.overall_score == round(0.6 * rules.rule_score + 0.4 * 80)
+    assert (e.success, e.incomplete) == (rules.success, rules.incomplete)
+    assert e.failed_steps == rules.failed_steps and e.remaining_steps == rules.remaining_steps
+    assert any("no verdict" in reason for reason in e.reasons)
+
+
+@pytest.mark.parametrize(
+    ("given", "success", "incomplete"),
+    [
+        ({"success": True}, True, False),  # incomplete missing: false
+        ({"success": True, "incomplete": "yes"}, True, False),  # not true: false
+        ({"success": True, "incomplete": ""}, True, False),
+        ({"success": True, "incomplete": None}, True, False),
+        ({"success": "TRUE", "incomplete": " true "}, True, True),
+        ({"success": "yes", "incomplete": False}, False, False),  # not true: false
+    ],
+)
+async def test_the_success_incomplete_designs_lenient_forms_keep_the_scores(
+    fake: FakeLLM, given: dict[str, Any], success: bool, incomplete: bool
+) -> None:
+    scores = {"correctness": 60, "relevance": 70, "actionability": 80}
+    answer = await judge_once(fake, tool_call_reply({**given, **scores}))
+    assert (answer.success, answer.incomplete, answer.llm_score) == (success, incomplete, 70)

@@ -25,7 +25,7 @@ from tracejudge.models.errors import TracejudgeError
 from tracejudge.models.outputs import FailedStep
 
 TOOL_NAME = "final_judge"
-_TRUE, _FALSE = "true", "false"
+_TRUE = "true"
 
 
 class InvalidAnswer(TracejudgeError):
@@ -34,12 +34,16 @@ class InvalidAnswer(TracejudgeError):
         self.reason = reason
 
 
-def _to_bool(value: Any) -> bool:
+def _to_bool(value: Any) -> bool | None:
+    """The success/incomplete design's parser: true only for JSON true or the string "true"
+    (any case); anything else ("yes", "", 0) is false. null is as if the key were absent."""
+    if value is None:
+        return None
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in (_TRUE, _FALSE):
+    if isinstance(value, str):
         return value.strip().lower() == _TRUE
-    raise ValueError(f"expected a boolean or 'true'/'false', got {value!r}")
+    return False
 
 
 def _to_score(value: Any) -> int | None:
@@ -73,8 +77,11 @@ def _to_str_list(value: Any) -> list[str]:
 class JudgeAnswer(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    success: bool
-    incomplete: bool
+    # None: not given. An answer with neither is scores without a verdict (the online-evaluation
+    # design's shape): the verdict is then the rules'. With `success` but no `incomplete`,
+    # incomplete is false, as the success/incomplete design's parser reads it.
+    success: bool | None = None
+    incomplete: bool | None = None
     failed_steps: list[FailedStep] = Field(default_factory=list)
     remaining_steps: list[str] = Field(default_factory=list)
     summary: str = ""
@@ -110,6 +117,18 @@ class JudgeAnswer(BaseModel):
                 {"index": index, "tool": item.get("tool"), "reason": str(item.get("reason") or "")}
             )
         return steps
+
+    @model_validator(mode="after")
+    def _verdict_or_scores(self) -> JudgeAnswer:
+        if self.success is not None and self.incomplete is None:
+            self.incomplete = False
+        if self.success is None and self.incomplete is None and self.llm_score is None:
+            raise ValueError("neither a verdict (success, incomplete) nor the three scores")
+        return self
+
+    @property
+    def has_verdict(self) -> bool:
+        return self.success is not None or self.incomplete is not None
 
     @property
     def llm_score(self) -> int | None:
