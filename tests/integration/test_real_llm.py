@@ -119,3 +119,74 @@ async def test_tools_mode_against_a_server_that_ignores_tools(
         ), evaluation
         if evaluation["judge_status"] == "fallback":
             assert evaluation["overall_score"] == evaluation["rule_score"]
+
+
+# The online-evaluation design's answer: three scores and reasons, no verdict (issue 28).
+ONLINE_EVALUATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **{
+            name: {"type": "integer", "minimum": 0, "maximum": 100}
+            for name in ("correctness", "relevance", "actionability")
+        },
+        "reasons": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 80},
+            "maxItems": 2,
+        },
+    },
+    "required": ["correctness", "relevance", "actionability", "reasons"],
+    "additionalProperties": False,
+}
+
+
+async def test_a_real_answer_in_the_online_evaluation_designs_shape_keeps_its_scores(
+    llm_server: Service, tau_events: Path
+) -> None:
+    # the project's own client (request building, the call, parsing) against the real server,
+    # asked in json_schema mode for the design's shape instead of final_judge's
+    from tracejudge.judges.llm.breaker import CircuitBreaker
+    from tracejudge.judges.llm.client import LLMClient, LLMConfig
+    from tracejudge.judges.llm.prompt import build_input
+    from tracejudge.judges.rules import RuleJudge
+    from tracejudge.judges.verdicts import JudgeOutcome, Policy, WindowFacts, conclude
+    from tracejudge.models.events import parse_event
+    from tracejudge.models.window import assemble_window
+    from tracejudge.prompts import JudgePrompt
+
+    (events,) = short_tau_traces(tau_events, uuid.uuid4().hex[:6], 1)
+    window = assemble_window(
+        events[0]["request_id"],
+        [parse_event(json.dumps(e).encode()) for e in events],
+        closed_by="final_response",
+        step_count=len(events),
+        steps_dropped=0,
+    )
+    prompt = JudgePrompt(
+        system="Score the agent run in the data block from 0 to 100 for correctness, "
+        "relevance and actionability, with at most two short reasons. Answer in JSON.",
+        schema=ONLINE_EVALUATION_SCHEMA,
+        version="online-evaluation-shape",
+    )
+    config = LLMConfig(
+        base_url=llm_server.address,
+        model=MODEL_ALIAS,
+        timeout_s=300,
+        max_attempts=1,
+        output_mode="json_schema",
+        schema_strict=False,
+        max_tokens=400,
+    )
+    client = LLMClient(config, prompt, breaker=CircuitBreaker(3, 30.0))
+    try:
+        answer = await client.judge(build_input(window, 4000).content)
+    finally:
+        await client.aclose()
+    assert not answer.has_verdict and answer.llm_score is not None
+    rules = RuleJudge().judge(window)
+    e = conclude(
+        WindowFacts.of(window), rules, JudgeOutcome("ok", answer=answer), Policy(), "v", 0.0
+    ).evaluation
+    assert e.judge_status == "ok" and e.llm_score == answer.llm_score
+    assert {"correctness", "relevance", "actionability"} <= set(e.dimension_scores.model_dump())
+    assert (e.success, e.incomplete) == (rules.success, rules.incomplete)
