@@ -165,7 +165,8 @@ def conclude(
             exact = rule_exact
             unscored = ["the judge gave no scores: overall_score is the rule score"]
         else:
-            exact = policy.rule_weight * rule_exact + (1 - policy.rule_weight) * answer.llm_exact
+            # blended from the published scores, so anyone can check the formula on them
+            exact = policy.rule_weight * rules.rule_score + (1 - policy.rule_weight) * llm_score
             unscored = []
         dimensions = dimensions.model_copy(
             update={

@@ -137,14 +137,6 @@ class JudgeAnswer(BaseModel):
             return None
         return round(sum(score for score in scores if score is not None) / 3)
 
-    @property
-    def llm_exact(self) -> float:
-        """The mean of the three scores before rounding (the threshold is tested on it)."""
-        scores = [
-            s for s in (self.correctness, self.relevance, self.actionability) if s is not None
-        ]
-        return sum(scores) / len(scores) if scores else 0.0
-
     @model_validator(mode="before")
     @classmethod
     def _seed_shape(cls, value: Any) -> Any:
