@@ -19,6 +19,8 @@ from typing import Any
 
 from mode.services import WaitResults
 
+from tracejudge.streams.kafka import internals
+
 WaitFirst = Callable[..., Awaitable[WaitResults]]
 
 
@@ -85,10 +87,4 @@ def _close(coro: Any) -> None:
 
 def install(consumer: Any) -> None:
     """Give Faust's consumer the inline hand-off (idempotent)."""
-    if getattr(consumer, "_tracejudge_inline_wait_first", False):
-        return
-    consumer.wait_first = inline_wait_first(
-        consumer.wait_first,
-        lambda: consumer._stopped.is_set() or consumer._crashed.is_set(),
-    )
-    consumer._tracejudge_inline_wait_first = True
+    internals.replace_wait_first(consumer, inline_wait_first)

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
-import threading
-from typing import Any
 
-import faust
-
+from tracejudge.streams.kafka import internals
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.app import create_app
@@ -20,35 +15,12 @@ from tracejudge.streams.worker.quiet_logs import quiet_library_logs
 log = logging.getLogger(__name__)
 
 
-class Worker(faust.Worker):  # type: ignore[misc]
-    """Faust's worker, with a deadline on the graceful stop.
-
-    With the broker gone, a graceful stop can wait on commits and flushes for a long time; a
-    supervisor then kills the worker anyway. Exiting at the deadline is as safe: what was not
-    committed is delivered again.
-    """
-
-    def __init__(self, *args: Any, stop_timeout_s: float, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.stop_timeout_s = stop_timeout_s
-        self._deadline: threading.Timer | None = None
-
-    def _schedule_shutdown(self, signum: signal.Signals) -> None:
-        if self._deadline is None:
-            self._deadline = threading.Timer(self.stop_timeout_s, self._stop_now, (signum,))
-            self._deadline.daemon = True
-            self._deadline.start()
-        super()._schedule_shutdown(signum)
-
-    def _stop_now(self, signum: signal.Signals) -> None:
-        log.warning(
-            "%s: graceful stop not done after %.0fs; exiting now", signum.name, self.stop_timeout_s
-        )
-        logging.shutdown()
-        os._exit(0)
-
-
 def run_worker(settings: Settings) -> int:
+    try:
+        internals.check()  # before anything connects: a library that changed under us
+    except internals.InternalsChanged as exc:
+        log.error("%s", exc)
+        return 2
     log.info("settings: %s", settings.masked())
     log.info("connecting to Kafka at %s", settings.kafka_bootstrap)
     created = asyncio.run(ensure_topics(settings))
@@ -59,7 +31,7 @@ def run_worker(settings: Settings) -> int:
     )
     app = create_app(settings)
     quiet_library_logs()
-    worker = Worker(
+    worker = internals.DeadlineWorker(
         app,
         loglevel=settings.log_level.upper(),
         logging_config=worker_logging_config(settings.log_level, settings.log_format),
