@@ -70,3 +70,19 @@ def test_private_library_state_is_touched_in_the_internals_module_only() -> None
     }
     assert uses == {}
     assert private_uses(here)  # the scan does find them where they are
+
+
+def test_the_worker_refuses_to_start_on_a_library_that_moved_its_internals(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import mode.worker
+
+    from tracejudge.streams.settings import Settings
+    from tracejudge.streams.worker.run import run_worker
+
+    # as if a new mode release had renamed the method the worker overrides
+    monkeypatch.delattr(mode.worker.Worker, "_schedule_shutdown")
+    # a broker address nothing listens on: the check comes before any connection
+    assert run_worker(Settings(kafka_bootstrap="127.0.0.1:9")) == 2
+    assert "mode.worker:Worker._schedule_shutdown" in caplog.text
+    assert "mode-streaming" in caplog.text
