@@ -19,6 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
+from tracejudge.streams import names
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 
@@ -80,7 +81,7 @@ class JudgeRunner:
         return AIOKafkaConsumer(
             self.topic,
             **client_options(self.settings),
-            group_id=f"{self.settings.app_id}-judge",
+            group_id=f"{self.settings.app_id}{names.JUDGE_GROUP_SUFFIX}",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             session_timeout_ms=session_ms,

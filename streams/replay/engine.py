@@ -17,7 +17,6 @@ from pydantic import BaseModel
 
 from tracejudge.streams import names
 from tracejudge.streams.kafka.records import InRecord
-from tracejudge.streams.names import REDIS_EVALUATION_KEY
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.outputs import redis_client
@@ -54,10 +53,6 @@ class MemoryLookup:
     data: dict[str, str] = field(default_factory=dict)
     errors: int = 0
     enabled: bool = True
-
-    async def put(self, evaluation: Any) -> bool:
-        key = REDIS_EVALUATION_KEY.format(request_id=evaluation.request_id)
-        return await self.put_at(key, evaluation)
 
     async def put_at(self, key: str, value: BaseModel) -> bool:
         self.data[key] = value.model_dump_json()

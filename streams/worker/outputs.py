@@ -18,13 +18,11 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from tracejudge.judges.verdicts import Verdict
-from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.names import REDIS_EVALUATION_KEY
 from tracejudge.streams.worker.inflight import later
 from tracejudge.streams.worker.verdict_log import VerdictLog
-from tracejudge.streams.worker.verdict_making import Made, encode, made_of
+from tracejudge.streams.worker.verdict_making import Made, encode
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +51,6 @@ class Lookup(Protocol):
 
     @property
     def errors(self) -> int: ...
-
-    async def put(self, evaluation: Evaluation) -> bool: ...
 
     async def put_at(self, key: str, value: BaseModel) -> bool: ...
 
@@ -107,9 +103,6 @@ class VerdictPublisher:
     counters: Counter[str]
     metrics: Metrics = field(default_factory=Metrics)
     log: VerdictLog = field(default_factory=VerdictLog)
-
-    async def publish(self, verdict: Verdict, terminal_at: float | None = None) -> None:
-        await self.publish_made(made_of(verdict), terminal_at)
 
     async def publish_made(self, made: Made, terminal_at: float | None = None) -> None:
         """Send a verdict's encoded records; the acks and the Redis write are left for
@@ -186,11 +179,6 @@ class RedisSink:
     @property
     def enabled(self) -> bool:
         return self._client is not None
-
-    async def put(self, evaluation: Evaluation) -> bool:
-        return await self.put_at(
-            REDIS_EVALUATION_KEY.format(request_id=evaluation.request_id), evaluation
-        )
 
     async def put_at(self, key: str, value: BaseModel) -> bool:
         return await self.put_encoded(key, encode(value))
