@@ -30,7 +30,7 @@ from tests.integration.harness import (
     worker_env,
 )
 from tests.realservices import start_kafka, start_redis
-from tracejudge.streams.names import TABLES, changelog_topic
+from tracejudge.models.names import TABLES, changelog_topic
 
 
 def naive_changelog_bytes(lines: list[bytes]) -> int:

@@ -28,7 +28,7 @@ from tests.integration.harness import (
     worker_env,
 )
 from tests.realservices import start_kafka
-from tracejudge.streams.names import TABLES, changelog_topic
+from tracejudge.models.names import TABLES, changelog_topic
 
 
 def complete_request(rid: str) -> list[tuple[bytes, bytes]]:

@@ -35,7 +35,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from benchmarks.pipeline import latency_probe, pct, topic_bytes
 from tests.integration.harness import WorkerProcess, produce, wait_counter, worker_env
 from tests.realservices import ROOT, start_kafka, start_redis
-from tracejudge.streams.names import TABLES, changelog_topic
+from tracejudge.models.names import TABLES, changelog_topic
 
 EVENTS_PER_REQUEST = 10
 

@@ -6,8 +6,8 @@ No Faust and nothing of the worker: an aiokafka producer (and Redis, when given,
 and early-stop decisions).
 """
 
+from tracejudge.client.early_stop import AsyncEarlyStopClient, EarlyStopClient
 from tracejudge.client.events import Recorder
 from tracejudge.client.tracer import AsyncTracer, Tracer
-from tracejudge.streams.client import AsyncEarlyStopClient, EarlyStopClient
 
 __all__ = ["AsyncEarlyStopClient", "AsyncTracer", "EarlyStopClient", "Recorder", "Tracer"]

@@ -22,8 +22,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tracejudge.client.events import Recorder
+from tracejudge.models.names import EVALUATIONS, EVENTS, REDIS_CONTROL_KEY, REDIS_EVALUATION_KEY
 from tracejudge.models.outputs import EarlyStopDecision, Evaluation
-from tracejudge.streams.names import EVALUATIONS, EVENTS, REDIS_CONTROL_KEY, REDIS_EVALUATION_KEY
 
 DEFAULT_QUEUE = 10_000
 LOOK_BACK_S = 300.0  # wait_for_evaluation without Redis reads the topic from this far back

@@ -65,3 +65,25 @@ def test_a_judge_that_imports_the_worker_breaks_the_build(tmp_path: Path) -> Non
     assert result.returncode == 1
     assert "judges import only models and prompts of ours" in result.stdout
     assert "BROKEN" in result.stdout
+
+
+def test_a_client_that_imports_streams_breaks_the_build(tmp_path: Path) -> None:
+    tree = tracejudge_tree(tmp_path, copy=True)
+    tracer = tree / "tracejudge" / "client" / "tracer.py"
+    tracer.write_text(tracer.read_text() + "\nfrom tracejudge.streams import settings  # noqa\n")
+    result = lint_imports(tree)
+    assert result.returncode == 1
+    assert "tracejudge.client.tracer -> tracejudge.streams.settings" in result.stdout
+
+
+def test_importing_the_client_loads_neither_faust_nor_streams() -> None:
+    code = (
+        "import sys, tracejudge.client\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('faust', 'mode')"
+        " or m.startswith('tracejudge.streams')]\n"
+        "print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]"

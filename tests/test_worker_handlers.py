@@ -10,7 +10,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from tests.memory import Exited, MemoryChannel, memory_worker
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.demo.samples import sample_traces
 from tracejudge.streams.worker.idle import MARKER_RESEND_S
 from tracejudge.streams.worker.liveness import PartitionLiveness

@@ -9,8 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
-from tracejudge.streams import names
 from tracejudge.streams.settings import Settings, SettingsError, describe_settings, load_settings
 from tracejudge.streams.worker.logs import setup_logging
 

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from tracejudge.streams import names
+from tracejudge.models import names
 
 
 def _when(ts: Any) -> str:

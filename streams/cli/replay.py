@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.replay.engine import ReplayResult, lines_of, replay
 from tracejudge.streams.replay.report import agreement, comparison, describe, summary
 from tracejudge.streams.settings import Settings, load_settings

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.demo.embedded import (
     Child,
     free_port,

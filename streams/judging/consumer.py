@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 

@@ -11,7 +11,7 @@ from collections import deque
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from tracejudge.streams.names import REDIS_LLM_PREFIX
+from tracejudge.models.names import REDIS_LLM_PREFIX
 
 log = logging.getLogger(__name__)
 

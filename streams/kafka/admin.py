@@ -16,8 +16,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
-from tracejudge.streams import names
 from tracejudge.streams.kafka.security import check_connection, client_options
 from tracejudge.streams.settings import Settings
 

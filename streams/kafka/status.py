@@ -13,7 +13,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.kafka.admin import partition_counts
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings

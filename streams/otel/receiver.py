@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.otel.mapping import SpanInfo, events_of
 from tracejudge.streams.settings import Settings

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext

@@ -20,7 +20,7 @@ import faust
 from aiokafka import TopicPartition
 from faust.types import TP
 
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.kafka import internals
 from tracejudge.streams.kafka.records import InRecord

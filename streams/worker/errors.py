@@ -19,8 +19,8 @@ from typing import Literal, NoReturn
 from aiokafka.errors import KafkaError
 
 from tracejudge.judges.redact import mask
+from tracejudge.models import names
 from tracejudge.models.errors import InvalidEvent
-from tracejudge.streams import names
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.worker.child import ChildDied

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import Iteration, parse_event
+from tracejudge.models.names import MARKER_HEADER
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.names import MARKER_HEADER
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.idle import MarkerLog, Timeouts

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.streams.names import MARKER_HEADER
+from tracejudge.models.names import MARKER_HEADER
 from tracejudge.streams.worker.baselines import BASELINE_MARKER_ID, SEP
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outputs import Channel

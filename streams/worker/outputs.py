@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
+from tracejudge.models.names import REDIS_EVALUATION_KEY
 from tracejudge.streams.metrics import Metrics, quadrant
-from tracejudge.streams.names import REDIS_EVALUATION_KEY
 from tracejudge.streams.worker.inflight import later
 from tracejudge.streams.worker.verdict_log import VerdictLog
 from tracejudge.streams.worker.verdict_making import Made, encode

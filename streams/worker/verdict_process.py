@@ -34,7 +34,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 
 from tracejudge.judges.rules import RuleJudge
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.child import (

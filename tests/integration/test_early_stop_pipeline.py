@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.integration.harness import WorkerProcess, consume, grouped, produce_events
-from tracejudge.streams.client import AsyncEarlyStopClient, EarlyStopClient
+from tracejudge.client.early_stop import AsyncEarlyStopClient, EarlyStopClient
 
 pytestmark = pytest.mark.integration
 CONCLUSION = "<Conclusion>The cache was cold; warming it fixes the latency.</Conclusion>"

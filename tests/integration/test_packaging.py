@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
-from tracejudge.streams.names import REDIS_CONTROL_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
 
 AGENT_CODE = """
-import models.outputs, tracejudge.streams.client as client
-from tracejudge.streams.client import EarlyStopClient
+import models.outputs, tracejudge.client.early_stop as client
+from tracejudge.client.early_stop import EarlyStopClient
 assert models.outputs.MINE, "the agent's own models package"
 assert client.__file__.startswith({site!r}), client.__file__
 decision = EarlyStopClient({url!r}).check("pkg-1")

@@ -21,7 +21,7 @@ from tests.integration.harness import (
     wait_counter,
     worker_env,
 )
-from tracejudge.streams.names import TABLES, changelog_topic
+from tracejudge.models.names import TABLES, changelog_topic
 
 pytestmark = pytest.mark.integration
 

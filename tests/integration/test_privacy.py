@@ -29,7 +29,7 @@ from tests.integration.harness import (
     wait_counter,
     worker_env,
 )
-from tracejudge.streams import names
+from tracejudge.models import names
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from tests.integration.harness import (
 )
 from tests.integration.test_early_stop_pipeline import CONCLUSION, rounds
 from tests.integration.test_retries import response
+from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.streams.kafka.internals import send_lingering
-from tracejudge.streams.names import REDIS_CONTROL_KEY
 
 pytestmark = pytest.mark.integration
 

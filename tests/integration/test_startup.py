@@ -15,8 +15,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from tests.integration.harness import WorkerProcess, worker_env
 from tests.realservices import ROOT
+from tracejudge.models.names import changelog_topic
 from tracejudge.streams.kafka.admin import changelog_config, ensure_topics, topic_specs
-from tracejudge.streams.names import changelog_topic
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from tests.integration.harness import (
 from tests.integration.test_cli import cli
 from tests.realservices import free_port
 from tests.test_verdict_process import JUDGING, closings
-from tracejudge.streams import names
+from tracejudge.models import names
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.verdict_making import make_verdict
 from tracejudge.streams.worker.verdict_process import ProcessMaker

@@ -1,6 +1,6 @@
 """For iterative loops: one GET between rounds says whether tracejudge thinks they may stop.
 
-from tracejudge.streams.client import EarlyStopClient
+from tracejudge.client.early_stop import EarlyStopClient
 
 client = EarlyStopClient("redis://127.0.0.1:6379/0")
 for round_ in range(1, max_rounds + 1):
@@ -19,8 +19,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
-from tracejudge.streams.names import REDIS_CONTROL_KEY
 
 
 class EarlyStopClient:
