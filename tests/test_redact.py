@@ -11,8 +11,8 @@ from tracejudge.judges.redact import ID_FIELDS, mask, mask_any, masked_json
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, conclude
 from tracejudge.models.outputs import RetryRequest
+from tracejudge.streams.logs import mask_log_records
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.worker.logs import mask_log_records
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from tests.memory import memory_worker
+from tracejudge.streams.logs import RepeatFilter
 from tracejudge.streams.worker.health import health_report
-from tracejudge.streams.worker.quiet_logs import RepeatFilter
 
 
 def test_health_is_ok_only_when_assigned_recovered_and_the_broker_answers() -> None:

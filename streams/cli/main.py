@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
+from tracejudge.streams.logs import setup_logging
 from tracejudge.streams.settings import Settings, SettingsError, describe_settings, load_settings
-from tracejudge.streams.worker.logs import setup_logging
 
 TAIL_KINDS = (
     names.EVALUATIONS,

@@ -20,6 +20,7 @@ import gc
 from typing import IO
 
 from tracejudge.streams.judging.stage import JudgeStage
+from tracejudge.streams.logs import setup_logging
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.child import (
     CallingChild,
@@ -32,7 +33,6 @@ from tracejudge.streams.worker.child import (
     read_answer,
 )
 from tracejudge.streams.worker.judge_jobs import Judged, judge_with
-from tracejudge.streams.worker.logs import setup_logging
 from tracejudge.streams.worker.outputs import redis_client
 
 

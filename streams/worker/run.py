@@ -7,10 +7,9 @@ import logging
 
 from tracejudge.streams.kafka import internals
 from tracejudge.streams.kafka.admin import ensure_topics
+from tracejudge.streams.logs import quiet_library_logs, worker_logging_config
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.app import create_app
-from tracejudge.streams.worker.log_format import worker_logging_config
-from tracejudge.streams.worker.quiet_logs import quiet_library_logs
 
 log = logging.getLogger(__name__)
 

@@ -36,6 +36,7 @@ from aiokafka.errors import KafkaConnectionError
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
+from tracejudge.streams.logs import setup_logging
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.child import (
     CallingChild,
@@ -47,7 +48,6 @@ from tracejudge.streams.worker.child import (
     portable,
     read_answer,
 )
-from tracejudge.streams.worker.logs import setup_logging
 from tracejudge.streams.worker.outputs import RedisSink, redis_client
 from tracejudge.streams.worker.verdict_making import Closing, Judging, Made, make_verdict
 
