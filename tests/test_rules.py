@@ -345,3 +345,25 @@ def test_a_planned_tool_name_never_called_is_missing_whatever_else_ran() -> None
     output = "Found 3 flights to Boston; the weather there is sunny."
     verdict = judge.judge(window_of(trace(output, calls, planned=planned)))
     assert verdict.incomplete is True and "book_reservation" in verdict.remaining_steps
+
+
+def test_the_rule_judge_is_a_judge_and_the_public_api_resolves() -> None:
+    import tracejudge.judges as judges
+
+    assert isinstance(RuleJudge(), judges.Judge)
+    assert all(getattr(judges, name) is not None for name in judges.__all__)
+
+    class Strict:  # a judge of one's own: whatever the trace, never complete
+        version = "strict-1"
+
+        def judge(self, window: Window, stats: object = None, norms: object = None) -> object:
+            return RuleJudge().judge(window).model_copy(update={"incomplete": True})
+
+    assert isinstance(Strict(), judges.Judge)
+    verdict = rule_decision_with(Strict(), window_of(trace(GOOD, [("book", True)])))
+    assert verdict.evaluation.incomplete and verdict.reflection is not None
+
+
+def rule_decision_with(judge_: object, window: Window) -> Verdict:
+    rules = judge_.judge(window)  # type: ignore[attr-defined]
+    return conclude(WindowFacts.of(window), rules, DISABLED, Policy(), "v", 0.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tracejudge.judges import Judge
 from tracejudge.judges.llm.prompt import build_input
 from tracejudge.judges.norms import Norms, RunStats
 from tracejudge.judges.redact import masked_json
@@ -119,7 +120,7 @@ def made_of(verdict: Verdict) -> Made:
     )
 
 
-def make_verdict(judging: Judging, closing: Closing, rules: RuleJudge | None = None) -> Made:
+def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None) -> Made:
     window = window_of(
         closing.request_id,
         closing.records,
