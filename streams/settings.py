@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defaults of the judges' own settings are theirs: written there once, read here.
@@ -33,8 +33,9 @@ class SettingsError(ValueError):
         super().__init__("; ".join(problems))
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TRACEJUDGE_", frozen=True, extra="ignore")
+class OperationSettings(BaseModel):
+    """What is judged at all, and how the worker runs: its state, web server, pipeline
+    timings, logs."""
 
     enabled: bool = Field(
         True,
@@ -48,34 +49,6 @@ class Settings(BaseSettings):
         description="false: windows keep counters and the final response, no step details "
         "(the judges then see the task and the answer only).",
     )
-    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        "PLAINTEXT",
-        description="How every Kafka client connects: PLAINTEXT, SSL, SASL_PLAINTEXT or "
-        "SASL_SSL (TLS with SASL; what managed Kafka services require).",
-    )
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
-        "PLAIN", description="SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."
-    )
-    kafka_sasl_username: str = Field("", description="SASL user name.")
-    kafka_sasl_password: SecretStr = Field(
-        SecretStr(""), description="SASL password (secret; never logged)."
-    )
-    kafka_ssl_cafile: str = Field(
-        "", description="CA certificates (PEM) to trust; empty: the system's trust store."
-    )
-    kafka_ssl_certfile: str = Field(
-        "", description="Client certificate (PEM) for mutual TLS; empty: none."
-    )
-    kafka_ssl_keyfile: str = Field("", description="Private key (PEM) of the client certificate.")
-    redis_url: str = Field(
-        "redis://127.0.0.1:6379/0",
-        description="Redis URL for verdict look-ups; empty disables Redis.",
-    )
-    topic_prefix: str = Field("tracejudge.", description="Prefix of every topic name.")
-    partitions: int = Field(4, ge=1, description="Partitions of every topic the worker creates.")
-    replication_factor: int = Field(1, ge=1, description="Replication factor of created topics.")
-    app_id: str = Field("tracejudge", description="Consumer group and changelog topic prefix.")
     data_dir: str = Field(".tracejudge-data", description="Worker's local state directory.")
     table_store: Literal["rocksdb", "memory"] = Field(
         "rocksdb",
@@ -130,12 +103,6 @@ class Settings(BaseSettings):
         ge=1024,
         description="Input values over this size are dead-lettered (too_large) unparsed.",
     )
-    kafka_max_request_bytes: int = Field(
-        1_048_588,
-        ge=1_000_000,
-        description="Producer request size limit; the broker's message.max.bytes (Kafka's "
-        "default here), so that any record the broker accepted can be dead-lettered whole.",
-    )
     dlq_payload: Literal["keep", "mask", "drop"] = Field(
         "keep",
         description="What a dead letter's value is: keep (the original, as Kafka Connect does; "
@@ -157,35 +124,6 @@ class Settings(BaseSettings):
     )
     debug_endpoints: bool = Field(
         False, description="Serve /debug/tasks (every coroutine's stack) on the web port."
-    )
-    max_trace_steps: int = Field(50, ge=1, description="Steps kept in detail per request.")
-    warn_threshold: int = Field(
-        Policy.warn_threshold, ge=0, le=100, description="Scores below it raise an alert."
-    )
-    enable_reflection: bool = Field(
-        Policy.enable_reflection, description="Emit reflection requests."
-    )
-    max_reflection_rounds: int = Field(
-        Policy.max_reflection_rounds, ge=0, description="Reflection rounds before giving up."
-    )
-    evaluation_ttl_s: int = Field(86400, ge=1, description="TTL of evaluations kept in Redis.")
-    tool_call_budget: int = Field(
-        DEFAULT_TOOL_CALL_BUDGET,
-        ge=0,
-        description="A hard budget of tool calls per request, beyond which efficiency drops; "
-        "0: none (a request is judged long only against its own agent's normal).",
-    )
-    baseline_min_runs: int = Field(
-        DEFAULT_MIN_RUNS,
-        ge=1,
-        description="Closed requests an agent needs before its runs are judged against its "
-        "normal (calls, state changes, failures, duration); until then no relative penalty.",
-    )
-    baseline_epoch_runs: int = Field(
-        DEFAULT_EPOCH_RUNS,
-        ge=10,
-        description="An agent's normal is learned from its last 1-2 epochs of this many "
-        "requests (per partition): older runs are forgotten.",
     )
     broker_session_timeout_s: float = Field(
         60.0,
@@ -220,6 +158,85 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         "text", description="Log lines as text or as one JSON object per line."
     )
+
+
+class KafkaSettings(BaseModel):
+    """The broker: where it is, how to connect, the topics and the consumer group."""
+
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT",
+        description="How every Kafka client connects: PLAINTEXT, SSL, SASL_PLAINTEXT or "
+        "SASL_SSL (TLS with SASL; what managed Kafka services require).",
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."
+    )
+    kafka_sasl_username: str = Field("", description="SASL user name.")
+    kafka_sasl_password: SecretStr = Field(
+        SecretStr(""), description="SASL password (secret; never logged)."
+    )
+    kafka_ssl_cafile: str = Field(
+        "", description="CA certificates (PEM) to trust; empty: the system's trust store."
+    )
+    kafka_ssl_certfile: str = Field(
+        "", description="Client certificate (PEM) for mutual TLS; empty: none."
+    )
+    kafka_ssl_keyfile: str = Field("", description="Private key (PEM) of the client certificate.")
+    topic_prefix: str = Field("tracejudge.", description="Prefix of every topic name.")
+    partitions: int = Field(4, ge=1, description="Partitions of every topic the worker creates.")
+    replication_factor: int = Field(1, ge=1, description="Replication factor of created topics.")
+    app_id: str = Field("tracejudge", description="Consumer group and changelog topic prefix.")
+    kafka_max_request_bytes: int = Field(
+        1_048_588,
+        ge=1_000_000,
+        description="Producer request size limit; the broker's message.max.bytes (Kafka's "
+        "default here), so that any record the broker accepted can be dead-lettered whole.",
+    )
+
+
+class RedisSettings(BaseModel):
+    """Redis, where agents look verdicts and early-stop decisions up."""
+
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis URL for verdict look-ups; empty disables Redis.",
+    )
+    evaluation_ttl_s: int = Field(86400, ge=1, description="TTL of evaluations kept in Redis.")
+
+
+class RuleSettings(BaseModel):
+    """How the rules decide, and the other judges: windows, thresholds, reflection, baselines,
+    early stops, retries."""
+
+    max_trace_steps: int = Field(50, ge=1, description="Steps kept in detail per request.")
+    warn_threshold: int = Field(
+        Policy.warn_threshold, ge=0, le=100, description="Scores below it raise an alert."
+    )
+    enable_reflection: bool = Field(
+        Policy.enable_reflection, description="Emit reflection requests."
+    )
+    max_reflection_rounds: int = Field(
+        Policy.max_reflection_rounds, ge=0, description="Reflection rounds before giving up."
+    )
+    tool_call_budget: int = Field(
+        DEFAULT_TOOL_CALL_BUDGET,
+        ge=0,
+        description="A hard budget of tool calls per request, beyond which efficiency drops; "
+        "0: none (a request is judged long only against its own agent's normal).",
+    )
+    baseline_min_runs: int = Field(
+        DEFAULT_MIN_RUNS,
+        ge=1,
+        description="Closed requests an agent needs before its runs are judged against its "
+        "normal (calls, state changes, failures, duration); until then no relative penalty.",
+    )
+    baseline_epoch_runs: int = Field(
+        DEFAULT_EPOCH_RUNS,
+        ge=10,
+        description="An agent's normal is learned from its last 1-2 epochs of this many "
+        "requests (per partition): older runs are forgotten.",
+    )
     early_stop_enabled: bool = Field(True, description="Decide early stops of iterative loops.")
     min_iterations: int = Field(
         EarlyStopPolicy.min_iterations, ge=1, description="No early stop before this iteration."
@@ -238,6 +255,11 @@ class Settings(BaseSettings):
     generic_max_retries: int = Field(
         1, ge=0, description="Retries of a generic or clarification-only answer."
     )
+
+
+class JudgeSettings(BaseModel):
+    """The LLM judge: the endpoint, how it is asked, and how it runs unattended."""
+
     rule_weight: float = Field(
         Policy.rule_weight,
         ge=0,
@@ -318,6 +340,16 @@ class Settings(BaseSettings):
     llm_alert_min_requests: int = Field(
         10, ge=1, description="Judged requests in the window before the alert can fire."
     )
+
+
+class Settings(
+    BaseSettings, JudgeSettings, RuleSettings, RedisSettings, KafkaSettings, OperationSettings
+):
+    """Every setting, from TRACEJUDGE_* variables or a file; the groups above say what each is
+    about, the variable names are the fields' (TRACEJUDGE_ + name). The groups are listed in
+    reverse: pydantic takes the last base's fields first, so --help reads operation first."""
+
+    model_config = SettingsConfigDict(env_prefix="TRACEJUDGE_", frozen=True, extra="ignore")
 
     @model_validator(mode="before")
     @classmethod
