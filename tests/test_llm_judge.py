@@ -23,12 +23,12 @@ from tests.fake_llm import (
 )
 from tests.realservices import free_port
 from tests.test_rules import GOOD, trace, window_of
-from tracejudge.judges.llm.answer import InvalidAnswer, parse_answer
+from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer
 from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
 from tracejudge.judges.llm.prompt import CLOSE, INSTRUCTION, OPEN, build_input, payload
 from tracejudge.judges.llm.prompt import _render as render
-from tracejudge.judges.redact import mask_any
+from tracejudge.judges.redact import mask_any, masked_json
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import JudgeOutcome, Policy, WindowFacts, conclude
 from tracejudge.prompts import final_judge_prompt
@@ -106,6 +106,11 @@ async def test_json_in_content_with_string_booleans_and_numbers(fake: FakeLLM) -
     [
         tool_call_reply({"reasons": ["looks fine"], "summary": "ok"}),  # no verdict, no scores
         tool_call_reply({"correctness": 80, "relevance": 90}),  # two scores of three, no verdict
+        tool_call_reply({}),
+        tool_call_reply({"foo": 1}),
+        content_reply(json.dumps({"foo": 1})),
+        # half a verdict and no scores: nothing usable (a verdict needs `success`)
+        tool_call_reply({"incomplete": True, "summary": "not done"}),
         tool_call_reply(verdict(True, False, 150)),
         tool_call_reply("{not json"),
         content_reply("I think it went well."),
@@ -118,6 +123,10 @@ async def test_json_in_content_with_string_booleans_and_numbers(fake: FakeLLM) -
     ids=[
         "no-verdict-no-scores",
         "no-verdict-two-scores",
+        "empty-object",
+        "unknown-key",
+        "unknown-key-content",
+        "incomplete-alone-no-scores",
         "score-150",
         "bad-arguments",
         "prose",
@@ -589,6 +598,34 @@ async def test_the_online_evaluation_designs_shape_keeps_the_scores(
     assert any("no verdict" in reason for reason in e.reasons)
 
 
+def _unfinished_run() -> tuple[WindowFacts, Any]:
+    """A run the rules call failed and incomplete (its last call failed, a planned step never
+    ran), so a verdict taken from the rules cannot pass for the judge's (True, False)."""
+    window = window_of(
+        trace("I could not finish the booking.", [("search", True), ("book", False)], ["pay"])
+    )
+    rules = RuleJudge().judge(window)
+    assert (rules.success, rules.incomplete) == (False, True) and rules.failed_steps
+    return WindowFacts.of(window), rules
+
+
+def test_conclude_takes_the_rules_verdict_when_the_judge_gave_only_scores() -> None:
+    facts, rules = _unfinished_run()
+    answer = parse_answer(tool_call_reply(ONLINE_EVALUATION_ANSWER).body)
+    # the verdict cache stores the answer as masked JSON: "no verdict" must survive the trip
+    assert JudgeAnswer.model_validate_json(masked_json(answer)) == answer
+    e = conclude(facts, rules, JudgeOutcome("ok", answer=answer), Policy(), "v", 0.0).evaluation
+    assert (e.judge_status, e.judge_error, e.llm_score) == ("ok", None, 80)
+    scores = e.dimension_scores
+    assert (scores.correctness, scores.relevance, scores.actionability) == (80, 90, 70)
+    assert e.overall_score == round(0.6 * rules.rule_score + 0.4 * 80)
+    assert (e.success, e.incomplete) == (False, True)  # the rules'
+    assert [s.tool for s in e.failed_steps] == ["book"]
+    assert e.remaining_steps == rules.remaining_steps and e.summary == rules.summary
+    assert e.reasons[0] == "the booking matches the request"  # the judge's reasons are kept
+    assert any("no verdict" in reason for reason in e.reasons)
+
+
 @pytest.mark.parametrize(
     ("given", "success", "incomplete"),
     [
@@ -596,8 +633,22 @@ async def test_the_online_evaluation_designs_shape_keeps_the_scores(
         ({"success": True, "incomplete": "yes"}, True, False),  # not true: false
         ({"success": True, "incomplete": ""}, True, False),
         ({"success": True, "incomplete": None}, True, False),
-        ({"success": "TRUE", "incomplete": " true "}, True, True),
+        ({"success": True, "incomplete": "no"}, True, False),
+        ({"success": True, "incomplete": 1}, True, False),  # not JSON true: false
+        ({"success": " TRUE "}, True, False),
+        ({"success": "no", "incomplete": " TRUE "}, False, True),
         ({"success": "yes", "incomplete": False}, False, False),  # not true: false
+    ],
+    ids=[
+        "incomplete-missing",
+        "incomplete-yes",
+        "incomplete-empty",
+        "incomplete-null",
+        "incomplete-no",
+        "incomplete-1",
+        "success-TRUE",
+        "success-no-incomplete-TRUE",
+        "success-yes",
     ],
 )
 async def test_the_success_incomplete_designs_lenient_forms_keep_the_scores(
@@ -606,3 +657,27 @@ async def test_the_success_incomplete_designs_lenient_forms_keep_the_scores(
     scores = {"correctness": 60, "relevance": 70, "actionability": 80}
     answer = await judge_once(fake, tool_call_reply({**given, **scores}))
     assert (answer.success, answer.incomplete, answer.llm_score) == (success, incomplete, 70)
+    assert JudgeAnswer.model_validate_json(masked_json(answer)) == answer  # the cache's trip
+    facts, rules = _unfinished_run()
+    e = conclude(facts, rules, JudgeOutcome("ok", answer=answer), Policy(), "v", 0.0).evaluation
+    assert (e.judge_status, e.llm_score, e.dimension_scores.relevance) == ("ok", 70, 70)
+    assert (e.success, e.incomplete) == (success, incomplete)  # the judge's verdict decides
+    assert e.failed_steps == []  # and its (empty) failed steps with it
+
+
+@pytest.mark.parametrize(
+    "given",
+    [{"incomplete": True}, {"success": None, "incomplete": True}],
+    ids=["incomplete-alone", "success-null"],
+)
+async def test_without_success_the_answer_has_no_verdict_and_the_rules_decide(
+    fake: FakeLLM, given: dict[str, Any]
+) -> None:
+    # a verdict iff `success` is given: half a verdict is not mixed with the rules' other half
+    scores = {"correctness": 60, "relevance": 70, "actionability": 80}
+    answer = await judge_once(fake, tool_call_reply({**given, **scores}))
+    assert (answer.has_verdict, answer.success, answer.incomplete) == (False, None, None)
+    facts, rules = _unfinished_run()
+    e = conclude(facts, rules, JudgeOutcome("ok", answer=answer), Policy(), "v", 0.0).evaluation
+    assert (e.judge_status, e.llm_score) == ("ok", 70)
+    assert (e.success, e.incomplete, e.failed_steps) == (False, True, rules.failed_steps)

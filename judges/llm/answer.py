@@ -4,6 +4,11 @@
 (b) the text form `<sentra-tools><invoke name="final_judge"><parameter name="…">…</parameter>
     </invoke></sentra-tools>`;
 (c) a bare JSON object in the content (optionally in a ``` fence).
+
+We ask for final_judge's full shape (prompts/final_judge.schema.json) but accept the design
+documents' shapes too, so a judge following either keeps its scores instead of becoming
+`invalid_output`: the success/incomplete design's (a verdict, no scores, lenient booleans) and
+the online-evaluation design's (the three scores and reasons, no verdict: the rules decide).
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ class InvalidAnswer(TracejudgeError):
 
 def _to_bool(value: Any) -> bool | None:
     """The success/incomplete design's parser: true only for JSON true or the string "true"
-    (any case); anything else ("yes", "", 0) is false. null is as if the key were absent."""
+    (any case, spaces stripped); anything else ("yes", "no", "", 0, a list) is false, never an
+    error, so a sloppy boolean does not throw the judge's scores away. null is as if the key
+    were absent: JSON's "no value" is not a "no"."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -77,9 +84,10 @@ def _to_str_list(value: Any) -> list[str]:
 class JudgeAnswer(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    # None: not given. An answer with neither is scores without a verdict (the online-evaluation
-    # design's shape): the verdict is then the rules'. With `success` but no `incomplete`,
-    # incomplete is false, as the success/incomplete design's parser reads it.
+    # None: not given. The answer carries a verdict iff it gives `success` (see has_verdict);
+    # with `success` but no `incomplete`, incomplete is false, as the success/incomplete
+    # design's parser reads it. Without `success` it is scores only (the online-evaluation
+    # design's shape) and the verdict is the rules'.
     success: bool | None = None
     incomplete: bool | None = None
     failed_steps: list[FailedStep] = Field(default_factory=list)
@@ -120,15 +128,22 @@ class JudgeAnswer(BaseModel):
 
     @model_validator(mode="after")
     def _verdict_or_scores(self) -> JudgeAnswer:
-        if self.success is not None and self.incomplete is None:
-            self.incomplete = False
-        if self.success is None and self.incomplete is None and self.llm_score is None:
-            raise ValueError("neither a verdict (success, incomplete) nor the three scores")
+        if self.success is None:
+            # an `incomplete` alone is half a verdict: taking it would pair the rules' success
+            # and failed steps with the judge's incomplete, a verdict nobody gave. The rules'
+            # verdict is taken whole instead (conclude says so in `reasons`)
+            self.incomplete = None
+        elif self.incomplete is None:
+            self.incomplete = False  # the design's parser: a missing `incomplete` is false
+        if self.success is None and self.llm_score is None:
+            raise ValueError("neither a verdict (success) nor the three scores")
         return self
 
     @property
     def has_verdict(self) -> bool:
-        return self.success is not None or self.incomplete is not None
+        """True iff the answer gave `success`: the one key both design shapes disagree on (the
+        success/incomplete design's always has it, the online-evaluation design's never)."""
+        return self.success is not None
 
     @property
     def llm_score(self) -> int | None:

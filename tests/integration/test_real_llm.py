@@ -182,11 +182,21 @@ async def test_a_real_answer_in_the_online_evaluation_designs_shape_keeps_its_sc
         answer = await client.judge(build_input(window, 4000).content)
     finally:
         await client.aclose()
-    assert not answer.has_verdict and answer.llm_score is not None
+    # the grammar held the model to the design's shape: three scores, no verdict
+    scores = (answer.correctness, answer.relevance, answer.actionability)
+    assert not answer.has_verdict and None not in scores, answer
+    llm_score = answer.llm_score
+    assert llm_score is not None and llm_score == round(sum(s or 0 for s in scores) / 3)
     rules = RuleJudge().judge(window)
     e = conclude(
         WindowFacts.of(window), rules, JudgeOutcome("ok", answer=answer), Policy(), "v", 0.0
     ).evaluation
-    assert e.judge_status == "ok" and e.llm_score == answer.llm_score
-    assert {"correctness", "relevance", "actionability"} <= set(e.dimension_scores.model_dump())
-    assert (e.success, e.incomplete) == (rules.success, rules.incomplete)
+    assert (e.judge_status, e.judge_error, e.llm_score) == ("ok", None, llm_score)
+    dims = e.dimension_scores
+    assert (dims.correctness, dims.relevance, dims.actionability) == scores  # kept as given
+    assert e.overall_score == round(0.6 * rules.rule_score + 0.4 * llm_score)
+    assert (e.success, e.incomplete) == (rules.success, rules.incomplete)  # the rules' verdict
+    assert [(s.index, s.tool) for s in e.failed_steps] == [
+        (s.index, s.tool) for s in rules.failed_steps
+    ]
+    assert any("no verdict" in reason for reason in e.reasons)
