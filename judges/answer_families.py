@@ -67,6 +67,8 @@ class Families:
     filler: tuple[str, ...]
     filler_patterns: tuple[re.Pattern[str], ...]
     announcements: tuple[re.Pattern[str], ...]
+    outcomes: tuple[re.Pattern[str], ...]
+    looks_into: tuple[re.Pattern[str], ...]
     capability: tuple[re.Pattern[str], ...]
     acknowledgements: tuple[str, ...]
     meta_words: frozenset[str]
@@ -113,6 +115,8 @@ def families() -> Families:
         filler=tuple(normalise(p) for p in data["filler"]),
         filler_patterns=tuple(re.compile(p) for p in data["filler_patterns"]),
         announcements=tuple(re.compile(p) for p in data["announcements"]),
+        outcomes=tuple(re.compile(p) for p in data["outcomes"]),
+        looks_into=tuple(re.compile(p) for p in data["looks_into"]),
         capability=tuple(re.compile(p) for p in data["capability"]),
         # longest first, so "明白了" is stripped whole rather than "明白" leaving "了"
         acknowledgements=tuple(
@@ -310,19 +314,18 @@ def vague_step(sentence: str, norm: str) -> str | None:
     return next((norm[:60] for p in families().vague_steps if p.search(norm)), None)
 
 
-# What happened to a step: a sentence that reports it ("步骤2文件读取失败，后续分析无法进行",
-# "Step 2 failed to read the file") tells a result, even in an announcement's form.
-_OUTCOME = re.compile(
-    r"\b(?:failed|crashed|timed out|succeeded|was not found|were not found|was denied|"
-    r"was refused|could not|couldn t|returned an? error)\b"
-    # 失败 as what happened, not as the thing to look into ("定位失败原因", "失败的用例")
-    r"|(?<!定位)(?<!排查)(?<!修复)(?<!分析)(?<!查找)(?<!找出)失败(?!的|原因|用例|测试|点)"
-    r"|出错了|报错了|超时了?(?!的)|不存在|找不到|被拒绝|无法(?:进行|继续|完成|读取|打开|连接)"
-)
-
-
 def reports_outcome(norm: str) -> bool:
-    return _OUTCOME.search(norm) is not None
+    """The sentence reports what happened to a step ("步骤2文件读取失败，后续分析无法进行",
+    "Step 2 failed to read the file"): a result, even in a plan step's or an announcement's
+    form. Not when the words before the outcome say the agent will look into it ("Let me find
+    out why the build failed", "我来排查构建为什么失败"): that failure is the task, not news."""
+    fam = families()
+    rest = strip_acknowledgements(norm)
+    for pattern in fam.outcomes:
+        found = pattern.search(rest)
+        if found and not any(p.search(rest[: found.start()]) for p in fam.looks_into):
+            return True
+    return False
 
 
 def announcement_in(norm: str) -> str | None:

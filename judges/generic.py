@@ -147,13 +147,18 @@ def new_content(remainder: str, prompt: str) -> Content:
 
 
 def classify(response: str, prompt: str = "") -> Classification:
+    # characters (not bytes) of the stripped answer, as every length here: 800 hanzi count 800,
+    # and padding with blank lines does not lift filler over the gate
     length = len(response.strip())
     if length >= PATTERN_LIMIT:
         return Classification(
             "substantive",
             None,
             substance(response),
-            [f"{length} characters: filler patterns apply to answers under {PATTERN_LIMIT}"],
+            [
+                f"a long answer ({length} characters): the filler and clarification patterns "
+                f"apply only under {PATTERN_LIMIT}"
+            ],
         )
     if not asks_for_text(prompt):  # a requested template is a skeleton
         response = _SKELETON.sub("", response)
