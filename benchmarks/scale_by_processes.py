@@ -38,10 +38,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from benchmarks.pipeline import pct
 from benchmarks.side_by_side import (
     EVENTS_PER_REQUEST,
-    FAUST_APP,
     backlog,
     cpu_s,
     create,
+    start_bare_faust,
 )
 from tests.integration.harness import WorkerProcess, produce, worker_env
 from tests.realservices import ROOT, free_port, start_kafka, start_redis, stop_process
@@ -120,25 +120,7 @@ async def start_faust(kafka: str, workdir: Path) -> System:
     run = uuid.uuid4().hex[:6]
     source, sink = f"faust-{run}", f"faust-{run}-out"
     await create(kafka, [source, sink], PARTITIONS)
-    script = workdir / "bare_faust.py"
-    script.write_text(FAUST_APP)
-    process = subprocess.Popen(  # noqa: ASYNC220 (a benchmark: started once)
-        [
-            sys.executable,
-            str(script),
-            kafka,
-            source,
-            sink,
-            str(workdir / "faust-data"),
-            str(PARTITIONS),
-            "worker",
-            "-l",
-            "warn",
-        ],
-        stdout=(workdir / "faust.log").open("wb"),
-        stderr=subprocess.STDOUT,
-        cwd=workdir,
-    )
+    process = start_bare_faust(kafka, source, sink, workdir, PARTITIONS)
     return System(
         "bare Faust agent, forward each (1 process)",
         source,

@@ -200,12 +200,13 @@ FAUST_APP = textwrap.dedent(
 )
 
 
-async def bare_faust(
-    bootstrap: str, source: str, sink: str, events: int, workdir: Path
-) -> tuple[float, float]:
+def start_bare_faust(
+    bootstrap: str, source: str, sink: str, workdir: Path, partitions: int
+) -> subprocess.Popen[bytes]:
+    """The bare Faust agent (FAUST_APP) forwarding `source` to `sink`, in a process of its own."""
     script = workdir / "bare_faust.py"
     script.write_text(FAUST_APP)
-    process = subprocess.Popen(  # noqa: ASYNC220 (a benchmark: started once, not awaited)
+    return subprocess.Popen(
         [
             sys.executable,
             str(script),
@@ -213,7 +214,7 @@ async def bare_faust(
             source,
             sink,
             str(workdir / "faust-data"),
-            str(PARTITIONS),
+            str(partitions),
             "worker",
             "-l",
             "warn",
@@ -222,6 +223,12 @@ async def bare_faust(
         stderr=subprocess.STDOUT,
         cwd=workdir,
     )
+
+
+async def bare_faust(
+    bootstrap: str, source: str, sink: str, events: int, workdir: Path
+) -> tuple[float, float]:
+    process = start_bare_faust(bootstrap, source, sink, workdir, PARTITIONS)
     try:
         await first_record(bootstrap, sink, 120)  # started: what follows is the work
         started = cpu_s(process.pid)
