@@ -27,12 +27,12 @@ from tests.memory import MemoryWorker, memory_worker
 from tracejudge.judges.early_stop import check_early_stop
 from tracejudge.judges.generic import assess_answer
 from tracejudge.judges.llm.prompt import build_input
+from tracejudge.judges.making import made_of
+from tracejudge.judges.records import window_of
 from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, conclude
 from tracejudge.models.events import parse_event
-from tracejudge.streams.worker.records import window_of
-from tracejudge.streams.worker.verdict_making import made_of
 
 STEP_LIMIT = 50
 SECRET_TEXT = (

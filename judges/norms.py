@@ -84,7 +84,7 @@ class Tally:
         self._seen(event.ts, event.agent_name)
 
     def add_record(self, record: dict[str, Any]) -> None:
-        """A stored step record, whole or a stub (see `streams/worker/records.py`)."""
+        """A stored step record, whole or a stub (see `judges/records.py`)."""
         kind = record.get("type")
         if kind == "tool_call":
             tool = str(record.get("tool", ""))

@@ -65,24 +65,13 @@ class OperationSettings(BaseModel):
     closed_retention_s: float = Field(
         3600.0, ge=0, description="How long a closed request is remembered to drop late events."
     )
-    verdict_process: bool = Field(
-        True,
-        description="Make closed windows' verdicts (rules, masking, encoding; the LLM judge's "
-        "input) in a process of their own, on another core than the window agent.",
-    )
-    judge_process: bool = Field(
-        True,
-        description="Run the LLM judge's calls (HTTP, cache, the judged verdict's masking and "
-        "encoding) in a process of their own, off the window agent's.",
-    )
     producer_linger_ms: float = Field(
         5.0,
         ge=0,
-        description="How long the worker's own producer waits to put records together in one "
-        "request: table changelogs, judge jobs, dead letters, and the verdicts when "
-        "TRACEJUDGE_VERDICT_PROCESS=false (the verdict process sends its own without waiting). "
-        "Early-stop decisions and retry requests, which agents wait on, go at once. Under load, "
-        "fewer produce requests on the window agent's thread.",
+        description="How long the worker's producer waits to put records together in one "
+        "request: table changelogs, verdicts, judge jobs, dead letters. Early-stop decisions "
+        "and retry requests, which agents wait on, go at once. Under load, fewer produce "
+        "requests on the window agent's thread.",
     )
     step_hold_s: float = Field(
         10.0,
@@ -270,6 +259,12 @@ class JudgeSettings(BaseModel):
         False,
         description="Judge closed requests with an LLM. Unset: on as soon as a judge endpoint "
         "is configured (TRACEJUDGE_LLM_BASE_URL or TRACEJUDGE_LLM_API_KEY set), off otherwise.",
+    )
+    worker_judges: bool = Field(
+        True,
+        description="With the LLM judge on, the worker also consumes the judge-requests topic and "
+        "makes the judge calls. Set false where `tracejudge judge` processes do it, scaled on "
+        "their own.",
     )
     llm_base_url: str = Field(
         "https://api.openai.com/v1", description="OpenAI-compatible API base URL (…/v1)."

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from tracejudge.judges.records import WindowMeta, read_step, step_record
 from tracejudge.models.events import ToolCall, parse_event
-from tracejudge.streams.worker.records import WindowMeta, read_step, step_record
 from tracejudge.streams.worker.windows import WindowStore
 
 

@@ -1,4 +1,4 @@
-"""`tracejudge` command line: worker, demo, status, tail, publish, replay, schema."""
+"""`tracejudge` command line: worker, judge, demo, status, tail, publish, replay, schema."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ TAIL_KINDS = (
 )
 
 
-KAFKA_COMMANDS = ("publish", "tail", "status", "otel")
+KAFKA_COMMANDS = ("publish", "tail", "status", "otel", "judge")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", metavar="FILE", help="settings file (dotenv syntax)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("worker", help="run the evaluation worker")
+    sub.add_parser("worker", help="run the evaluation worker (one per core; more join its group)")
+    sub.add_parser(
+        "judge",
+        help="run the LLM judge stage on its own (workers then set TRACEJUDGE_WORKER_JUDGES=false)",
+    )
     sub.add_parser("topics", help="create every topic (the worker also does it at start)")
     sub.add_parser("otel", help="receive OTLP traces (gRPC :4317, HTTP :4318) as contract events")
     demo = sub.add_parser("demo", help="run the demo on an embedded broker and print verdicts")
@@ -106,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(check_connection(settings))
         if args.command == "worker":
             return _worker(settings)
+        if args.command == "judge":
+            from tracejudge.streams.judging.service import run_judge
+
+            return run_judge(settings)
         if args.command == "otel":
             from tracejudge.streams.otel.receiver import serve
 

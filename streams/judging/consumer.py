@@ -75,13 +75,14 @@ class JudgeRunner:
         self.tasks: dict[asyncio.Task[None], tuple[TopicPartition, int]] = {}
         self.assigned = False
         self.last_commit = 0.0
+        self.group_id = f"{settings.app_id}{names.JUDGE_GROUP_SUFFIX}"
 
     def _consumer(self) -> AIOKafkaConsumer:
         session_ms = int(self.settings.broker_session_timeout_s * 1000)
         return AIOKafkaConsumer(
             self.topic,
             **client_options(self.settings),
-            group_id=f"{self.settings.app_id}{names.JUDGE_GROUP_SUFFIX}",
+            group_id=self.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             session_timeout_ms=session_ms,

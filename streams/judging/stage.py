@@ -11,7 +11,15 @@ from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
 from tracejudge.judges.llm.monitor import FallbackMonitor
 from tracejudge.judges.llm.prompt import cache_key
-from tracejudge.judges.verdicts import JudgeJob, JudgeOutcome, Policy, Verdict, conclude
+from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.verdicts import (
+    JudgeJob,
+    JudgeOutcome,
+    Policy,
+    Verdict,
+    conclude,
+    evaluator_version,
+)
 from tracejudge.models.outputs import Alert
 from tracejudge.prompts import JudgePrompt, final_judge_prompt
 from tracejudge.streams.judging.cache import JudgeCache
@@ -23,6 +31,14 @@ log = logging.getLogger(__name__)
 
 def judge_version(settings: Settings, prompt: JudgePrompt) -> str:
     return f"judge-{prompt.version}:{settings.llm_model}"
+
+
+def judging_version(settings: Settings) -> str:
+    """The evaluator version every verdict carries: the rules', and the judge's when it is on.
+    The worker and `tracejudge judge` compute it from the same settings."""
+    if not settings.llm_judge_enabled:
+        return evaluator_version(RuleJudge.version)
+    return evaluator_version(RuleJudge.version, judge_version(settings, final_judge_prompt()))
 
 
 class JudgeStage:

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 
 from tracejudge.models import names
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
-from tracejudge.streams.worker.outputs import redis_client
 
 
 @dataclass
@@ -62,9 +62,6 @@ class MemoryLookup:
         self.data[key] = value.decode("utf-8")
         return True
 
-    def count_failed(self, writes: int) -> None:
-        self.errors += writes
-
 
 class ReplayFailed(RuntimeError):
     """What would have made the worker exit for its supervisor."""
@@ -93,6 +90,8 @@ async def replay(
     """Feed (key, value) records in order; close what is still open at the end as the idle
     timeout would; run queued judge jobs as the judge consumer would."""
     channels = Channels(*(CollectingChannel() for _ in range(8)))
+    # a replay judges what it queues itself, whatever the cluster's workers do
+    settings = settings.model_copy(update={"worker_judges": True})
     redis = redis_client(settings.redis_url) if settings.llm_judge_enabled else None
     ctx = WorkerContext.build(
         settings, channels, Tables({}, {}, {}), redis, lookup=MemoryLookup(), exit=_stop
@@ -114,7 +113,7 @@ async def replay(
         await jobs.run(final=True)
     finally:
         if ctx.judge_jobs is not None:
-            await ctx.judge_jobs.judge.aclose()
+            await ctx.judge_jobs.aclose()
         if redis is not None:
             await redis.aclose()
     return _result(settings, count, channels, ctx)

@@ -26,18 +26,13 @@ from tracejudge.streams.kafka import internals
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
 from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from tracejudge.streams.outputs import Prompt, redis_client
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker import record_handoff
-from tracejudge.streams.worker.child import ChildDied, ChildProcess
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
-from tracejudge.streams.worker.judge_jobs import Judge
-from tracejudge.streams.worker.judge_process import JudgeProcess
 from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
-from tracejudge.streams.worker.outputs import Prompt, redis_client
-from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, Maker
-from tracejudge.streams.worker.verdict_process import ProcessMaker
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -115,24 +110,8 @@ def create_app(settings: Settings) -> faust.App:
     app = _faust_app(settings)
 
     events_topic, responses_topic, channels, tables = _topics_and_tables(app, settings)
-    children: list[ChildProcess] = []  # started by `_start_children`
-
-    def process_maker(judging: Judging) -> Maker:
-        children.append(maker := ProcessMaker(judging, publishing=settings))
-        return maker
-
-    def judge_process(version: str) -> Judge:
-        children.append(judge := JudgeProcess(settings, version))
-        return judge
-
     ctx = WorkerContext.build(
-        settings,
-        channels,
-        tables,
-        redis_client(settings.redis_url),
-        maker=process_maker if settings.verdict_process else InlineMaker,
-        judge=judge_process if settings.judge_process else None,
-        hold_s=settings.step_hold_s,
+        settings, channels, tables, redis_client(settings.redis_url), hold_s=settings.step_hold_s
     )
     guard = _offset_guard(app, ctx)
     take = Intake(ctx, guard)
@@ -168,29 +147,10 @@ def create_app(settings: Settings) -> faust.App:
     async def log_verdicts() -> None:
         ctx.publisher.log.flush()
 
-    _start_children(app, ctx, children)
     _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard)
     _add_phase_logs(app, settings)
     return app
-
-
-def _start_children(app: faust.App, ctx: WorkerContext, children: list[ChildProcess]) -> None:
-    ctx.liveness.children_started = not children
-
-    @app.task  # type: ignore[untyped-decorator]
-    async def start_child_processes() -> None:
-        """Spawned and warm (in parallel) before the first window closes; the worker reports
-        ready only then. One that does not start exits the worker 70, like one that dies."""
-
-        async def start(child: ChildProcess) -> None:
-            try:
-                await child.start()
-            except ChildDied as exc:
-                ctx.errors.exit(f"{child.name} did not start", exc)
-
-        await asyncio.gather(*map(start, children))
-        ctx.liveness.children_started = True
 
 
 def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Channels, Tables]:

@@ -7,22 +7,26 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tracejudge.judges.making import Closing, Judging, make_verdict
 from tracejudge.judges.norms import group_of
+from tracejudge.judges.rules import RuleJudge
 from tracejudge.models.window import ClosedBy
-from tracejudge.streams.worker.inflight import later
-from tracejudge.streams.worker.outputs import Channel, VerdictPublisher, deliver
-from tracejudge.streams.worker.verdict_making import Closing, Maker
+from tracejudge.streams.commit import later
+from tracejudge.streams.outputs import Channel, VerdictPublisher, deliver
 from tracejudge.streams.worker.windows import Held, WindowStore
 
 
 @dataclass
 class WindowCloser:
     store: WindowStore
-    make: Maker
+    judging: Judging
     publisher: VerdictPublisher
     judge_requests: Channel
     counters: Counter[str]
     clock: Callable[[], float]
+
+    def __post_init__(self) -> None:
+        self.rules = RuleJudge(tool_call_budget=self.judging.tool_call_budget)
 
     async def close(
         self,
@@ -61,15 +65,13 @@ class WindowCloser:
         await later(self._publish(closing, count, held))
 
     async def _publish(self, closing: Closing, count: int, held: Held | None) -> None:
-        made = await self.make(closing)
+        made = make_verdict(self.judging, closing, self.rules)
         if made.job is not None:
             # the judge runs in its own consumer: the agent goes on closing windows meanwhile
             await deliver(self.judge_requests, closing.request_id.encode(), made.job)
             self.counters["judge_queued"] += 1
-        elif made.published:
-            await self.publisher.published(made, closing.terminal_at)
         else:
-            await self.publisher.publish_made(made, closing.terminal_at)
+            await self.publisher.publish(made, closing.terminal_at)
         self.store.forget_steps(closing.request_id, count)
         if held is not None:  # the window's held input records may be acknowledged now
             held.release()

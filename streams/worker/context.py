@@ -14,24 +14,21 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import evaluator_version
-from tracejudge.prompts import final_judge_prompt
-from tracejudge.streams.judging.stage import JudgeStage, judge_version
+from tracejudge.judges.making import Judging, LLMRouting
+from tracejudge.streams.commit import InFlight
+from tracejudge.streams.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
+from tracejudge.streams.judging.jobs import JudgeJobHandler
+from tracejudge.streams.judging.stage import JudgeStage, judging_version
 from tracejudge.streams.metrics import Metrics, Readings
+from tracejudge.streams.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.baselines import BaselineBook
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
-from tracejudge.streams.worker.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.worker.events import EventHandler
 from tracejudge.streams.worker.idle import IdleScanner, MarkerLog, Timeouts
-from tracejudge.streams.worker.inflight import InFlight
-from tracejudge.streams.worker.judge_jobs import InlineJudge, Judge, JudgeJobHandler
 from tracejudge.streams.worker.liveness import PartitionLiveness
-from tracejudge.streams.worker.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.worker.responses import ResponseHandler
-from tracejudge.streams.worker.verdict_making import InlineMaker, Judging, LLMRouting, Maker
 from tracejudge.streams.worker.windows import WindowStore
 
 Table = MutableMapping[str, Any]
@@ -61,7 +58,6 @@ class Tables:
 class Liveness:
     assigned: bool = False  # the first rebalance has completed
     last_progress: float = field(default_factory=time.monotonic)  # a record was consumed
-    children_started: bool = True  # the verdict and judge processes, where there are any
 
 
 @dataclass
@@ -78,7 +74,7 @@ class WorkerContext:
     events: EventHandler
     responses: ResponseHandler
     idle: IdleScanner
-    judge_jobs: JudgeJobHandler | None  # None: the LLM judge is off
+    judge_jobs: JudgeJobHandler | None  # None: the LLM judge is off, or judges elsewhere
     inflight: InFlight  # records whose outputs are still being acknowledged
 
     @classmethod
@@ -93,15 +89,12 @@ class WorkerContext:
         judge_stage: JudgeStage | None = None,
         clock: Callable[[], float] = time.time,
         exit: Exit = exit_for_supervisor,
-        maker: Callable[[Judging], Maker] = InlineMaker,
-        judge: Callable[[str], Judge] | None = None,
         hold_s: float = 0.0,
     ) -> WorkerContext:
         """Wire the handlers. `lookup` and `judge_stage` default to the real ones; tests may
-        pass their own (a memory lookup, a stage whose model is a fake server). `maker` makes
-        verdicts, `judge` (given the evaluator version) runs judge calls: by default in this
-        process; the worker's run in processes of their own. `hold_s`: steps held in memory
-        (`windows.py`); only where records are acknowledged when their work is done."""
+        pass their own (a memory lookup, a stage whose model is a fake server). `hold_s`: steps
+        held in memory (`windows.py`); only where records are acknowledged when their work is
+        done."""
         counters: Counter[str] = Counter()
         metrics = Metrics()
         store = _store(settings, tables, hold_s)
@@ -111,13 +104,11 @@ class WorkerContext:
             channels.evaluations, channels.reflections, channels.alerts, lookup, counters, metrics
         )
         judge_jobs = None
-        if llm is not None:
-            judge = judge or (lambda v: InlineJudge(_stage(settings, redis, judge_stage, v)))
-            judge_jobs = JudgeJobHandler(judge(version), publisher.publish_made, metrics)
+        if llm is not None and settings.worker_judges:
+            stage = judge_stage or JudgeStage(settings, redis, settings.verdict_policy(), version)
+            judge_jobs = JudgeJobHandler(stage, publisher, metrics)
         judging = Judging(settings.tool_call_budget, settings.verdict_policy(), version, llm)
-        closer = WindowCloser(
-            store, maker(judging), publisher, channels.judge_requests, counters, clock
-        )
+        closer = WindowCloser(store, judging, publisher, channels.judge_requests, counters, clock)
         early = _early_stopper(settings, store, channels.control, lookup, counters, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
         timeouts = Timeouts(
@@ -225,13 +216,7 @@ def _read_into(
 
 def _versions(settings: Settings) -> tuple[str, LLMRouting | None]:
     """The evaluator version, and the routing of closed requests when the LLM judge is on."""
+    version = judging_version(settings)
     if not settings.llm_judge_enabled:
-        return evaluator_version(RuleJudge.version), None
-    version = evaluator_version(RuleJudge.version, judge_version(settings, final_judge_prompt()))
+        return version, None
     return version, LLMRouting(settings.llm_sample_rate, settings.llm_max_input_chars)
-
-
-def _stage(
-    settings: Settings, redis: aioredis.Redis | None, stage: JudgeStage | None, version: str
-) -> JudgeStage:
-    return stage or JudgeStage(settings, redis, settings.verdict_policy(), version)

@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.judges.early_stop import EarlyStopPolicy, check_early_stop
+from tracejudge.judges.making import encode
 from tracejudge.judges.redact import mask
 from tracejudge.judges.verdicts import stable_id
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
 from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.worker.outputs import Channel, Lookup, deliver
-from tracejudge.streams.worker.verdict_making import encode
+from tracejudge.streams.outputs import Channel, Lookup, deliver
 from tracejudge.streams.worker.windows import WindowStore
 
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import Iteration, parse_event
 from tracejudge.models.names import MARKER_HEADER
+from tracejudge.streams.commit import later
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.idle import MarkerLog, Timeouts
-from tracejudge.streams.worker.inflight import later
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.windows import Marker, WindowStore, is_terminal
 

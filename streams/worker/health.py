@@ -16,7 +16,7 @@ def health_report(
     broker_unreachable: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """The body and HTTP status of /health."""
-    up = ctx.liveness.assigned and recovered and not rebalancing and ctx.liveness.children_started
+    up = ctx.liveness.assigned and recovered and not rebalancing
     ready = up and not stalled and not broker_unreachable
     status = "ok"
     if broker_unreachable:

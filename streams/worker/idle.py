@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.models.names import MARKER_HEADER
+from tracejudge.streams.outputs import Channel
 from tracejudge.streams.worker.baselines import BASELINE_MARKER_ID, SEP
 from tracejudge.streams.worker.liveness import PartitionLiveness
-from tracejudge.streams.worker.outputs import Channel
 from tracejudge.streams.worker.windows import Marker, WindowStore
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,12 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracejudge.judges.making import encode
 from tracejudge.judges.retries import plan_retry
 from tracejudge.models.responses import parse_model_response
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.worker.outputs import Channel
-from tracejudge.streams.worker.verdict_making import encode
+from tracejudge.streams.outputs import Channel
 
 # Fingerprints of handled answers kept per session: enough to recognise redeliveries.
 MARKS_KEPT = 32

@@ -43,10 +43,7 @@ from typing import Any, Literal
 
 from tracejudge.judges.early_stop import Action, Round
 from tracejudge.judges.norms import RunStats, Tally
-from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, Iteration
-from tracejudge.models.window import ClosedBy, Window
-from tracejudge.streams.worker.baselines import BaselineBook
-from tracejudge.streams.worker.records import (
+from tracejudge.judges.records import (
     OPENED_AT,
     PARTITION,
     WindowMeta,
@@ -56,6 +53,9 @@ from tracejudge.streams.worker.records import (
     window_of,
     with_fields,
 )
+from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, Iteration
+from tracejudge.models.window import ClosedBy, Window
+from tracejudge.streams.worker.baselines import BaselineBook
 
 SEP = "\x1f"
 AddStatus = Literal["added", "duplicate", "late", "reclose", "replayed"]

@@ -32,6 +32,7 @@ class WorkerProcess:
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
     health_codes: list[int] = field(default_factory=list)  # distinct codes seen while starting
+    command: str = "worker"  # or "judge": the judge stage on its own
     settings: Settings = field(init=False)
 
     def __post_init__(self) -> None:
@@ -52,7 +53,7 @@ class WorkerProcess:
         with self.log.open("ab") as out:
             out.write(f"\n==== start #{self.starts} ====\n".encode())
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tracejudge.streams.cli", "worker"],
+            [sys.executable, "-m", "tracejudge.streams.cli", self.command],
             cwd=ROOT,
             env=env,
             stdout=self.log.open("ab"),

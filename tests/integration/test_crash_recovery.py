@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,8 +15,6 @@ from tests.integration.harness import (
     consume,
     key_value_lines,
     produce,
-    produce_events,
-    refund_request,
     worker_env,
 )
 
@@ -73,39 +68,3 @@ async def test_kill_9_mid_replay_then_restart(
         f"killed after {killed_at} evaluations; {duplicates} duplicate evaluations after "
         f"restart; {restarts} more restart(s) after the stall watchdog stopped the worker"
     )
-
-
-async def test_the_verdict_process_killed_makes_the_worker_exit_and_a_restart_judges_again(
-    kafka_bootstrap: str, redis_url: str, tmp_path: Path
-) -> None:
-    """The verdicts a dead verdict process owed are not lost: the worker exits 70 without
-    acknowledging their records, and the next start judges them."""
-    worker = WorkerProcess(
-        worker_env(kafka_bootstrap, redis_url, tmp_path, "child"), tmp_path / "worker.log"
-    ).start()
-    assert worker.process is not None
-    first, second = (f"child-{uuid.uuid4().hex[:6]}" for _ in range(2))
-
-    async def judged(rid: str) -> bool:
-        records = await consume(
-            kafka_bootstrap,
-            worker.topic("evaluations"),
-            until=lambda rs: any(r.key == rid.encode() for r in rs),
-            timeout_s=60,
-        )
-        return any(r.key == rid.encode() for r in records)
-
-    try:
-        await produce_events(kafka_bootstrap, worker.topic("events"), refund_request(first))
-        assert await judged(first), worker.tail()  # the verdict process is up and working
-        pid = worker.process.pid
-        listing = Path(f"/proc/{pid}/task/{pid}/children")
-        children = (await asyncio.to_thread(listing.read_text)).split()
-        assert len(children) == 1, children  # the verdict process
-        os.kill(int(children[0]), signal.SIGKILL)
-        await produce_events(kafka_bootstrap, worker.topic("events"), refund_request(second))
-        assert await asyncio.to_thread(worker.process.wait, 60) == 70, worker.tail()
-        worker.start(timeout_s=180)
-        assert await judged(second), worker.tail()
-    finally:
-        worker.stop()

@@ -1,9 +1,9 @@
-"""The verdict process sends the verdicts it makes, and answers once the broker has them."""
+"""The one verdict output path on the real broker and Redis, and a worker with Redis down."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,11 +20,12 @@ from tests.integration.harness import (
 )
 from tests.integration.test_cli import cli
 from tests.realservices import free_port
-from tests.test_verdict_process import JUDGING, closings
+from tests.test_verdict_making import JUDGING, closings
+from tracejudge.judges.making import Made, make_verdict
 from tracejudge.models import names
+from tracejudge.streams.judging.service import ProducerTopic, producer
+from tracejudge.streams.outputs import RedisSink, VerdictPublisher, redis_client
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.worker.verdict_making import make_verdict
-from tracejudge.streams.worker.verdict_process import ProcessMaker
 
 pytestmark = pytest.mark.integration
 
@@ -58,46 +59,56 @@ async def settings_with_topics(env: dict[str, str], tmp_path: Path) -> Settings:
     return worker.settings
 
 
-async def test_the_verdict_process_answers_only_once_its_records_are_on_the_broker(
+async def publish_all(settings: Settings, made: list[Made]) -> RedisSink:
+    """Every verdict through the output path the worker and `tracejudge judge` use, on a real
+    producer; returns once `publish` has returned for each (acks and Redis write included)."""
+    kafka = producer(settings)
+    await kafka.start()
+    sink = RedisSink(redis_client(settings.redis_url), settings.evaluation_ttl_s)
+    publisher = VerdictPublisher(
+        *(
+            ProducerTopic(kafka, settings.topic(n))
+            for n in (names.EVALUATIONS, names.REFLECTIONS, names.ALERTS)
+        ),
+        sink,
+        Counter(),
+    )
+    try:
+        await asyncio.gather(*(publisher.publish(m) for m in made))
+    finally:
+        await kafka.stop()
+        await sink.aclose()
+    return sink
+
+
+async def test_a_published_verdict_is_on_the_broker_and_in_redis_when_publish_returns(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
     settings = await settings_with_topics(
         worker_env(kafka_bootstrap, redis_url, tmp_path, "vpub"), tmp_path
     )
-    maker = ProcessMaker(JUDGING, publishing=settings)
+    made = [make_verdict(JUDGING, c) for c in closings() * 2]  # twice: at-least-once
+    sink = await publish_all(settings, made)
+    # read right after, up to the end offsets of that moment: nothing is on its way any more
+    evaluations = await records_on(
+        kafka_bootstrap, settings.topic(names.EVALUATIONS), settings.partitions
+    )
+    reflections = await records_on(
+        kafka_bootstrap, settings.topic(names.REFLECTIONS), settings.partitions
+    )
+    alerts = await records_on(kafka_bootstrap, settings.topic(names.ALERTS), settings.partitions)
+    redis = aioredis.from_url(redis_url)
     try:
-        asked = closings() * 2  # the second time: the same records again (at-least-once)
-        made = await asyncio.gather(*(maker(c) for c in asked))
-        # read right after the answers, up to the end offsets of that moment: nothing is on
-        # its way any more
-        evaluations = await records_on(
-            kafka_bootstrap, settings.topic(names.EVALUATIONS), settings.partitions
-        )
-        reflections = await records_on(
-            kafka_bootstrap, settings.topic(names.REFLECTIONS), settings.partitions
-        )
-        alerts = await records_on(
-            kafka_bootstrap, settings.topic(names.ALERTS), settings.partitions
-        )
-        # and the evaluations are in Redis already, under the key agents look them up by
-        redis = aioredis.from_url(redis_url)
-        try:
-            in_redis = {
-                m.request_id: await redis.get(
-                    names.REDIS_EVALUATION_KEY.format(request_id=m.request_id)
-                )
-                for m in made
-            }
-        finally:
-            await redis.aclose()
+        in_redis = {
+            m.request_id: await redis.get(
+                names.REDIS_EVALUATION_KEY.format(request_id=m.request_id)
+            )
+            for m in made
+        }
     finally:
-        await maker.close()
+        await redis.aclose()
+    assert sink.errors == 0
     assert in_redis == {m.request_id: m.evaluation for m in made}
-    assert all(m.published and m.stored for m in made)
-    # what it sent is what the worker would have made and sent itself, keyed by request id
-    assert [dataclasses.replace(m, published=False, stored=None) for m in made] == [
-        make_verdict(JUDGING, c) for c in asked
-    ]
     key = [m.request_id.encode() for m in made]
     assert sorted(evaluations) == sorted(zip(key, [m.evaluation for m in made], strict=True))
     assert sorted(reflections) == sorted(
@@ -109,7 +120,7 @@ async def test_the_verdict_process_answers_only_once_its_records_are_on_the_brok
     assert reflections and alerts  # the samples include incomplete and failing requests
 
 
-async def test_with_redis_down_the_verdict_process_still_sends_and_says_the_write_failed(
+async def test_with_redis_down_verdicts_are_still_sent_and_the_failed_writes_counted(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     # nothing listens on this loopback port: each write fails within the 1 s socket timeout
@@ -117,16 +128,12 @@ async def test_with_redis_down_the_verdict_process_still_sends_and_says_the_writ
     settings = await settings_with_topics(
         worker_env(kafka_bootstrap, down, tmp_path, "vpubr"), tmp_path
     )
-    maker = ProcessMaker(JUDGING, publishing=settings)
-    try:
-        asked = closings()
-        made = await asyncio.wait_for(asyncio.gather(*(maker(c) for c in asked)), 60)
-        evaluations = await records_on(
-            kafka_bootstrap, settings.topic(names.EVALUATIONS), settings.partitions
-        )
-    finally:
-        await maker.close()
-    assert [(m.published, m.stored) for m in made] == [(True, False)] * len(asked)
+    made = [make_verdict(JUDGING, c) for c in closings()]
+    sink = await asyncio.wait_for(publish_all(settings, made), 60)
+    evaluations = await records_on(
+        kafka_bootstrap, settings.topic(names.EVALUATIONS), settings.partitions
+    )
+    assert sink.errors == len(made)
     assert sorted(evaluations) == sorted((m.request_id.encode(), m.evaluation) for m in made)
 
 

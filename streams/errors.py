@@ -23,8 +23,7 @@ from tracejudge.models import names
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.worker.child import ChildDied
-from tracejudge.streams.worker.outputs import Channel
+from tracejudge.streams.outputs import Channel
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +33,9 @@ DlqPayload = Literal["keep", "mask", "drop"]
 
 
 def on_error(exc: BaseException) -> Action:
-    """Kafka being unusable, or a child process of the worker gone, is not the record's fault:
-    exit so that it is delivered again. Anything else is about this record: dead-letter it, so
-    that the next one is processed."""
-    return "exit" if isinstance(exc, KafkaError | ChildDied) else "dead_letter"
+    """Kafka being unusable is not the record's fault: exit so that it is delivered again.
+    Anything else is about this record: dead-letter it, so that the next one is processed."""
+    return "exit" if isinstance(exc, KafkaError) else "dead_letter"
 
 
 def exit_for_supervisor(reason: str, exc: BaseException) -> NoReturn:
@@ -143,8 +141,7 @@ class ErrorPolicy:
             await handler(record)
         except Exception as exc:
             if on_error(exc) == "exit":
-                why = "kafka failure" if isinstance(exc, KafkaError) else "a child process gone"
-                self.exit(f"{why} while handling a record of {record.topic}", exc)
+                self.exit(f"kafka failure while handling a record of {record.topic}", exc)
             if not isinstance(exc, InvalidEvent):
                 log.exception("unexpected error on a record of %s; dead-lettering it", record.topic)
             try:

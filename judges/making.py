@@ -1,21 +1,20 @@
 """Making a closed window's verdict: decoding its records, the rules, masking and encoding what
 it produces (or, for a request the LLM judge samples, the judge's masked input).
 
-This is most of the CPU a request costs, and none of it needs the tables: the window agent
-reads the records and hands them over, and goes on with the next events. In the worker the work
-runs in a process of its own (`verdict_process.py`, TRACEJUDGE_VERDICT_PROCESS), so it uses the
-second core instead of holding up the single-threaded agent; elsewhere (unit tests, replay) it
-runs inline (`InlineMaker`). `make_verdict` is a pure function of what it is given.
+This is most of the CPU a request costs, and none of it needs Kafka or the tables: the window
+agent reads the records and hands them over. `make_verdict` is a pure function of what it is
+given; the worker, the replay engine and the tests call the same function.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tracejudge.judges import Judge
 from tracejudge.judges.llm.prompt import build_input
 from tracejudge.judges.norms import Norms, RunStats
+from tracejudge.judges.records import window_of
 from tracejudge.judges.redact import masked_json
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.sampling import sampled
@@ -29,7 +28,6 @@ from tracejudge.judges.verdicts import (
     conclude,
 )
 from tracejudge.models.window import ClosedBy
-from tracejudge.streams.worker.records import window_of
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class LLMRouting:
 
 @dataclass(frozen=True)
 class Judging:
-    """How verdicts are made; sent once to the verdict process."""
+    """How verdicts are made: the same for every closed window of a worker."""
 
     tool_call_budget: int
     policy: Policy
@@ -90,8 +88,6 @@ class Made:
     alerts: list[bytes] = field(default_factory=list)
     summary: Summary | None = None
     job: bytes | None = None
-    published: bool = False  # sent and acknowledged already (by the verdict process)
-    stored: bool | None = None  # its Redis write by the verdict process: done, failed, not tried
 
 
 def encode(model: Any) -> bytes:
@@ -144,18 +140,3 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
         return Made(closing.request_id, job=encode(job))
     outcome = SKIPPED if llm is not None else DISABLED
     return made_of(conclude(facts, verdict, outcome, judging.policy, judging.version, closing.now))
-
-
-class Maker(Protocol):
-    async def __call__(self, closing: Closing) -> Made: ...
-
-
-@dataclass
-class InlineMaker:
-    judging: Judging
-
-    def __post_init__(self) -> None:
-        self.rules = RuleJudge(tool_call_budget=self.judging.tool_call_budget)
-
-    async def __call__(self, closing: Closing) -> Made:
-        return make_verdict(self.judging, closing, self.rules)

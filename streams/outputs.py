@@ -18,11 +18,11 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
+from tracejudge.judges.making import Made, encode
 from tracejudge.models.names import REDIS_EVALUATION_KEY
+from tracejudge.streams.commit import later
 from tracejudge.streams.metrics import Metrics, quadrant
-from tracejudge.streams.worker.inflight import later
-from tracejudge.streams.worker.verdict_log import VerdictLog
-from tracejudge.streams.worker.verdict_making import Made, encode
+from tracejudge.streams.verdict_log import VerdictLog
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,6 @@ class Lookup(Protocol):
 
     async def put_encoded(self, key: str, value: bytes) -> bool:
         """`value`: as `encode` made it (masked)."""
-        ...
-
-    def count_failed(self, writes: int) -> None:
-        """Writes that failed in another process (the verdict process), counted here too."""
         ...
 
 
@@ -104,7 +100,7 @@ class VerdictPublisher:
     metrics: Metrics = field(default_factory=Metrics)
     log: VerdictLog = field(default_factory=VerdictLog)
 
-    async def publish_made(self, made: Made, terminal_at: float | None = None) -> None:
+    async def publish(self, made: Made, terminal_at: float | None = None) -> None:
         """Send a verdict's encoded records; the acks and the Redis write are left for
         `later`."""
         key = made.request_id.encode("utf-8")
@@ -116,23 +112,15 @@ class VerdictPublisher:
             pending.append(await self.alerts.send(key=key, value=alert))
         await later(self._delivered(made, pending, terminal_at))
 
-    async def published(self, made: Made, terminal_at: float | None = None) -> None:
-        """A verdict the verdict process has sent and the broker has (and, with Redis on, has
-        written to Redis): the counting is left for `later`."""
-        await later(self._delivered(made, [], terminal_at))
-
     async def _delivered(
         self, made: Made, pending: list[Awaitable[Any]], terminal_at: float | None
     ) -> None:
         summary = made.summary
         assert made.evaluation is not None and summary is not None
         await asyncio.gather(*pending)
-        if made.stored is None:
-            await self.lookup.put_encoded(
-                REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
-            )
-        elif not made.stored:
-            self.lookup.count_failed(1)
+        await self.lookup.put_encoded(
+            REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
+        )
         self.counters["evaluations"] += 1
         self.counters[f"judge_{summary.judge_status}"] += 1
         if summary.reflection:
@@ -191,9 +179,6 @@ class RedisSink:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write(self._client))
         return await done
-
-    def count_failed(self, writes: int) -> None:
-        self.errors += writes
 
     async def aclose(self) -> None:
         if self._client is not None:

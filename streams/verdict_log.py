@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.streams.worker.verdict_making import Summary
+from tracejudge.judges.making import Summary
 
-log = logging.getLogger("tracejudge.streams.worker.outputs")  # where the line always was
+log = logging.getLogger("tracejudge.streams.outputs")  # where the line always was
 
 
 @dataclass

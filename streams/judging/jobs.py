@@ -1,0 +1,52 @@
+"""The judge stage's handler: a judge job in, a blended verdict published.
+
+The same handler runs in the worker (when it judges: TRACEJUDGE_WORKER_JUDGES) and in
+`tracejudge judge` (`judging/service.py`); both publish through `outputs.VerdictPublisher`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracejudge.judges.making import made_of
+from tracejudge.judges.verdicts import JudgeJob, JudgeOutcome
+from tracejudge.streams.judging.stage import JudgeStage
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.outputs import VerdictPublisher
+
+
+def record_outcome(metrics: Metrics, outcome: JudgeOutcome) -> None:
+    """A judge call in the metrics: a cache hit, or the model's latency and any error."""
+    if outcome.cached:
+        metrics.judge_cache_hits.inc()
+    if outcome.error is not None:
+        metrics.judge_errors.labels(outcome.error).inc()
+    if outcome.latency_s is not None:
+        metrics.judge_latency.observe(outcome.latency_s)
+
+
+@dataclass
+class JudgeJobHandler:
+    stage: JudgeStage
+    publisher: VerdictPublisher
+    metrics: Metrics
+
+    @property
+    def breaker_open(self) -> bool:
+        return self.stage.breaker.state == "open"
+
+    @property
+    def rate_limit_waits(self) -> int:
+        return self.stage.limiter.waits
+
+    async def __call__(self, record: InRecord) -> None:
+        """Judge the job in `record`; a malformed one raises the validation error and is
+        dead-lettered like any bad record."""
+        job = JudgeJob.model_validate_json(record.value or b"")
+        verdict, outcome = await self.stage.judged(job)
+        record_outcome(self.metrics, outcome)
+        await self.publisher.publish(made_of(verdict), job.terminal_at)
+
+    async def aclose(self) -> None:
+        await self.stage.aclose()
