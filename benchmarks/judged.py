@@ -8,11 +8,9 @@ after `--latency-ms`. For LLM concurrency 4 and 16: a backlog of enough requests
 judge busy for about `--seconds`, every one judged; judged evaluations per second (first call
 to the model -> last evaluation on the topic) against the ideal, concurrency / model latency.
 Then the side-by-side backlog (2,000 x 10 events) with the judge off, and on with 10% of the
-requests sampled (its calls in the judge process, and, to compare, in the worker's main
-process), `--rounds` times each in turn: the rate at which the window agent closes the
-rule-only requests (first to last of their evaluations), and the CPU seconds of the worker's
-main process (the window agent's) and of the whole worker (its verdict and judge processes
-too) while it drains; then the medians.
+requests sampled, `--rounds` times each in turn: the rate at which the window agent closes
+the rule-only requests (first to last of their evaluations), and the CPU seconds of the
+worker while it drains; then the medians.
 """
 
 from __future__ import annotations
@@ -130,8 +128,6 @@ async def rule_only(kafka: str, redis: str, workdir: Path, latency_s: float, rou
         modes: dict[str, dict[str, Any]] = {
             "judge off": {},
             "judge on, 10% sampled": judge_on,
-            # as before the judge process: its calls in the window agent's process
-            "judge on, in the main process": {**judge_on, "judge_process": "false"},
         }
         for n in range(rounds):
             for label, settings in modes.items():

@@ -1,5 +1,6 @@
-"""Scale by processes (issue 29): one worker with its verdict process, against two workers in
-the consumer group with no child processes, and bare Faust, in one run on the same broker.
+"""Scale by processes: bare Faust, one tracejudge worker, and as many workers as cores in the
+consumer group, in one run on the same broker. (Until the child processes went, the second
+system was one worker with its verdict process: BENCHMARKS.md has both runs.)
 
     python -m benchmarks.scale_by_processes [--requests 3000] [--rates 1000,2000,4000,6000]
                                             [--sweep-seconds 20]
@@ -7,7 +8,7 @@ the consumer group with no child processes, and bare Faust, in one run on the sa
 For each system, started and warmed up first (one request through), then:
 - **drain**: a backlog of `requests` x 10 contract events produced at once; events per second
   from the first to the last output record (broker timestamps), and CPU milliseconds per input
-  event over *all* the system's processes (workers and their children), from the start of the
+  event over *all* the system's processes, from the start of the
   backlog to its last output;
 - **steady sweep**: the same fixed rates for every system, `--sweep-seconds` each; latency from
   a request's final event acknowledged to its output readable (tracejudge: the evaluation; bare
@@ -67,18 +68,15 @@ class System:
 
 
 async def start_tracejudge(
-    name: str, kafka: str, redis: str, workdir: Path, workers: int, children: bool
+    name: str, kafka: str, redis: str, workdir: Path, workers: int
 ) -> System:
-    flag = "true" if children else "false"
-    slug = f"scale{workers}{'c' if children else 'n'}"  # topic and group names: no spaces
+    slug = f"scale{workers}"  # topic and group names: no spaces
     base = worker_env(
         kafka,
         redis,
         workdir,
         slug,
         partitions=PARTITIONS,
-        verdict_process=flag,
-        judge_process=flag,
         log_level="warning",
     )
     subprocess.run(  # noqa: ASYNC221 (a benchmark: one short command before timing starts)
@@ -282,21 +280,19 @@ async def main(requests: int, rates: list[float], seconds: float) -> None:
             partial(start_faust, kafka.address, workdir),
             partial(
                 start_tracejudge,
-                "tracejudge: 1 worker + its verdict process",
+                "tracejudge: 1 worker",
                 kafka.address,
                 redis.address,
                 workdir,
                 1,
-                True,
             ),
             partial(
                 start_tracejudge,
-                f"tracejudge: {cores} workers, no child processes",
+                f"tracejudge: {cores} workers",
                 kafka.address,
                 redis.address,
                 workdir,
                 cores,
-                False,
             ),
         ]
         for start in starts:

@@ -131,7 +131,7 @@ async def first_record(bootstrap: str, topic: str, timeout_s: float) -> None:
 
 def cpu_s(pid: int, descendants: bool = True) -> float:
     """User + system CPU seconds of a process and (unless told not to) its live descendants
-    (the worker's verdict and judge processes count)."""
+    (any process a system starts counts)."""
     stats: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():

@@ -2,8 +2,7 @@
 
     python -m benchmarks.stage_costs [--repeat N]
 
-The window agent's stages run on the worker's event loop, so their cost is what holds up the
-next event; the verdict's stages run in the verdict process (`worker/verdict_process.py`). Each
+Every stage runs on the worker's event loop, so its cost is what holds up the next event. Each
 is timed on two shapes: the side-by-side benchmark's request (10 events, ~260 bytes each) and a
 window at the step limit with long texts full of things to mask (50 steps of 2,000 characters,
 an 8,000-character answer). Early-stop checks are timed after 2, 10 and 40 rounds: a check that
@@ -154,7 +153,7 @@ def agent_rows(repeat: int) -> list[tuple[str, str, float]]:
 
 
 def verdict_rows() -> list[tuple[str, str, float]]:
-    """The verdict process's stages, for one closed window."""
+    """A verdict's stages, for one closed window."""
     rows = []
     worker = memory_worker(max_trace_steps=STEP_LIMIT)
     rules = RuleJudge(tool_call_budget=12)

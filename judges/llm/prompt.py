@@ -98,7 +98,7 @@ def _render(data: dict[str, Any]) -> str:
 
 # Steps are dropped before masking while the unmasked data is over this multiple of the budget:
 # masking reads every character (a window at the step limit holds ~300 KB of text, the input
-# shows 24 KB: 136 ms of masking a judged window, in the verdict process every verdict queues
+# shows 24 KB: 136 ms of masking a judged window, on the loop every verdict queues
 # behind). Twice the budget keeps every step that could fit once masked unless masking halves
 # the text, and the exact trimming below still runs on the masked data.
 UNMASKED_SLACK = 2

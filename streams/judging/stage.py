@@ -107,8 +107,8 @@ class JudgeStage:
         )
 
     async def judged(self, job: JudgeJob) -> tuple[Verdict, JudgeOutcome]:
-        """The verdict and how the judge call went, for the caller to record (`judge_jobs.py`:
-        the judge process sends both back to the worker, whose metrics are the ones served)."""
+        """The verdict and how the judge call went, for the caller to record
+        (`judging/jobs.py`)."""
         outcome = await self.outcome(job)
         now = time.time()
         verdict = conclude(job.facts, job.rules, outcome, self.policy, self.version, now)
