@@ -1,5 +1,5 @@
 """Steps held in memory while their input records stay unacknowledged (worker/windows.py): the
-worker's real handlers, driven record by record through `InFlight` as the window agent does."""
+worker's real handlers, driven record by record through `CommitRule` as the window agent does."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Agent:
         def ack() -> None:
             self.acked.append(offset)
 
-        await self.ctx.inflight.handle(lambda: self.ctx.errors.run(record, self.ctx.events), ack)
+        await self.ctx.commits.handle(record, self.ctx.events, ack)
 
 
 def setup(hold_s: float = 10.0) -> tuple[Agent, Tables, Channels]:
@@ -67,7 +67,7 @@ async def test_a_request_within_the_hold_writes_no_step_and_is_acked_with_its_ve
     assert agent.acked == []  # held: not acknowledged, nothing written
     assert tables.window_steps == {}
     await agent.handle(3, final())
-    await agent.ctx.inflight.drain()
+    await agent.ctx.commits.drain()
     assert sorted(agent.acked) == [0, 1, 2, 3]
     assert [e["request_id"] for e in evaluations(channels)] == [RID]
     assert tables.window_steps == {}  # never written: the input topic held them
@@ -79,14 +79,14 @@ async def test_steps_held_too_long_are_written_and_their_records_acknowledged() 
     await agent.handle(1, tool(1))
     agent.clock.now += 6
     await agent.handle(2, tool(2))  # the hold is over: everything held is written
-    await agent.ctx.inflight.drain()
+    await agent.ctx.commits.drain()
     assert sorted(agent.acked) == [0, 1, 2] and len(tables.window_steps) == 3
     await agent.handle(3, tool(3))  # held again, until the idle scan's flush marker
     agent.clock.now += 6
     await agent.ctx.idle.scan()
     (marker,) = channels_events(agent).sent
     await agent.ctx.events(InRecord("events", 0, 4, marker.key, marker.value, dict(marker.headers)))
-    await agent.ctx.inflight.drain()
+    await agent.ctx.commits.drain()
     assert sorted(agent.acked) == [0, 1, 2, 3] and len(tables.window_steps) == 4
 
 
@@ -110,19 +110,19 @@ async def test_a_crash_before_the_verdict_was_acknowledged_judges_again_from_the
     second = Agent(tables, channels)
     for offset, e in enumerate(events):
         await second.handle(offset, e)
-    await second.ctx.inflight.drain()
+    await second.ctx.commits.drain()
     assert sorted(second.acked) == [0, 1, 2, 3]
     (evaluation,) = evaluations(channels)
     # the same verdict as a worker that saw the window once, whole
     alone, _, alone_channels = setup(hold_s=0.0)
     for offset, e in enumerate(events):
         await alone.handle(offset, e)
-    await alone.ctx.inflight.drain()
+    await alone.ctx.commits.drain()
     (expected,) = evaluations(alone_channels)
     assert {**evaluation, "ts": 0} == {**expected, "ts": 0}
     # a copy delivered after that is only late
     await second.handle(4, final())
-    await second.ctx.inflight.drain()
+    await second.ctx.commits.drain()
     assert len(evaluations(channels)) == 1
 
 
@@ -131,19 +131,19 @@ async def test_a_rebalance_drops_what_was_held_unacknowledged() -> None:
     await agent.handle(0, start())
     await agent.handle(1, tool(1))
     agent.ctx.store.unload()
-    await agent.ctx.inflight.drain()
+    await agent.ctx.commits.drain()
     assert agent.acked == [] and tables.window_steps == {}
 
 
 async def test_held_steps_do_not_count_against_the_outputs_in_flight() -> None:
     agent, _, channels = setup()
-    agent.ctx.inflight.limit = 2  # outputs in flight; held steps are bounded by the store
+    agent.ctx.commits.limit = 2  # outputs in flight; held steps are bounded by the store
     rids = [f"r{i}" for i in range(6)]
     for offset, rid in enumerate(rids):
         await asyncio.wait_for(agent.handle(offset, start(rid)), 1)  # never blocks
     assert agent.acked == []
     for offset, rid in enumerate(rids, start=len(rids)):
         await asyncio.wait_for(agent.handle(offset, final(rid=rid)), 5)
-    await agent.ctx.inflight.drain()
+    await agent.ctx.commits.drain()
     assert sorted(agent.acked) == list(range(12))
     assert len(evaluations(channels)) == 6

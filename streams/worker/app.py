@@ -12,7 +12,6 @@ import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -114,23 +113,22 @@ def create_app(settings: Settings) -> faust.App:
         settings, channels, tables, redis_client(settings.redis_url), hold_s=settings.step_hold_s
     )
     guard = _offset_guard(app, ctx)
-    take = Intake(ctx, guard)
+    ctx.commits.admission = guard
 
-    # Only a concurrency=1 agent may update tables (faust-streaming #606); the error policy
-    # keeps every exception out of `async for`, where it would kill the agent silently. Each
-    # record is acknowledged when the outputs it produced are (`inflight.py`), not on the next.
+    # Only a concurrency=1 agent may update tables (faust-streaming #606). Records are
+    # acknowledged (and so committed) only by the commit rule (`streams/commit.py`), which
+    # also keeps every exception out of `async for`, where it would kill the agent silently.
     @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
     async def windows(stream: Any) -> None:
-        manual = stream.noack()
-        async for event in manual.events():
-            await ctx.inflight.handle(
-                partial(take, InRecord.of_faust(event), ctx.events), event.ack
-            )
+        async for event in stream.noack().events():
+            ctx.liveness.last_progress = time.monotonic()
+            await ctx.commits.handle(InRecord.of_faust(event), ctx.events, event.ack)
 
     @app.agent(responses_topic, concurrency=1)  # type: ignore[misc]
     async def responses(stream: Any) -> None:
-        async for event in stream.events():
-            await take(InRecord.of_faust(event), ctx.responses)
+        async for event in stream.noack().events():
+            ctx.liveness.last_progress = time.monotonic()
+            await ctx.commits.handle(InRecord.of_faust(event), ctx.responses, event.ack)
 
     @app.timer(interval=settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
     async def find_idle_windows() -> None:
@@ -247,24 +245,6 @@ def _add_phase_logs(app: faust.App, settings: Settings) -> None:
         gc.freeze()
 
 
-@dataclass
-class Intake:
-    """Every consumed record: liveness, the offset guard, then the handler under the error
-    policy. Nothing raised here reaches `async for`."""
-
-    ctx: WorkerContext
-    guard: OffsetGuard
-
-    async def __call__(self, record: InRecord, handler: Handler) -> None:
-        self.ctx.liveness.last_progress = time.monotonic()
-        try:
-            admitted = await self.guard.admit((record.topic, record.partition), record.offset)
-        except Exception as exc:
-            self.ctx.errors.exit("cannot check a record's offset against the group's", exc)
-        if admitted:
-            await self.ctx.errors.run(record, handler)
-
-
 def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> None:
     handler = ctx.judge_jobs
     if handler is None:
@@ -317,7 +297,7 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
         ctx.store.unload()  # held records are dropped: read again by the next owner
-        await ctx.inflight.drain()  # what was handled is acknowledged before others take over
+        await ctx.commits.drain()  # what was handled is acknowledged before others take over
         ctx.partitions.revoked()
         guard.reset()
 

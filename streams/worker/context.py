@@ -15,7 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from tracejudge.judges.making import Judging, LLMRouting
-from tracejudge.streams.commit import InFlight
+from tracejudge.streams.commit import CommitRule
 from tracejudge.streams.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.judging.jobs import JudgeJobHandler
 from tracejudge.streams.judging.stage import JudgeStage, judging_version
@@ -75,7 +75,7 @@ class WorkerContext:
     responses: ResponseHandler
     idle: IdleScanner
     judge_jobs: JudgeJobHandler | None  # None: the LLM judge is off, or judges elsewhere
-    inflight: InFlight  # records whose outputs are still being acknowledged
+    commits: CommitRule  # when an input record is acknowledged (and so committed)
 
     @classmethod
     def build(
@@ -117,6 +117,9 @@ class WorkerContext:
             settings.changelog_retention_s / 2,  # written again well before retention
         )
         _read_into(metrics.readings, store, lookup, counters, judge_jobs)
+        errors = ErrorPolicy(
+            DeadLetters(channels.dlq, counters, settings.dlq_payload, metrics), exit
+        )
         return cls(
             settings=settings,
             counters=counters,
@@ -125,9 +128,7 @@ class WorkerContext:
             store=store,
             lookup=lookup,
             publisher=publisher,
-            errors=ErrorPolicy(
-                DeadLetters(channels.dlq, counters, settings.dlq_payload, metrics), exit
-            ),
+            errors=errors,
             partitions=liveness,
             events=EventHandler(
                 store=store,
@@ -145,7 +146,7 @@ class WorkerContext:
             responses=_responses(settings, tables, channels, counters, clock, metrics),
             idle=IdleScanner(store, channels.events, timeouts, markers, liveness, counters, clock),
             judge_jobs=judge_jobs,
-            inflight=InFlight(exit),
+            commits=CommitRule(errors),
         )
 
 
