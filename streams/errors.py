@@ -11,7 +11,6 @@ import hashlib
 import json
 import logging
 import os
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
@@ -81,7 +80,6 @@ class DeadLetters:
     that identifies it (topic, partition, offset, size, sha256, first bytes)."""
 
     dlq: Channel
-    counters: Counter[str]
     # keep: the original value (it holds nothing the input topic does not); mask: its text
     # masked like every output; drop: no value, only what identifies it (headers)
     payload: DlqPayload = "keep"
@@ -121,10 +119,10 @@ class DeadLetters:
             stub = _stub(record, code, reason, self.payload)
             stub_headers = [*headers, (names.DLQ_STUB, b"true")]
             await (await self.dlq.send(key=key, value=stub, headers=stub_headers))
-            self.counters["dead_lettered_stub"] += 1
-        self.counters["dead_lettered"] += 1
+            self.metrics.counts["dead_lettered_stub"] += 1
+        self.metrics.counts["dead_lettered"] += 1
         self.metrics.dead_letters.labels(code).inc()
-        self.counters[f"dead_lettered_{code}"] += 1
+        self.metrics.counts[f"dead_lettered_{code}"] += 1
         log.warning(
             "dead-lettered %s[%d]@%d: %s", record.topic, record.partition, record.offset, code
         )

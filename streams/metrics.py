@@ -8,6 +8,7 @@ alert kinds, partitions), so no label can grow with the traffic. Values that liv
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -83,9 +84,13 @@ def _counter(name: str, doc: str, value: float) -> Metric:
 
 
 class Metrics:
+    """Every count the worker keeps: Prometheus series for /metrics, and `counts`, the plain
+    tallies /health shows (events by status, dead letters by reason, repairs, ...)."""
+
     def __init__(self, readings: Readings | None = None) -> None:
         self.registry = CollectorRegistry()
         self.readings = readings or Readings()
+        self.counts: collections.Counter[str] = collections.Counter()
         r = self.registry
         self.events = Counter(
             "tracejudge_events",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -96,7 +95,6 @@ class VerdictPublisher:
     reflections: Channel
     alerts: Channel
     lookup: Lookup
-    counters: Counter[str]
     metrics: Metrics = field(default_factory=Metrics)
     log: VerdictLog = field(default_factory=VerdictLog)
 
@@ -121,11 +119,11 @@ class VerdictPublisher:
         await self.lookup.put_encoded(
             REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
         )
-        self.counters["evaluations"] += 1
-        self.counters[f"judge_{summary.judge_status}"] += 1
+        self.metrics.counts["evaluations"] += 1
+        self.metrics.counts[f"judge_{summary.judge_status}"] += 1
         if summary.reflection:
-            self.counters["reflections"] += 1
-        self.counters["alerts"] += len(summary.alert_kinds)
+            self.metrics.counts["reflections"] += 1
+        self.metrics.counts["alerts"] += len(summary.alert_kinds)
         m = self.metrics
         m.evaluations.labels(
             summary.judge_status, quadrant(summary.success, summary.incomplete)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 
 import pytest
 from aiokafka import TopicPartition
 
 from tests.realservices import free_port
+from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker import watchdog
 from tracejudge.streams.worker.offsets import SEEK_RETRY_S, OffsetGuard
@@ -41,7 +41,7 @@ def guard(consumer: Consumer) -> OffsetGuard:
         consumer.committed,
         consumer.seek,
         consumer.first_offset,
-        Counter(),
+        Metrics(),
         clock=lambda: consumer.now,
     )
 
@@ -57,7 +57,7 @@ async def test_a_first_record_beyond_the_committed_offset_seeks_back_and_waits()
     c = Consumer(committed=10)
     g = guard(c)
     assert not await g.admit(TP, 15)  # Faust resumed before seeking: 10..14 were skipped
-    assert c.seeks == [10] and g.counters["offset_skips_repaired"] == 1
+    assert c.seeks == [10] and g.metrics.counts["offset_skips_repaired"] == 1
     assert not await g.admit(TP, 16)  # buffered before the seek: passed over, no second seek
     assert c.seeks == [10]
     handled = [o for o in (10, 11, 12, 13, 14, 15, 16) if await g.admit(TP, o)]
@@ -82,7 +82,7 @@ async def test_a_seek_undone_by_buffered_records_is_repeated_until_the_hole_come
     assert c.seeks == [5]  # too early to repeat
     c.now += SEEK_RETRY_S
     await g.retry()  # the record at 5 exists: seek again
-    assert c.seeks == [5, 5] and g.counters["offset_seeks_repeated"] == 1
+    assert c.seeks == [5, 5] and g.metrics.counts["offset_seeks_repeated"] == 1
     assert await g.admit(TP, 5) and not g.pending
 
 
@@ -92,7 +92,7 @@ async def test_offsets_that_hold_no_record_are_passed_over() -> None:
     assert not await g.admit(TP, 7)
     c.now += SEEK_RETRY_S
     await g.retry()
-    assert c.seeks == [5, 7] and g.counters["offset_gaps_without_records"] == 1
+    assert c.seeks == [5, 7] and g.metrics.counts["offset_gaps_without_records"] == 1
     assert await g.admit(TP, 7) and g.processed() == {TP: 8}
 
 

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections import Counter
 from collections.abc import Awaitable
 from typing import Any
 
@@ -92,13 +91,12 @@ async def _serve(settings: Settings) -> None:
     kafka = producer(settings)
     await kafka.start()
     redis = redis_client(settings.redis_url)
-    metrics, counters = Metrics(), Counter[str]()
+    metrics = Metrics()
     publisher = VerdictPublisher(
         ProducerTopic(kafka, settings.topic(names.EVALUATIONS)),
         ProducerTopic(kafka, settings.topic(names.REFLECTIONS)),
         ProducerTopic(kafka, settings.topic(names.ALERTS)),
         RedisSink(redis, settings.evaluation_ttl_s),
-        counters,
         metrics,
     )
     stage = JudgeStage(settings, redis, settings.verdict_policy(), judging_version(settings))
@@ -106,16 +104,14 @@ async def _serve(settings: Settings) -> None:
     metrics.readings.breaker_open = lambda: handler.breaker_open
     metrics.readings.rate_limit_waits = lambda: handler.rate_limit_waits
     errors = ErrorPolicy(
-        DeadLetters(
-            ProducerTopic(kafka, settings.topic(names.DLQ)), counters, settings.dlq_payload, metrics
-        )
+        DeadLetters(ProducerTopic(kafka, settings.topic(names.DLQ)), settings.dlq_payload, metrics)
     )
 
     async def judge_record(record: Any) -> None:
         await errors.run(InRecord.of_aiokafka(record), handler)
 
     runner = JudgeRunner(settings, settings.topic(names.JUDGE_REQUESTS), judge_record)
-    pages = await _pages(settings, runner, metrics, counters)
+    pages = await _pages(settings, runner, metrics)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -140,11 +136,9 @@ async def _serve(settings: Settings) -> None:
         errors.exit("the judge consumer stopped", running.exception() or RuntimeError())
 
 
-async def _pages(
-    settings: Settings, runner: JudgeRunner, metrics: Metrics, counters: Counter[str]
-) -> web.AppRunner:
+async def _pages(settings: Settings, runner: JudgeRunner, metrics: Metrics) -> web.AppRunner:
     async def health(request: web.Request) -> web.Response:
-        body = {"status": "ok" if runner.assigned else "starting", "counters": dict(counters)}
+        body = {"status": "ok" if runner.assigned else "starting", "counters": dict(metrics.counts)}
         return web.json_response(body, status=200 if runner.assigned else 503)
 
     async def exposition(request: web.Request) -> web.Response:

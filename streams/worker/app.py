@@ -206,7 +206,7 @@ def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:
         internals.forget_gap(app.consumer, TP(*tp))
 
     return OffsetGuard(
-        group.committed, seek, group.first_offset, ctx.counters, forget_gap=forget_gap
+        group.committed, seek, group.first_offset, ctx.metrics, forget_gap=forget_gap
     )
 
 

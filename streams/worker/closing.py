@@ -3,7 +3,6 @@ job for the LLM judge stage) made and published after, while the agent goes on."
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +21,6 @@ class WindowCloser:
     judging: Judging
     publisher: VerdictPublisher
     judge_requests: Channel
-    counters: Counter[str]
     clock: Callable[[], float]
 
     def __post_init__(self) -> None:
@@ -60,7 +58,7 @@ class WindowCloser:
         count, held = self.store.close(request_id, closed_by, now, offset)
         if book is not None and first_close:  # a run closed again was learned the first time
             book.observe(group, meta.partition, stats, now)
-        self.counters[f"closed_by_{closed_by}"] += 1
+        self.publisher.metrics.counts[f"closed_by_{closed_by}"] += 1
         self.publisher.metrics.windows_closed.labels(closed_by).inc()
         await later(self._publish(closing, count, held))
 
@@ -69,7 +67,7 @@ class WindowCloser:
         if made.job is not None:
             # the judge runs in its own consumer: the agent goes on closing windows meanwhile
             await deliver(self.judge_requests, closing.request_id.encode(), made.job)
-            self.counters["judge_queued"] += 1
+            self.publisher.metrics.counts["judge_queued"] += 1
         else:
             await self.publisher.publish(made, closing.terminal_at)
         self.store.forget_steps(closing.request_id, count)

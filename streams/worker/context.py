@@ -19,7 +19,7 @@ from tracejudge.streams.commit import CommitRule
 from tracejudge.streams.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.judging.jobs import JudgeJobHandler
 from tracejudge.streams.judging.stage import JudgeStage, judging_version
-from tracejudge.streams.metrics import Metrics, Readings
+from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.baselines import BaselineBook
@@ -63,7 +63,6 @@ class Liveness:
 @dataclass
 class WorkerContext:
     settings: Settings
-    counters: Counter[str]
     metrics: Metrics
     liveness: Liveness
     store: WindowStore
@@ -76,6 +75,11 @@ class WorkerContext:
     idle: IdleScanner
     judge_jobs: JudgeJobHandler | None  # None: the LLM judge is off, or judges elsewhere
     commits: CommitRule  # when an input record is acknowledged (and so committed)
+
+    @property
+    def counters(self) -> Counter[str]:
+        """The tallies /health shows (`Metrics.counts`)."""
+        return self.metrics.counts
 
     @classmethod
     def build(
@@ -95,34 +99,30 @@ class WorkerContext:
         pass their own (a memory lookup, a stage whose model is a fake server). `hold_s`: steps
         held in memory (`windows.py`); only where records are acknowledged when their work is
         done."""
-        counters: Counter[str] = Counter()
         metrics = Metrics()
         store = _store(settings, tables, hold_s)
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         version, llm = _versions(settings)
         publisher = VerdictPublisher(
-            channels.evaluations, channels.reflections, channels.alerts, lookup, counters, metrics
+            channels.evaluations, channels.reflections, channels.alerts, lookup, metrics
         )
         judge_jobs = None
         if llm is not None and settings.worker_judges:
             stage = judge_stage or JudgeStage(settings, redis, settings.verdict_policy(), version)
             judge_jobs = JudgeJobHandler(stage, publisher, metrics)
         judging = Judging(settings.tool_call_budget, settings.verdict_policy(), version, llm)
-        closer = WindowCloser(store, judging, publisher, channels.judge_requests, counters, clock)
-        early = _early_stopper(settings, store, channels.control, lookup, counters, clock, metrics)
+        closer = WindowCloser(store, judging, publisher, channels.judge_requests, clock)
+        early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
         timeouts = Timeouts(
             settings.idle_timeout_s,
             settings.closed_retention_s,
             settings.changelog_retention_s / 2,  # written again well before retention
         )
-        _read_into(metrics.readings, store, lookup, counters, judge_jobs)
-        errors = ErrorPolicy(
-            DeadLetters(channels.dlq, counters, settings.dlq_payload, metrics), exit
-        )
+        _read_into(metrics, store, lookup, judge_jobs)
+        errors = ErrorPolicy(DeadLetters(channels.dlq, settings.dlq_payload, metrics), exit)
         return cls(
             settings=settings,
-            counters=counters,
             metrics=metrics,
             liveness=Liveness(),
             store=store,
@@ -137,14 +137,13 @@ class WorkerContext:
                 timeouts=timeouts,
                 markers=markers,
                 liveness=liveness,
-                counters=counters,
                 clock=clock,
                 max_event_bytes=settings.max_event_bytes,
                 judging=settings.enabled,
                 metrics=metrics,
             ),
-            responses=_responses(settings, tables, channels, counters, clock, metrics),
-            idle=IdleScanner(store, channels.events, timeouts, markers, liveness, counters, clock),
+            responses=_responses(settings, tables, channels, clock, metrics),
+            idle=IdleScanner(store, channels.events, timeouts, markers, liveness, metrics, clock),
             judge_jobs=judge_jobs,
             commits=CommitRule(errors),
         )
@@ -168,21 +167,19 @@ def _early_stopper(
     store: WindowStore,
     control: Channel,
     lookup: Lookup,
-    counters: Counter[str],
     clock: Callable[[], float],
     metrics: Metrics,
 ) -> EarlyStopper | None:
     if not settings.early_stop_enabled:
         return None
     policy = settings.early_stop_policy()
-    return EarlyStopper(store, policy, control, lookup, counters, clock, metrics)
+    return EarlyStopper(store, policy, control, lookup, clock, metrics)
 
 
 def _responses(
     settings: Settings,
     tables: Tables,
     channels: Channels,
-    counters: Counter[str],
     clock: Callable[[], float],
     metrics: Metrics,
 ) -> ResponseHandler:
@@ -191,7 +188,6 @@ def _responses(
         retries=channels.retries,
         alerts=channels.alerts,
         max_retries=settings.generic_max_retries,
-        counters=counters,
         clock=clock,
         max_event_bytes=settings.max_event_bytes,
         judging=settings.enabled,
@@ -200,16 +196,13 @@ def _responses(
 
 
 def _read_into(
-    readings: Readings,
-    store: WindowStore,
-    lookup: Lookup,
-    counters: Counter[str],
-    judge_jobs: JudgeJobHandler | None,
+    metrics: Metrics, store: WindowStore, lookup: Lookup, judge_jobs: JudgeJobHandler | None
 ) -> None:
     """What /metrics reads at scrape time from where it lives."""
+    readings, counts = metrics.readings, metrics.counts
     readings.open_windows = lambda: len(store.open)
     readings.redis_errors = lambda: lookup.errors
-    readings.offset_repairs = lambda: counters["offset_skips_repaired"]
+    readings.offset_repairs = lambda: counts["offset_skips_repaired"]
     if judge_jobs is not None:  # as of the last judge call
         readings.breaker_open = lambda: judge_jobs.breaker_open
         readings.rate_limit_waits = lambda: judge_jobs.rate_limit_waits

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,7 +22,6 @@ class EarlyStopper:
     policy: EarlyStopPolicy
     control: Channel
     lookup: Lookup
-    counters: Counter[str]
     clock: Callable[[], float]
     metrics: Metrics = field(default_factory=Metrics)
 
@@ -46,5 +44,5 @@ class EarlyStopper:
         await self.lookup.put_at(REDIS_CONTROL_KEY.format(request_id=request_id), decision)
         # recorded after delivery: a crash in between re-sends the same decision_id
         self.store.record_early(request_id, found.action, found.iteration)
-        self.counters[f"early_{found.action}"] += 1
+        self.metrics.counts[f"early_{found.action}"] += 1
         self.metrics.early_stops.labels(found.action).inc()

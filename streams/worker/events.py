@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,7 +27,6 @@ class EventHandler:
     timeouts: Timeouts
     markers: MarkerLog
     liveness: PartitionLiveness
-    counters: Counter[str]
     clock: Callable[[], float]
     max_event_bytes: int | None = None
     judging: bool = True  # TRACEJUDGE_ENABLED=false: events are parsed and counted, no more
@@ -57,7 +55,7 @@ class EventHandler:
                 f"{event.request_id!r:.80}: key every event by its request_id",
             )
         if not self.judging:
-            self.counters[f"events_counted_{event.type}"] += 1
+            self.metrics.counts[f"events_counted_{event.type}"] += 1
             self.metrics.event_count(event.type, "counted").inc()
             return
         rid = event.request_id
@@ -65,7 +63,7 @@ class EventHandler:
         if status == "reclose":  # the verdict may not have been acknowledged: publish it again
             await self.closer.close(rid, "final_response", record.timestamp, record.offset)
             status = "duplicate"
-        self.counters[f"events_{status}"] += 1
+        self.metrics.counts[f"events_{status}"] += 1
         self.metrics.event_count(event.type, status).inc()
         stopper = self.early_stopper if isinstance(event, Iteration) else None
         if stopper is not None and status != "late" and self.store.is_open(rid):
@@ -87,7 +85,7 @@ class EventHandler:
         self.markers.arrived(request_id)
         if marker == "baselines":  # not a window's: the partition's baselines to write
             if self.store.baselines is not None:
-                self.counters["baselines_written"] += self.store.baselines.write(
+                self.metrics.counts["baselines_written"] += self.store.baselines.write(
                     record.partition, now
                 )
             return
@@ -102,9 +100,9 @@ class EventHandler:
         if marker == "idle_close":
             await self.closer.close(request_id, "idle_timeout", None, record.offset)
         elif marker == "refresh":
-            self.counters["records_refreshed"] += self.store.refresh(request_id, now)
+            self.metrics.counts["records_refreshed"] += self.store.refresh(request_id, now)
         elif marker == "flush":
-            self.counters["held_steps_written"] += self.store.flush(request_id)
+            self.metrics.counts["held_steps_written"] += self.store.flush(request_id)
         else:
             self.store.purge(request_id)
-            self.counters["purged"] += 1
+            self.metrics.counts["purged"] += 1

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.models.names import MARKER_HEADER
+from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel
 from tracejudge.streams.worker.baselines import BASELINE_MARKER_ID, SEP
 from tracejudge.streams.worker.liveness import PartitionLiveness
@@ -60,7 +60,7 @@ class IdleScanner:
     timeouts: Timeouts
     markers: MarkerLog
     liveness: PartitionLiveness
-    counters: Counter[str]
+    metrics: Metrics
     clock: Callable[[], float]
     indexed_for: int | None = None  # the assignment the activity index was rebuilt for
 
@@ -71,7 +71,7 @@ class IdleScanner:
         if self.liveness.live_since and self.indexed_for != self.liveness.assignments:
             windows = self.store.reindex(self.clock())
             log.info("windows read in from the tables: %d", windows)
-            self.counters["activity_reindexes"] += 1
+            self.metrics.counts["activity_reindexes"] += 1
             self.indexed_for = self.liveness.assignments
 
     def _baselines_due(self, now: float) -> list[tuple[str, int, Marker]]:
@@ -104,5 +104,5 @@ class IdleScanner:
                 )
         except Exception:
             # the next tick retries: markers are idempotent and re-checked in-stream
-            self.counters["timer_errors"] += 1
+            self.metrics.counts["timer_errors"] += 1
             log.exception("idle-window scan failed")

@@ -26,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AIOTopicPartition
+
+from tracejudge.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class OffsetGuard:
     seek: Callable[[TopicPartition, int], Awaitable[None]]
     # the offset of the first record at or after an offset, read from the broker (None: none)
     first_offset: Callable[[TopicPartition, int], Awaitable[int | None]]
-    counters: Counter[str]
+    metrics: Metrics
     # forget the consumer's own idea of the hole (see `forget_faust_gap`)
     forget_gap: Callable[[TopicPartition], None] = lambda tp: None
     clock: Callable[[], float] = time.monotonic
@@ -83,7 +84,7 @@ class OffsetGuard:
             return True
         self.expected[tp] = expected
         if tp not in self.pending:
-            self.counters["offset_skips_repaired"] += 1
+            self.metrics.counts["offset_skips_repaired"] += 1
             log.warning(
                 "%s[%d]: got offset %d, expected %d: %d record(s) skipped by the consumer; "
                 "seeking back",
@@ -112,11 +113,11 @@ class OffsetGuard:
                     first - 1,
                     first,
                 )
-                self.counters["offset_gaps_without_records"] += 1
+                self.metrics.counts["offset_gaps_without_records"] += 1
                 self.expected[tp] = first
             target = self.expected[tp]
             self.pending[tp] = _Seek(target, now, seek.attempts + 1)
-            self.counters["offset_seeks_repeated"] += 1
+            self.metrics.counts["offset_seeks_repeated"] += 1
             await self.seek(tp, target)
 
     def processed(self) -> dict[TopicPartition, int]:

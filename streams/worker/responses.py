@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,6 @@ class ResponseHandler:
     retries: Channel
     alerts: Channel
     max_retries: int
-    counters: Counter[str]
     clock: Callable[[], float]
     max_event_bytes: int | None = None
     judging: bool = True  # TRACEJUDGE_ENABLED=false: answers are parsed and counted, no more
@@ -34,7 +32,7 @@ class ResponseHandler:
     async def __call__(self, record: InRecord) -> None:
         response = parse_model_response(record.value, self.max_event_bytes)
         if not self.judging:
-            self.counters["responses_counted"] += 1
+            self.metrics.counts["responses_counted"] += 1
             self.metrics.responses.labels("counted").inc()
             return
         plan = plan_retry(response, self.max_retries, self.clock())
@@ -43,19 +41,19 @@ class ResponseHandler:
             # written again so that the changelog holds it even if the first write only
             # reached the local store before a crash (see WindowStore.add)
             self.marks[response.session_id] = {"marks": marks}
-            self.counters["responses_duplicate"] += 1
+            self.metrics.counts["responses_duplicate"] += 1
             self.metrics.responses.labels("duplicate").inc()
             return
         key = response.session_id.encode("utf-8")
         pending = []
         if plan.retry is not None:
             pending.append(await self.retries.send(key=key, value=encode(plan.retry)))
-            self.counters[plan.retry.type] += 1
+            self.metrics.counts[plan.retry.type] += 1
             self.metrics.retries.labels(plan.retry.type).inc()
         if plan.alert is not None:
             pending.append(await self.alerts.send(key=key, value=encode(plan.alert)))
         await asyncio.gather(*pending)
         # written after delivery: a crash in between re-sends the same retry_id, never loses it
         self.marks[response.session_id] = {"marks": [*marks, plan.fingerprint][-MARKS_KEPT:]}
-        self.counters["responses"] += 1
+        self.metrics.counts["responses"] += 1
         self.metrics.responses.labels("handled").inc()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -70,7 +69,6 @@ async def publish_all(settings: Settings, made: list[Made]) -> RedisSink:
         ProducerTopic(kafka, settings.topic(names.REFLECTIONS)),
         ProducerTopic(kafka, settings.topic(names.ALERTS)),
         sink,
-        Counter(),
     )
     try:
         await asyncio.gather(*(publisher.publish(m) for m in made))
