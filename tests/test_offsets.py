@@ -8,10 +8,10 @@ import pytest
 from aiokafka import TopicPartition
 
 from tests.realservices import free_port
+from tracejudge.streams.commit import SEEK_RETRY_S, OffsetGuard
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker import watchdog
-from tracejudge.streams.worker.offsets import SEEK_RETRY_S, OffsetGuard
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 TP = ("events", 0)

@@ -8,6 +8,7 @@ import pytest
 
 from tracejudge.judges.records import WindowMeta, read_step, step_record
 from tracejudge.models.events import ToolCall, parse_event
+from tracejudge.streams.worker.idle import due, marker_applies
 from tracejudge.streams.worker.windows import WindowStore
 
 
@@ -187,21 +188,21 @@ def test_idle_purge_and_refresh_markers_are_due_and_rechecked() -> None:
     s = store()
     times = (300.0, 3600.0, 7200.0)
     s.add(parse_event(tool("a", 0)), 2, 100.0)
-    assert list(s.due(100.0 + 299, 300, 3600)) == []
-    assert list(s.due(100.0 + 300, 300, 3600)) == [("a", 2, "idle_close")]
-    assert s.marker_applies("a", "idle_close", 400.0, times)
+    assert list(due(s, 100.0 + 299, 300, 3600)) == []
+    assert list(due(s, 100.0 + 300, 300, 3600)) == [("a", 2, "idle_close")]
+    assert marker_applies(s, "a", "idle_close", 400.0, times)
     s.add(parse_event(tool("a", 1)), 2, 399.0)  # activity after the marker was sent
-    assert not s.marker_applies("a", "idle_close", 400.0, times)
+    assert not marker_applies(s, "a", "idle_close", 400.0, times)
     # busy for longer than the refresh age: its records are written again
     opened = s.open["a"].opened_at
-    assert list(s.due(opened + 7200, 1e9, 3600, refresh_after_s=7200)) == [("a", 2, "refresh")]
-    assert s.marker_applies("a", "refresh", opened + 7200, times)
+    assert list(due(s, opened + 7200, 1e9, 3600, refresh_after_s=7200)) == [("a", 2, "refresh")]
+    assert marker_applies(s, "a", "refresh", opened + 7200, times)
     before = len(s.steps.log)  # type: ignore[attr-defined]
     assert s.refresh("a", opened + 7200) == 2 and len(s.steps.log) == before + 2  # type: ignore[attr-defined]
     assert again(s).add(parse_event(tool("a", 2)), 2, 1.0) == "added"
     assert json.loads(again(s)._records("a")[0])["opened_at"] == opened + 7200
     s.close("a", "idle_timeout", 500.0, 7)
-    assert list(s.due(500.0 + 3600, 300, 3600)) == [("a", 2, "purge")]
+    assert list(due(s, 500.0 + 3600, 300, 3600)) == [("a", 2, "purge")]
     s.purge("a")
     assert "a" not in s.meta and not s.steps
 

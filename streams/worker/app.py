@@ -20,6 +20,7 @@ from aiokafka import TopicPartition
 from faust.types import TP
 
 from tracejudge.models import names
+from tracejudge.streams.commit import OffsetGuard
 from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.kafka import internals
 from tracejudge.streams.kafka.records import InRecord
@@ -31,7 +32,7 @@ from tracejudge.streams.worker import record_handoff
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
-from tracejudge.streams.worker.offsets import GroupOffsets, OffsetGuard
+from tracejudge.streams.worker.offsets import GroupOffsets
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ from tracejudge.judges.making import Closing, Judging, make_verdict
 from tracejudge.judges.norms import group_of
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.models.window import ClosedBy
-from tracejudge.streams.commit import later
+from tracejudge.streams.commit import Held, later
 from tracejudge.streams.outputs import Channel, VerdictPublisher, deliver
-from tracejudge.streams.worker.windows import Held, WindowStore
+from tracejudge.streams.worker.windows import WindowStore
 
 
 @dataclass

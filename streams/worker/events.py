@@ -14,7 +14,7 @@ from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
-from tracejudge.streams.worker.idle import MarkerLog, Timeouts
+from tracejudge.streams.worker.idle import MarkerLog, Timeouts, marker_applies
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.windows import Marker, WindowStore, is_terminal
 
@@ -93,8 +93,8 @@ class EventHandler:
             # the idle close this marker made may not have been acknowledged: publish again
             await self.closer.close(request_id, "idle_timeout", None, record.offset)
             return
-        if not self.store.marker_applies(
-            request_id, marker, now, self.timeouts.seconds(), self.liveness.since
+        if not marker_applies(
+            self.store, request_id, marker, now, self.timeouts.seconds(), self.liveness.since
         ):
             return
         if marker == "idle_close":

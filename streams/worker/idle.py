@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tracejudge.models.names import MARKER_HEADER
@@ -20,6 +20,79 @@ from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.windows import Marker, WindowStore
 
 log = logging.getLogger(__name__)
+
+# Since when a partition has been consumed live (None: not live now); see liveness.py.
+LiveSince = Callable[[int], float | None]
+
+
+def _always_live(partition: int) -> float:
+    return 0.0
+
+
+# -- what is due: the timer's view of the store, re-checked in-stream ----------------------
+
+
+def due(
+    store: WindowStore,
+    now: float,
+    idle_timeout_s: float,
+    retention_s: float,
+    live_since: LiveSince = _always_live,
+    refresh_after_s: float | None = None,
+) -> Iterator[tuple[str, int, Marker]]:
+    """Requests whose window is idle, whose closed marker has outlived its retention, or
+    whose records are due to be written again (each re-checked in-stream)."""
+    for rid, marker in store.closed.items():
+        # in closing order: the first one not due ends the look (markers read in after a
+        # restart may wait behind it, at most one retention), so a scan does not walk
+        # every request closed in the last hour
+        if now - marker.closed_at < retention_s:
+            break
+        yield rid, marker.partition, "purge"
+    for rid, window in list(store.open.items()):
+        meta = window.meta
+        if _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since):
+            yield rid, meta.partition, "idle_close"
+        elif window.held is not None and now - window.held.since >= store.hold_s:
+            yield rid, meta.partition, "flush"
+        elif refresh_after_s is not None and now - window.opened_at >= refresh_after_s:
+            yield rid, meta.partition, "refresh"
+
+
+def marker_applies(
+    store: WindowStore,
+    request_id: str,
+    marker: Marker,
+    now: float,
+    timeouts: tuple[float, float, float | None],
+    live_since: LiveSince = _always_live,
+) -> bool:
+    """Re-check in-stream: an event may have arrived since the marker was sent.
+    `timeouts`: idle timeout, closed retention, refresh age (None: never)."""
+    idle_timeout_s, retention_s, refresh_after_s = timeouts
+    if marker == "purge":
+        closed = store.closed.get(request_id)
+        return closed is not None and now - closed.closed_at >= retention_s
+    window = store.open.get(request_id)
+    if window is None:
+        return False
+    if marker == "refresh":
+        return refresh_after_s is not None and now - window.opened_at >= refresh_after_s
+    if marker == "flush":
+        return window.held is not None
+    meta = window.meta
+    return _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since)
+
+
+def _idle(
+    partition: int, last_event_at: float, now: float, idle_timeout_s: float, live_since: LiveSince
+) -> bool:
+    """Quiet for the whole timeout while its partition was consumed live."""
+    since = live_since(partition)
+    if since is None:
+        return False
+    return now - max(last_event_at, since) >= idle_timeout_s
+
 
 # Re-send a marker only if the previous one has had this long to come back through the stream.
 MARKER_RESEND_S = 30.0
@@ -90,9 +163,9 @@ class IdleScanner:
         try:
             self._reindex_if_restored()
             idle_s, retention_s, refresh_s = self.timeouts.seconds()
-            due = list(self.store.due(now, idle_s, retention_s, self.liveness.since, refresh_s))
-            due += self._baselines_due(now)
-            for request_id, partition, marker in due:
+            found = list(due(self.store, now, idle_s, retention_s, self.liveness.since, refresh_s))
+            found += self._baselines_due(now)
+            for request_id, partition, marker in found:
                 if not self.markers.due(request_id, now):
                     continue
                 self.markers.sent(request_id, now)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ from tracejudge.judges.records import (
 )
 from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, Iteration
 from tracejudge.models.window import ClosedBy, Window
+from tracejudge.streams.commit import Held
 from tracejudge.streams.worker.baselines import BaselineBook
 
 SEP = "\x1f"
@@ -62,12 +63,6 @@ AddStatus = Literal["added", "duplicate", "late", "reclose", "replayed"]
 Marker = Literal["idle_close", "purge", "refresh", "flush", "baselines"]
 HOLD_MAX = 200  # steps of one window held at most
 HOLD_TOTAL = 100_000  # steps held at most in all, before each window adding one is written
-# Since when a partition has been consumed live (None: not live now); see liveness.py.
-LiveSince = Callable[[int], float | None]
-
-
-def _always_live(partition: int) -> float:
-    return 0.0
 
 
 def step_key(request_id: str, seq: int) -> str:
@@ -86,27 +81,6 @@ def _local(table: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     nothing to the changelog. A plain mapping is its own local store."""
     data = getattr(table, "data", None)
     return data if isinstance(data, MutableMapping) else table
-
-
-@dataclass
-class Held:
-    """Step records kept only in memory, and the acknowledgement their input records wait for."""
-
-    since: float
-    # an open window's by seq; a closed one read again, by event id
-    records: dict[Any, Any] = field(default_factory=dict)
-    done: asyncio.Future[None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-
-    def release(self) -> None:
-        """Written, or judged and acknowledged: the input records may be acknowledged."""
-        if not self.done.done():
-            self.done.set_result(None)
-
-    def drop(self) -> None:
-        """Another worker takes over: never acknowledged here, read again there."""
-        self.done.cancel()
 
 
 @dataclass
@@ -466,68 +440,6 @@ class WindowStore:
         if window.meta.early_stops:
             self._save_early_stops(window.meta, request_id)
         return window.meta.next_seq
-
-    # -- the timer's view --------------------------------------------------------------------
-
-    def due(
-        self,
-        now: float,
-        idle_timeout_s: float,
-        retention_s: float,
-        live_since: LiveSince = _always_live,
-        refresh_after_s: float | None = None,
-    ) -> Iterator[tuple[str, int, Marker]]:
-        """Requests whose window is idle, whose closed marker has outlived its retention, or
-        whose records are due to be written again (each re-checked in-stream)."""
-        for rid, marker in self.closed.items():
-            # in closing order: the first one not due ends the look (markers read in after a
-            # restart may wait behind it, at most one retention), so a scan does not walk
-            # every request closed in the last hour
-            if now - marker.closed_at < retention_s:
-                break
-            yield rid, marker.partition, "purge"
-        for rid, window in list(self.open.items()):
-            meta = window.meta
-            if _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since):
-                yield rid, meta.partition, "idle_close"
-            elif window.held is not None and now - window.held.since >= self.hold_s:
-                yield rid, meta.partition, "flush"
-            elif refresh_after_s is not None and now - window.opened_at >= refresh_after_s:
-                yield rid, meta.partition, "refresh"
-
-    def marker_applies(
-        self,
-        request_id: str,
-        marker: Marker,
-        now: float,
-        timeouts: tuple[float, float, float | None],
-        live_since: LiveSince = _always_live,
-    ) -> bool:
-        """Re-check in-stream: an event may have arrived since the marker was sent.
-        `timeouts`: idle timeout, closed retention, refresh age (None: never)."""
-        idle_timeout_s, retention_s, refresh_after_s = timeouts
-        if marker == "purge":
-            closed = self.closed.get(request_id)
-            return closed is not None and now - closed.closed_at >= retention_s
-        window = self.open.get(request_id)
-        if window is None:
-            return False
-        if marker == "refresh":
-            return refresh_after_s is not None and now - window.opened_at >= refresh_after_s
-        if marker == "flush":
-            return window.held is not None
-        meta = window.meta
-        return _idle(meta.partition, meta.last_event_at, now, idle_timeout_s, live_since)
-
-
-def _idle(
-    partition: int, last_event_at: float, now: float, idle_timeout_s: float, live_since: LiveSince
-) -> bool:
-    """Quiet for the whole timeout while its partition was consumed live."""
-    since = live_since(partition)
-    if since is None:
-        return False
-    return now - max(last_event_at, since) >= idle_timeout_s
 
 
 def _round(event: Iteration) -> Round:
