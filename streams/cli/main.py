@@ -24,7 +24,7 @@ TAIL_KINDS = (
 )
 
 
-KAFKA_COMMANDS = ("publish", "tail", "status", "otel", "judge")
+KAFKA_COMMANDS = ("publish", "tail", "status", "otel")
 
 
 def _parser() -> argparse.ArgumentParser:
