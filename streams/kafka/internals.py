@@ -82,6 +82,11 @@ RELIANCES = (
         "shorten the fetch wait (faust's 1.5 s holds buffered partitions back)",
     ),
     Reliance(
+        "aiokafka.consumer.fetcher:Fetcher",
+        "_prefetch_backoff",
+        "shorten the prefetch backoff (100 ms of a partition's records held back)",
+    ),
+    Reliance(
         "faust.transport.drivers.aiokafka:Producer",
         "_producer",
         "send early-stop decisions and retry requests without waiting out the linger",
@@ -174,11 +179,16 @@ def forget_gap(consumer: Any, tp: Any) -> None:
     consumer._gap.pop(tp, None)
 
 
-def set_fetch_max_wait(consumer: Any, wait_ms: int) -> None:
+def set_fetch_max_wait(consumer: Any, wait_ms: int, prefetch_backoff_s: float) -> None:
     """faust-streaming creates its consumer with fetch_max_wait_ms=1500, and aiokafka does not
     fetch a partition whose records are still buffered: one long poll on the other partitions
-    then holds that partition's new records back up to 1.5 s. Call once the consumer started."""
-    consumer._thread._consumer._fetcher._fetch_max_wait_ms = wait_ms
+    then holds that partition's new records back up to 1.5 s. The other way round, while any
+    partition of a broker has records nobody has taken, aiokafka sends that broker no fetch for
+    the others for up to its `prefetch_backoff` (100 ms): the ~100 ms tail of one request in a
+    hundred (BENCHMARKS.md). Call once the consumer started."""
+    fetcher = consumer._thread._consumer._fetcher
+    fetcher._fetch_max_wait_ms = wait_ms
+    fetcher._prefetch_backoff = prefetch_backoff_s
 
 
 def aiokafka_producer(producer: Any) -> Any:

@@ -212,13 +212,14 @@ def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:
 
 
 FETCH_MAX_WAIT_MS = 50
+PREFETCH_BACKOFF_S = 0.02  # 5 ms cut the tail further but made steady load worse
 
 
 def _shorten_fetch_wait(app: faust.App) -> None:
     """Under steady load faust's 1.5 s fetch wait was a 1.5 s verdict latency plateau with the
     worker not busy (measured at 1,400 events/s): see `internals.set_fetch_max_wait`."""
     try:
-        internals.set_fetch_max_wait(app.consumer, FETCH_MAX_WAIT_MS)
+        internals.set_fetch_max_wait(app.consumer, FETCH_MAX_WAIT_MS, PREFETCH_BACKOFF_S)
     except AttributeError:  # not started yet: checked at start-up otherwise (internals.check)
         log.warning("cannot shorten the consumer's fetch wait yet")
 
