@@ -1,14 +1,21 @@
-"""Issue 15's yardstick: the same backlog drained by raw aiokafka, bare Faust and tracejudge.
+"""Issue 29's yardstick, per core: bare Faust, one tracejudge worker, and as many workers as
+cores in the consumer group, in one run on the same broker, with raw aiokafka as the floor.
 
-    python -m benchmarks.side_by_side [--requests 2000] [--partitions 4]
+    python -m benchmarks.side_by_side [--requests 6000] [--rates 1000,2000,4000,6000]
+                                      [--sweep-seconds 20]
 
-Starts the real Kafka and Redis like the tests do. Produces `requests` x 10 contract events as
-a backlog on a fresh topic per system, then lets each system drain it and prints, side by side:
-events per second (first to last output record, broker timestamps), CPU milliseconds per input
-event (the consuming process's user + system time), and for tracejudge the changelog records
-and bytes written per input event. Then tracejudge at steady rates of 25, 50, 75 and 100% of
-the rate it drained at, `--sweep-seconds` each: verdict latency p50/p99, whether a backlog
-built up, and the share of requests the load generator sent more than 1 ms behind schedule.
+Starts the real Kafka (the group coordinator waits 3 s for a new group's members, Kafka's
+production default, so workers started together share the first assignment) and Redis.
+For each system:
+- **drain**: `requests` x 10 contract events are on a fresh topic before the system starts;
+  events per second from the first to the last request's output (broker timestamps), and CPU
+  milliseconds per input event over *all* the system's processes in that span;
+- **steady sweep**: the same fixed rates and load generator for every system, `--sweep-seconds`
+  each; latency from a request's final event acknowledged to its output readable (tracejudge:
+  the evaluation; bare Faust: the forwarded final event), p50/p99, requests with no output 5 s
+  after the last was sent, and the highest rate whose p99 stays <= 100 ms with nothing left
+  behind.
+The last lines print issue 29's three per-core bars against bare Faust.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import tempfile
 import textwrap
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,10 +40,16 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from benchmarks.pipeline import latency_probe, pct, topic_bytes
-from tests.integration.harness import WorkerProcess, produce, wait_counter, worker_env
-from tests.realservices import ROOT, start_kafka, start_redis
-from tracejudge.models.names import TABLES, changelog_topic
+from benchmarks.pipeline import pct
+from tests.integration.harness import WorkerProcess, produce, worker_env
+from tests.realservices import (
+    KAFKA_PROPERTIES,
+    ROOT,
+    free_port,
+    launch_kafka,
+    start_redis,
+    stop_process,
+)
 
 EVENTS_PER_REQUEST = 10
 
@@ -225,90 +239,153 @@ def start_bare_faust(
     )
 
 
-async def bare_faust(
-    bootstrap: str, source: str, sink: str, events: int, workdir: Path
-) -> tuple[float, float]:
-    process = start_bare_faust(bootstrap, source, sink, workdir, PARTITIONS)
-    try:
-        await first_record(bootstrap, sink, 120)  # started: what follows is the work
-        started = cpu_s(process.pid)
-        span = await output_span(bootstrap, sink, events, 600)
-        return span, cpu_s(process.pid) - started
-    finally:
-        process.terminate()
-        process.wait(30)
+@dataclass
+class System:
+    """A system under test: where events go in and outputs come out, how to start it."""
+
+    name: str
+    source: str
+    sink: str
+    is_output: Callable[[bytes], bool]  # whether a sink record is a request's output
+    launch: Callable[[], list[subprocess.Popen[bytes]]]
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.processes = self.launch()
+
+    def cpu(self) -> float:
+        return sum(cpu_s(p.pid) for p in self.processes)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            stop_process(process)
 
 
-async def tracejudge(
-    kafka: str, redis: str, lines: list[tuple[bytes, bytes]], workdir: Path
-) -> dict[str, Any]:
-    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
-    env = worker_env(kafka, redis, workdir, "side", partitions=PARTITIONS)
-    worker = WorkerProcess(env, workdir / "worker.log")
+async def tracejudge_system(
+    name: str, kafka: str, redis: str, workdir: Path, workers: int
+) -> System:
+    slug = f"side{workers}"  # topic and group names: no spaces
+    base = worker_env(kafka, redis, workdir, slug, partitions=PARTITIONS, log_level="warning")
     subprocess.run(  # noqa: ASYNC221 (a benchmark: one short command before timing starts)
         [sys.executable, "-m", "tracejudge.streams.cli", "topics"],
         cwd=ROOT,
-        env={**os.environ, **env},
+        env={**os.environ, **base},
         check=True,
         capture_output=True,
     )
-    await produce(kafka, worker.topic("events"), lines)
-    worker.start(wait=False)
-    assert worker.process is not None
-    requests = len(lines) // EVENTS_PER_REQUEST
+    procs = [
+        WorkerProcess(
+            {
+                **base,
+                "TRACEJUDGE_WEB_PORT": str(free_port()),
+                "TRACEJUDGE_DATA_DIR": str(workdir / f"{slug}-data-{i}"),
+            },
+            workdir / f"{slug}-{i}.log",
+        )
+        for i in range(workers)
+    ]
+
+    def launch() -> list[subprocess.Popen[bytes]]:
+        for worker in procs:
+            worker.start(wait=False)
+        return [w.process for w in procs if w.process is not None]
+
+    first = procs[0]
+    return System(
+        name,
+        first.topic("events"),
+        first.topic("evaluations"),
+        lambda value: True,
+        launch,
+        workers=procs,
+    )
+
+
+async def faust_system(kafka: str, workdir: Path) -> System:
+    run = uuid.uuid4().hex[:6]
+    source, sink = f"faust-{run}", f"faust-{run}-out"
+    await create(kafka, [source, sink], PARTITIONS)
+    return System(
+        "bare Faust agent, forward each (1 process)",
+        source,
+        sink,
+        lambda value: b'"final_response"' in value,
+        lambda: [start_bare_faust(kafka, source, sink, workdir, PARTITIONS)],
+    )
+
+
+async def outputs_after(
+    kafka: str, system: System, keys: set[bytes], timeout_s: float
+) -> dict[bytes, int]:
+    """Broker timestamp (ms) of the output of each request in `keys`, read from the start."""
+    consumer = AIOKafkaConsumer(
+        system.sink, bootstrap_servers=kafka, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    seen: dict[bytes, int] = {}
+    deadline = time.monotonic() + timeout_s
     try:
-        await first_record(kafka, worker.topic("evaluations"), 180)
-        started = cpu_s(worker.process.pid)
-        await wait_counter(worker, requests, timeout_s=1800)
-        span = await output_span(kafka, worker.topic("evaluations"), requests, 60)
-        cpu = cpu_s(worker.process.pid) - started
-        await asyncio.sleep(2.0)  # the last changelog writes reach the broker
-        records = size = 0
-        for table in TABLES:
-            topic = changelog_topic(worker.settings.app_id, table)
-            count, nbytes = await topic_bytes(kafka, topic)
-            records, size = records + count, size + nbytes
-        sweep: list[tuple[float, float, Steady]] = []
-        for share in SWEEP if SWEEP_SECONDS > 0 else ():
-            rate = share * len(lines) / span
-            sweep.append((share, rate, await steady(worker, kafka, rate, SWEEP_SECONDS)))
+        while len(seen) < len(keys) and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                for r in records:
+                    if r.key in keys and r.value is not None and system.is_output(r.value):
+                        seen.setdefault(r.key, r.timestamp)
     finally:
-        worker.stop()
-    return {"span": span, "cpu": cpu, "records": records, "bytes": size, "sweep": sweep}
+        await consumer.stop()
+    return seen
+
+
+@dataclass(frozen=True)
+class Drain:
+    rate: float  # events per second, first to last output
+    cpu_ms: float  # per input event, all processes
+
+
+async def drain(kafka: str, system: System, requests: int) -> Drain:
+    """The backlog goes in first, then the system starts: it drains what is already there."""
+    lines = backlog(requests, f"drain-{uuid.uuid4().hex[:6]}")
+    keys = {key for key, _ in lines[EVENTS_PER_REQUEST - 1 :: EVENTS_PER_REQUEST]}
+    await produce(kafka, system.source, lines)
+    system.start()
+    await first_record(kafka, system.sink, 180)  # started: what follows is the work
+    before = system.cpu()
+    found = await outputs_after(kafka, system, keys, 900)
+    cpu = system.cpu() - before
+    if len(found) < len(keys):
+        raise TimeoutError(f"{system.name}: {len(found)} of {len(keys)} requests answered")
+    span = (max(found.values()) - min(found.values())) / 1000
+    return Drain(len(lines) / span, cpu * 1000 / len(lines))
 
 
 @dataclass(frozen=True)
 class Steady:
-    """One steady rate: verdict latency (final response acked -> evaluation readable) and where
-    it went; requests not judged 5 s after the last was sent (a backlog that built up); the
-    share of requests the load generator sent more than 1 ms behind schedule."""
-
+    rate: float
     p50_ms: float
     p99_ms: float
-    worker_p50_ms: float  # final response acked -> the worker sent its evaluation
-    unjudged: int
-    late: float
+    unanswered: int
+    late: float  # share of requests the load generator sent > 1 ms behind schedule
+
+    @property
+    def held(self) -> bool:
+        return self.unanswered == 0 and self.p99_ms <= P99_LIMIT_MS
 
 
-async def steady(worker: WorkerProcess, kafka: str, rate: float, seconds: float) -> Steady:
-    """Requests at a steady event rate for `seconds`, timed per request.
-
-    Each request goes out on its schedule; its final response's acknowledgement is timed by a
-    callback, not awaited. Awaiting it (as this did before 2026-11-24) held the next request
-    back whenever an ack took longer than the interval, and the requests held back then went
-    out together: at 4,500 events/s 8-14% of them left more than 1 ms late, in bursts the
-    load was not meant to have. The split at the evaluation's own timestamp (set when the
-    worker sends it; wall clock, same host) tells the worker's share from the delivery's."""
-    run = uuid.uuid4().hex[:6]
-    requests = backlog(max(1, int(rate * seconds / EVENTS_PER_REQUEST)), f"steady-{run}")
-    by_request = [
-        requests[i : i + EVENTS_PER_REQUEST] for i in range(0, len(requests), EVENTS_PER_REQUEST)
-    ]
-    consumer, producer = latency_probe(kafka, worker.topic("evaluations"))
+async def steady(kafka: str, system: System, rate: float, seconds: float) -> Steady:
+    """Requests at a steady event rate, each on its schedule; each final event's ack is timed
+    by a callback, not awaited, so a slow ack never holds the next request back (awaiting it
+    sent the held-back requests in bursts the load was not meant to have)."""
+    lines = backlog(max(1, int(rate * seconds / EVENTS_PER_REQUEST)), f"s-{uuid.uuid4().hex[:6]}")
+    requests = [lines[i : i + EVENTS_PER_REQUEST] for i in range(0, len(lines), EVENTS_PER_REQUEST)]
+    consumer = AIOKafkaConsumer(
+        system.sink, bootstrap_servers=kafka, group_id=None, auto_offset_reset="latest"
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=kafka, acks="all", linger_ms=0)
     await consumer.start()
     await producer.start()
-    acked: dict[bytes, float] = {}  # wall clock, seconds
-    seen: dict[bytes, tuple[float, float]] = {}  # (read, the evaluation's timestamp)
+    acked: dict[bytes, float] = {}
+    seen: dict[bytes, float] = {}
 
     async def read() -> None:
         while True:
@@ -316,8 +393,8 @@ async def steady(worker: WorkerProcess, kafka: str, rate: float, seconds: float)
             now = time.time()
             for records in batch.values():
                 for r in records:
-                    if r.key is not None:
-                        seen.setdefault(r.key, (now, r.timestamp / 1000))
+                    if r.key is not None and r.value is not None and system.is_output(r.value):
+                        seen.setdefault(r.key, now)
 
     def timed(key: bytes, delivery: asyncio.Future[Any]) -> None:
         if not delivery.cancelled() and delivery.exception() is None:
@@ -326,106 +403,147 @@ async def steady(worker: WorkerProcess, kafka: str, rate: float, seconds: float)
     reader = asyncio.create_task(read())
     await asyncio.sleep(1.0)  # the reader settles at the end of the topic
     interval = EVENTS_PER_REQUEST / rate
-    topic = worker.topic("events")
-    start = time.perf_counter()
-    late = 0
+    start, late = time.perf_counter(), 0
     try:
-        for i, events in enumerate(by_request):
+        for i, events in enumerate(requests):
             wait = start + i * interval - time.perf_counter()
             late += wait < -0.001
             await asyncio.sleep(max(0.0, wait))
             for key, value in events[:-1]:
-                await producer.send(topic, value, key=key)
+                await producer.send(system.source, value, key=key)
             key, value = events[-1]
-            delivery = await producer.send(topic, value, key=key)
+            delivery = await producer.send(system.source, value, key=key)
             delivery.add_done_callback(partial(timed, key))
         await asyncio.sleep(5.0)
     finally:
         reader.cancel()
         await producer.stop()
         await consumer.stop()
-    judged = [(seen[k], t) for k, t in acked.items() if k in seen]
-    unjudged, late_share = len(by_request) - len(judged), late / len(by_request)
-    if not judged:
-        return Steady(float("nan"), float("nan"), float("nan"), unjudged, late_share)
-    total = [(read - t) * 1000 for (read, _), t in judged]
-    in_worker = [(sent - t) * 1000 for (_, sent), t in judged]
-    return Steady(pct(total, 50), pct(total, 99), pct(in_worker, 50), unjudged, late_share)
+    latencies = [(seen[k] - t) * 1000 for k, t in acked.items() if k in seen]
+    unanswered = len(requests) - len(latencies)
+    if not latencies:
+        return Steady(rate, float("nan"), float("nan"), unanswered, late / len(requests))
+    return Steady(rate, pct(latencies, 50), pct(latencies, 99), unanswered, late / len(requests))
 
 
-SWEEP = (0.25, 0.5, 0.75, 1.0)
-SWEEP_SECONDS = 60.0
+async def measure(
+    kafka: str, system: System, requests: int, rates: list[float], seconds: float
+) -> tuple[Drain, list[Steady]]:
+    try:
+        drained = await drain(kafka, system, requests)
+        for worker in system.workers:
+            await asyncio.to_thread(worker.wait_healthy, 180)
+        await asyncio.sleep(2.0)
+        return drained, [await steady(kafka, system, rate, seconds) for rate in rates]
+    finally:
+        system.stop()
 
 
+P99_LIMIT_MS = 100.0
 PARTITIONS = 4
+# Kafka's own default; the test broker sets 0 so tests do not wait
+KAFKA_FOR_GROUPS = KAFKA_PROPERTIES.replace(
+    "group.initial.rebalance.delay.ms=0", "group.initial.rebalance.delay.ms=3000"
+)
 
 
-async def main(requests: int) -> None:
+async def main(requests: int, rates: list[float], seconds: float) -> None:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # retries while topics settle
     workdir = Path(tempfile.mkdtemp(prefix="tracejudge-side-"))
-    kafka = start_kafka(workdir / "kafka")
+    kafka = launch_kafka(workdir / "kafka", KAFKA_FOR_GROUPS)
     redis = start_redis(workdir / "redis")
+    cores = os.cpu_count() or 1
+    events = requests * EVENTS_PER_REQUEST
     try:
-        run = uuid.uuid4().hex[:6]
-        lines = backlog(requests, run)
-        events = len(lines)
-        size = sum(len(v) for _, v in lines) / events
         print(
-            f"backlog: {requests} requests x {EVENTS_PER_REQUEST} = {events} events, "
-            f"{size:.0f} bytes each, {PARTITIONS} partitions"
+            f"backlog {requests} requests x {EVENTS_PER_REQUEST} events, {PARTITIONS} "
+            f"partitions, {cores} cores; sweep {', '.join(f'{r:g}' for r in rates)} events/s, "
+            f"{seconds:g} s each",
+            flush=True,
         )
-        rows = []
+        run = uuid.uuid4().hex[:6]
         src, dst = f"raw-{run}", f"raw-{run}-out"
         await create(kafka.address, [src, dst], PARTITIONS)
-        await produce(kafka.address, src, lines)
+        await produce(kafka.address, src, backlog(requests, run))
         span, cpu = await raw_passthrough(kafka.address, src, dst, events)
-        rows.append(("raw aiokafka consume + forward", events / span, cpu * 1000 / events, ""))
-        src, dst = f"faust-{run}", f"faust-{run}-out"
-        await create(kafka.address, [src, dst], PARTITIONS)
-        await produce(kafka.address, src, lines)
-        span, cpu = await bare_faust(kafka.address, src, dst, events, workdir)
-        faust_rate = events / span
-        rows.append(("bare Faust agent, forward each", faust_rate, cpu * 1000 / events, ""))
-        result = await tracejudge(kafka.address, redis.address, lines, workdir / "tj")
-        rate = events / result["span"]
-        rows.append(
-            (
-                "tracejudge worker, rules only, Redis on",
-                rate,
-                result["cpu"] * 1000 / events,
-                f"{result['records'] / events:.2f} changelog records and "
-                f"{result['bytes'] / events:.0f} bytes per event; "
-                f"{rate / faust_rate:.2f} of bare Faust",
-            )
-        )
-        print(f"{'system':<42} {'events/s':>9} {'CPU ms/event':>13}")
-        for name, r, c, note in rows:
-            print(f"{name:<42} {r:>9.0f} {c:>13.3f}  {note}")
-        if result["sweep"]:
-            print(
-                f"tracejudge at a steady rate, {SWEEP_SECONDS:g} s each (final response acked "
-                "-> evaluation readable):"
-            )
-            for share, rate, r in result["sweep"]:
-                print(
-                    f"  {share:>4.0%} of its maximum ({rate:>5.0f} events/s): "
-                    f"p50 {r.p50_ms:7.1f} ms (in the worker {r.worker_p50_ms:6.1f})  "
-                    f"p99 {r.p99_ms:7.1f} ms  not judged 5 s after the last request: "
-                    f"{r.unjudged}  sent late: {r.late:.1%}"
-                )
+        floor = Drain(events / span, cpu * 1000 / events)
+        results: list[tuple[str, Drain, list[Steady]]] = []
+        starts: list[Callable[[], Awaitable[System]]] = [
+            partial(faust_system, kafka.address, workdir),
+            partial(
+                tracejudge_system,
+                "tracejudge: 1 worker",
+                kafka.address,
+                redis.address,
+                workdir,
+                1,
+            ),
+            partial(
+                tracejudge_system,
+                f"tracejudge: {cores} workers",
+                kafka.address,
+                redis.address,
+                workdir,
+                cores,
+            ),
+        ]
+        for start in starts:
+            system = await start()
+            drained, sweep = await measure(kafka.address, system, requests, rates, seconds)
+            results.append((system.name, drained, sweep))
+            print(f"  done: {system.name}", flush=True)
     finally:
         kafka.stop()
         redis.stop()
+    report(floor, results)
+
+
+def report(floor: Drain, results: list[tuple[str, Drain, list[Steady]]]) -> None:
+    def best(sweep: list[Steady]) -> float:
+        return max((s.rate for s in sweep if s.held), default=0.0)
+
+    faust = results[0]
+    print(f"\n{'system':<46} {'drain ev/s':>10} {'CPU ms/ev':>9} {'max steady ev/s':>15}")
+    floor_name = "raw aiokafka consume + forward (in process)"
+    print(f"{floor_name:<46} {floor.rate:>10.0f} {floor.cpu_ms:>9.3f}")
+    for name, drained, sweep in results:
+        print(
+            f"{name:<46} {drained.rate:>10.0f} {drained.cpu_ms:>9.3f} {best(sweep):>15.0f}"
+            f"   (drain {drained.rate / faust[1].rate:.2f}x, CPU "
+            f"{drained.cpu_ms / faust[1].cpu_ms:.2f}x bare Faust)"
+        )
+    print("\nsteady rates: p50 / p99 ms, requests unanswered 5 s after the last, sent late")
+    for name, _, sweep in results:
+        print(f"  {name}")
+        for s in sweep:
+            mark = "ok" if s.held else "--"
+            print(
+                f"    {s.rate:>6.0f} ev/s  {s.p50_ms:7.1f} / {s.p99_ms:7.1f}  "
+                f"unanswered {s.unanswered:>4}  late {s.late:5.1%}  {mark}"
+            )
+    one, many = results[1], results[-1]
+    cpu = min(one[1].cpu_ms, many[1].cpu_ms) / faust[1].cpu_ms
+    drain_x = many[1].rate / faust[1].rate
+    steady_x = best(many[2]) / best(faust[2]) if best(faust[2]) else float("inf")
+    print("\nissue 29's bars against bare Faust, per core:")
+    bars = [
+        ("CPU per event, all processes", cpu, cpu <= 0.8, "<= 0.8x"),
+        (f"drain, {many[0].split(': ')[1]}", drain_x, drain_x >= 2, ">= 2x"),
+        (
+            f"highest steady rate at p99 <= {P99_LIMIT_MS:g} ms",
+            steady_x,
+            steady_x >= 1.5,
+            ">= 1.5x",
+        ),
+    ]
+    for label, value, met, bar in bars:
+        print(f"  {label:<40} {value:5.2f}x   (bar {bar}: {'met' if met else 'missed'})")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument(
-        "--sweep-seconds", type=float, default=60.0, help="per steady rate; 0: no sweep"
-    )
+    parser.add_argument("--requests", type=int, default=6000)
+    parser.add_argument("--rates", default="1000,2000,4000,6000")
+    parser.add_argument("--sweep-seconds", type=float, default=20.0)
     args = parser.parse_args()
-    PARTITIONS = args.partitions
-    SWEEP_SECONDS = args.sweep_seconds
-    asyncio.run(main(args.requests))
+    asyncio.run(main(args.requests, [float(r) for r in args.rates.split(",")], args.sweep_seconds))

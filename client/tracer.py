@@ -159,10 +159,12 @@ class AsyncTracer:
             # minutes back, since the verdict may have been published before we looked
             tps = [TopicPartition(topic, p) for p in partitions]
             consumer.assign(tps)
+            # the ends first: a verdict published between the two lookups is then at or after
+            # the end we seek to, never skipped
+            ends = await consumer.end_offsets(tps)
             since = await consumer.offsets_for_times(
                 {tp: int((time.time() - LOOK_BACK_S) * 1000) for tp in tps}
             )
-            ends = await consumer.end_offsets(tps)
             for tp in tps:
                 found = since.get(tp)
                 consumer.seek(tp, found.offset if found is not None else ends[tp])
