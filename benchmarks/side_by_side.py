@@ -279,7 +279,7 @@ async def tracejudge_system(
             {
                 **base,
                 "TRACEJUDGE_WEB_PORT": str(free_port()),
-                "TRACEJUDGE_DATA_DIR": str(workdir / f"{slug}-data-{i}"),
+                "TRACEJUDGE_DATA_DIR": f"{base['TRACEJUDGE_DATA_DIR']}-{i}",  # unique per run
             },
             workdir / f"{slug}-{i}.log",
         )
