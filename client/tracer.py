@@ -1,10 +1,13 @@
-"""Tracers: queue an agent's events without ever blocking it, send them to Kafka, read verdicts.
+"""Tracers: record an agent's events without ever blocking or breaking it, read verdicts back.
 
-`AsyncTracer` for asyncio agents, `Tracer` for plain ones (it runs the same sender on a thread of
-its own). The queue is bounded: when it is full an event is dropped and counted (`dropped`),
-never waited for. `flush(timeout)` waits for what is queued to be acknowledged, at most that
-long. Kafka options (`security_protocol`, `sasl_mechanism`, `sasl_plain_username`, …) are
-passed to aiokafka as given.
+`Tracer` for plain code, `AsyncTracer` for asyncio agents: the same surface (`request`,
+`traced`, `flush`, `close`, `early_stop`, `wait_for_evaluation`, `sent`, `dropped`,
+`queued`, a context manager), the second with awaitables where the first blocks. Both hand
+events to the same `Sender` (client/transport.py): nothing connects when a tracer is made,
+events are buffered while the broker is away and delivered once it answers, a full buffer
+drops the newest event and counts it, and a transport problem never raises into the agent.
+Kafka options (`security_protocol`, `sasl_mechanism`, `sasl_plain_username`, … or librdkafka
+names with dots) configure the connection.
 """
 
 from __future__ import annotations
@@ -12,24 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import redis.asyncio as aioredis
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-
 from tracejudge.client.events import Recorder
-from tracejudge.models.names import EVALUATIONS, EVENTS, REDIS_CONTROL_KEY, REDIS_EVALUATION_KEY
+from tracejudge.client.transport import Sender
+from tracejudge.client.verdicts import evaluation_from_topic
+from tracejudge.models.names import EVALUATIONS, EVENTS, REDIS_EVALUATION_KEY
 from tracejudge.models.outputs import EarlyStopDecision, Evaluation
 
-DEFAULT_QUEUE = 10_000
-LOOK_BACK_S = 300.0  # wait_for_evaluation without Redis reads the topic from this far back
+DEFAULT_QUEUE = 100_000
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
-class AsyncTracer:
+class _Tracing:
+    """What both tracers share: the sender, recorders, and where verdicts are read."""
+
     def __init__(
         self,
         bootstrap: str,
@@ -37,183 +39,68 @@ class AsyncTracer:
         redis_url: str | None = None,
         topic_prefix: str = "tracejudge.",
         queue_size: int = DEFAULT_QUEUE,
+        linger_ms: float = 20.0,
+        compression: str = "none",
+        delivery_timeout_s: float = 600.0,
+        warn_interval_s: float = 60.0,
+        exit_timeout_s: float = 5.0,
         **kafka_options: Any,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic_prefix = topic_prefix
+        self.redis_url = redis_url
         self.kafka_options = kafka_options
-        self.dropped = 0
-        self.sent = 0
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(queue_size)
-        self._producer: AIOKafkaProducer | None = None
-        self._sender: asyncio.Task[None] | None = None
-        self._redis = aioredis.from_url(redis_url) if redis_url else None
-
-    async def start(self) -> AsyncTracer:
-        if self._producer is None:
-            self._producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap, acks="all", **self.kafka_options
-            )
-            await self._producer.start()
-            self._sender = asyncio.create_task(self._send_forever())
-        return self
-
-    async def __aenter__(self) -> AsyncTracer:
-        return await self.start()
-
-    async def __aexit__(self, *_: Any) -> None:
-        await self.close()
-
-    def request(self, goal: str, **kwargs: Any) -> Recorder:
-        """A recorder for one request; its `task_started` is queued at once."""
-        return Recorder(self._offer, goal, **kwargs)
-
-    def _offer(self, event: dict[str, Any]) -> bool:
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.dropped += 1
-            return False
-        return True
-
-    async def _send_forever(self) -> None:
-        assert self._producer is not None
-        topic = self.topic_prefix + EVENTS
-        while True:
-            event = await self._queue.get()
-            try:
-                key = event["request_id"].encode("utf-8")
-                await self._producer.send_and_wait(topic, json.dumps(event).encode(), key=key)
-                self.sent += 1
-            except Exception:  # a send that failed after aiokafka's own retries: counted, gone
-                self.dropped += 1
-            finally:
-                self._queue.task_done()
-
-    # `timeout` in seconds, as in the synchronous Tracer: one API for both flavours
-    async def flush(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109
-        """Wait until everything queued was acknowledged; False if `timeout` passed first."""
-        try:
-            await asyncio.wait_for(self._queue.join(), timeout)
-        except TimeoutError:
-            return False
-        return True
-
-    async def close(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109
-        await self.flush(timeout)
-        if self._sender is not None:
-            self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sender
-        if self._producer is not None:
-            await self._producer.stop()
-        if self._redis is not None:
-            await self._redis.aclose()
-
-    async def early_stop(self, request_id: str) -> EarlyStopDecision | None:
-        """tracejudge's early-stop decision for an iterative request, if one was made (Redis)."""
-        if self._redis is None:
-            return None
-        raw = await self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
-        return EarlyStopDecision.model_validate_json(raw) if raw else None
-
-    async def wait_for_evaluation(
-        self,
-        request_id: str,
-        timeout: float = 30.0,  # noqa: ASYNC109
-    ) -> Evaluation | None:
-        """The request's evaluation once published; None after `timeout`. From Redis when the
-        tracer has it, else read from the evaluations topic (no consumer group)."""
-        deadline = time.monotonic() + timeout
-        if self._redis is not None:
-            key = REDIS_EVALUATION_KEY.format(request_id=request_id)
-            while time.monotonic() < deadline:
-                raw = await self._redis.get(key)
-                if raw:
-                    return Evaluation.model_validate_json(raw)
-                await asyncio.sleep(0.1)
-            return None
-        async for evaluation in self._evaluations(deadline):
-            if evaluation.request_id == request_id:
-                return evaluation
-        return None
-
-    async def _partitions(self, topic: str) -> list[int]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **self.kafka_options)
-        await admin.start()
-        try:
-            [described] = await admin.describe_topics([topic])
-            return sorted(p["partition"] for p in described["partitions"])
-        finally:
-            await admin.close()
-
-    async def _evaluations(self, deadline: float) -> AsyncIterator[Evaluation]:
-        topic = self.topic_prefix + EVALUATIONS
-        partitions = await self._partitions(topic)
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=None, **self.kafka_options
+        self._sender = Sender(
+            bootstrap,
+            topic_prefix + EVENTS,
+            queue_size=queue_size,
+            linger_ms=linger_ms,
+            compression=compression,
+            delivery_timeout_s=delivery_timeout_s,
+            warn_interval_s=warn_interval_s,
+            exit_timeout_s=exit_timeout_s,
+            options=kafka_options,
         )
-        await consumer.start()
-        try:
-            # assigned by hand (no group, nothing committed) and sought by time: from a few
-            # minutes back, since the verdict may have been published before we looked
-            tps = [TopicPartition(topic, p) for p in partitions]
-            consumer.assign(tps)
-            # the ends first: a verdict published between the two lookups is then at or after
-            # the end we seek to, never skipped
-            ends = await consumer.end_offsets(tps)
-            since = await consumer.offsets_for_times(
-                {tp: int((time.time() - LOOK_BACK_S) * 1000) for tp in tps}
-            )
-            for tp in tps:
-                found = since.get(tp)
-                consumer.seek(tp, found.offset if found is not None else ends[tp])
-            while time.monotonic() < deadline:
-                batch = await consumer.getmany(timeout_ms=200)
-                for records in batch.values():
-                    for record in records:
-                        yield Evaluation.model_validate_json(record.value or b"{}")
-        finally:
-            await consumer.stop()
-
-
-class Tracer:
-    """The same, for code without an event loop: the sender runs on its own thread; every
-    method returns at once or within its timeout."""
-
-    def __init__(self, bootstrap: str, *, redis_url: str | None = None, **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._inner: AsyncTracer = self._call(self._build(bootstrap, redis_url, options), 30.0)
-
-    async def _build(
-        self, bootstrap: str, redis_url: str | None, options: dict[str, Any]
-    ) -> AsyncTracer:
-        return await AsyncTracer(bootstrap, redis_url=redis_url, **options).start()
-
-    def _call(self, coro: Any, timeout: float) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    @property
-    def dropped(self) -> int:
-        return self._inner.dropped
 
     @property
     def sent(self) -> int:
-        return self._inner.sent
+        """Events the broker acknowledged."""
+        return self._sender.sent
+
+    @property
+    def dropped(self) -> int:
+        """Events given up: a full buffer, a delivery timeout, a close that could not wait."""
+        return self._sender.dropped
+
+    @property
+    def queued(self) -> int:
+        """Events handed over and not acknowledged yet."""
+        return self._sender.queued
 
     def request(self, goal: str, **kwargs: Any) -> Recorder:
+        """A recorder for one request; its `task_started` is handed over at once."""
         return Recorder(self._offer, goal, **kwargs)
 
     def _offer(self, event: dict[str, Any]) -> bool:
-        # the queue belongs to the sender's loop: hand the event over without waiting
-        queue = self._inner._queue
-        if queue.full():
-            self._inner.dropped += 1
+        try:
+            value = _encode(event).encode("utf-8")
+        except (TypeError, ValueError) as exc:  # e.g. a circular structure in a field
+            self._sender.drop(f"not encodable: {exc}")
             return False
-        self._loop.call_soon_threadsafe(self._inner._offer, event)
-        return True
+        return self._sender.offer(event["request_id"].encode("utf-8"), value)
+
+    def _evaluation_key(self, request_id: str) -> str:
+        return REDIS_EVALUATION_KEY.format(request_id=request_id)
+
+
+class Tracer(_Tracing):
+    """For code without an event loop. Every method returns at once or within its timeout."""
+
+    def __enter__(self) -> Tracer:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
 
     @contextlib.contextmanager
     def traced(self, goal: str, **kwargs: Any) -> Iterator[Recorder]:
@@ -228,22 +115,117 @@ class Tracer:
             raise
 
     def flush(self, timeout: float = 10.0) -> bool:
-        try:
-            return bool(self._call(self._inner.flush(timeout), timeout + 1))
-        except TimeoutError:
-            return False
-
-    def early_stop(self, request_id: str) -> EarlyStopDecision | None:
-        return self._call(self._inner.early_stop(request_id), 5.0)  # type: ignore[no-any-return]
-
-    def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
-        return self._call(  # type: ignore[no-any-return]
-            self._inner.wait_for_evaluation(request_id, timeout), timeout + 5
-        )
+        """Wait until everything handed over was acknowledged; False if `timeout` passed
+        first (what is left stays buffered)."""
+        return self._sender.flush(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
+        """Flush within `timeout`, then stop sending. Also done at interpreter exit."""
+        self._sender.close(timeout)
+
+    def early_stop(self, request_id: str) -> EarlyStopDecision | None:
+        """tracejudge's early-stop decision for an iterative request, if one was made (Redis)."""
+        if self.redis_url is None:
+            return None
+        from tracejudge.client.early_stop import EarlyStopClient
+
+        return EarlyStopClient(self.redis_url).check(request_id)
+
+    def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
+        """The request's evaluation once published; None after `timeout`. From Redis when the
+        tracer has it, else read from the evaluations topic."""
+        if self.redis_url is None:
+            return evaluation_from_topic(
+                self.bootstrap,
+                self.topic_prefix + EVALUATIONS,
+                request_id,
+                timeout,
+                self.kafka_options,
+            )
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url, socket_timeout=2.0)
+        deadline = time.monotonic() + timeout
         try:
-            self._call(self._inner.close(timeout), timeout + 5)
+            while time.monotonic() < deadline:
+                with contextlib.suppress(redis.RedisError, OSError):
+                    raw = client.get(self._evaluation_key(request_id))
+                    if raw:
+                        return Evaluation.model_validate_json(raw)  # type: ignore[arg-type]
+                time.sleep(0.1)
+            return None
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout)
+            client.close()
+
+
+class AsyncTracer(_Tracing):
+    """For asyncio agents: the same as `Tracer`, with awaitables where it would block."""
+
+    async def start(self) -> AsyncTracer:
+        """Kept for code written before tracers connected lazily: nothing to do."""
+        return self
+
+    async def __aenter__(self) -> AsyncTracer:
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        await self.close()
+
+    @contextlib.asynccontextmanager
+    async def traced(self, goal: str, **kwargs: Any) -> AsyncIterator[Recorder]:
+        """`async with tracer.traced(goal) as req:` — as `Tracer.traced`."""
+        recorder = self.request(goal, **kwargs)
+        try:
+            yield recorder
+        except Exception as exc:
+            if not recorder.finished:
+                recorder.final(f"failed: {type(exc).__name__}: {exc}")
+            raise
+
+    # `timeout` in seconds, as in the synchronous Tracer: one API for both flavours
+    async def flush(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109
+        return await asyncio.to_thread(self._sender.flush, timeout)
+
+    async def close(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109
+        await asyncio.to_thread(self._sender.close, timeout)
+
+    async def early_stop(self, request_id: str) -> EarlyStopDecision | None:
+        if self.redis_url is None:
+            return None
+        from tracejudge.client.early_stop import AsyncEarlyStopClient
+
+        client = AsyncEarlyStopClient(self.redis_url)
+        try:
+            return await client.check(request_id)
+        finally:
+            await client.aclose()
+
+    async def wait_for_evaluation(
+        self,
+        request_id: str,
+        timeout: float = 30.0,  # noqa: ASYNC109
+    ) -> Evaluation | None:
+        if self.redis_url is None:
+            return await asyncio.to_thread(
+                evaluation_from_topic,
+                self.bootstrap,
+                self.topic_prefix + EVALUATIONS,
+                request_id,
+                timeout,
+                self.kafka_options,
+            )
+        import redis.asyncio as aioredis
+        from redis.exceptions import RedisError
+
+        client = aioredis.from_url(self.redis_url, socket_timeout=2.0)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(RedisError, OSError):
+                    raw = await client.get(self._evaluation_key(request_id))
+                    if raw:
+                        return Evaluation.model_validate_json(raw)
+                await asyncio.sleep(0.1)
+            return None
+        finally:
+            await client.aclose()

@@ -1,15 +1,23 @@
 """tracejudge.client on the real broker: a test agent publishes three requests and awaits their
-evaluations (from Redis, and from the topic without Redis); a full queue drops and counts."""
+evaluations (from Redis, and from the topic without Redis); an agent runs through a broker
+outage and every event it recorded arrives once."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import multiprocessing
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tests.integration.harness import WorkerProcess
+from tests.integration.harness import WorkerProcess, consume
+from tests.realservices import start_kafka
 from tracejudge.client import AsyncTracer, Tracer
 
 pytestmark = pytest.mark.integration
@@ -50,28 +58,118 @@ async def test_an_async_agent_without_redis_reads_its_verdicts_from_the_topic(
 ) -> None:
     s = pipeline_worker.settings
     async with AsyncTracer(s.kafka_bootstrap, topic_prefix=s.topic_prefix) as tracer:
-        req = tracer.request("summarise the incident", request_id=f"async-{uuid.uuid4().hex[:6]}")
-        req.tool_call("read_log", success=True, result="3 errors between 02:00 and 02:05")
-        req.final("Three errors from 02:00 to 02:05, all from the cache warm-up job.")
+        rid = f"async-{uuid.uuid4().hex[:6]}"
+        async with tracer.traced("summarise the incident", request_id=rid) as req:
+            req.tool_call("read_log", success=True, result="3 errors between 02:00 and 02:05")
+            req.final("Three errors from 02:00 to 02:05, all from the cache warm-up job.")
         assert await tracer.flush(10)
         evaluation = await tracer.wait_for_evaluation(req.request_id, timeout=30)
     assert evaluation is not None and evaluation.request_id == req.request_id
 
 
-async def test_a_full_queue_drops_and_counts_instead_of_blocking(
-    pipeline_worker: WorkerProcess,
+async def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 3, 1)])
+    finally:
+        await admin.close()
+
+
+def test_an_agent_runs_through_a_broker_outage_and_every_event_arrives_once(
+    tmp_path: Path,
+) -> None:
+    kafka = start_kafka(tmp_path / "kafka", reuse=False)
+    prefix = f"outage-{uuid.uuid4().hex[:6]}."
+    try:
+        asyncio.run(create_topic(kafka.address, prefix + "events"))
+        kafka.stop()
+        tracer = Tracer(kafka.address, topic_prefix=prefix, queue_size=10_000)
+        per_event: list[float] = []
+        for i in range(1000):  # the broker is down the whole time
+            started = time.perf_counter()
+            req = tracer.request(f"refund order {i}", agent_name="outage-agent")
+            req.tool_call("get_order", success=True, args={"id": i}, result={"total": 20})
+            req.reasoning("the order is paid: refund it")
+            req.tool_call("refund", success=True, result="ok")
+            req.final(f"Refunded order {i}.")
+            per_event.append((time.perf_counter() - started) / 5)
+        assert tracer.dropped == 0 and tracer.queued == 5000 and tracer.sent == 0
+        # never waited on the network (a wait would be a connection timeout: seconds); the
+        # speed itself is benchmarks/client.py's to measure
+        assert sorted(per_event)[989] < 0.01
+        kafka.restart()
+        assert tracer.flush(120), f"{tracer.queued} still buffered"
+        tracer.close()
+        assert tracer.sent == 5000 and tracer.dropped == 0
+        records = asyncio.run(
+            consume(
+                kafka.address,
+                prefix + "events",
+                until=lambda rs: len(rs) >= 5000,
+                timeout_s=60,
+                settle_s=2.0,
+            )
+        )
+        ids = [json.loads(r.value)["event_id"] for r in records]
+        assert len(ids) == 5000 and len(set(ids)) == 5000  # every one, once
+    finally:
+        kafka.stop()
+
+
+EXITS_WITHOUT_CLOSE = """
+import sys
+from tracejudge.client import Tracer
+bootstrap, prefix, rid = sys.argv[1:4]
+tracer = Tracer(bootstrap, topic_prefix=prefix)
+req = tracer.request("look up order 3", request_id=rid)
+req.tool_call("get_order", success=True, result="paid")
+req.final("Order 3 is paid.")
+# no flush, no close: the interpreter's exit delivers what is buffered
+"""
+
+
+def test_events_buffered_at_interpreter_exit_are_delivered(
+    pipeline_worker: WorkerProcess, tmp_path: Path
 ) -> None:
     s = pipeline_worker.settings
-    tracer = AsyncTracer(s.kafka_bootstrap, topic_prefix=s.topic_prefix, queue_size=5)
-    # not started: nothing drains the queue, as with a broker that is gone
-    started = time.monotonic()
-    req = tracer.request("a burst", request_id=f"burst-{uuid.uuid4().hex[:6]}")
-    for i in range(20):
-        req.tool_call("step", success=True, args={"i": i})
-    assert time.monotonic() - started < 0.5  # never waited
-    assert tracer.dropped == 16 and req.dropped == 16  # 5 queued of 21 events
-    await tracer.start()
-    assert await tracer.flush(10)
-    assert tracer.sent == 5
-    await tracer.close()
-    await asyncio.sleep(0)
+    rid = f"atexit-{uuid.uuid4().hex[:6]}"
+    script = tmp_path / "agent.py"
+    script.write_text(EXITS_WITHOUT_CLOSE)
+    done = subprocess.run(
+        [sys.executable, str(script), s.kafka_bootstrap, s.topic_prefix, rid],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    with Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix) as tracer:
+        evaluation = tracer.wait_for_evaluation(rid, timeout=30)
+    assert evaluation is not None and evaluation.request_id == rid
+
+
+def _record_in_child(tracer: Tracer, rid: str) -> None:
+    req = tracer.request("look up order 4", request_id=rid)
+    req.final("Order 4 is paid.")
+    sys.exit(0 if tracer.flush(30) else 1)
+
+
+def test_a_forked_child_records_with_its_parents_tracer(pipeline_worker: WorkerProcess) -> None:
+    s = pipeline_worker.settings
+    tracer = Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix)
+    try:
+        parent = tracer.request("before the fork")  # the parent has a live producer
+        parent.final("done")
+        child_rid = f"fork-{uuid.uuid4().hex[:6]}"
+        child = multiprocessing.get_context("fork").Process(
+            target=_record_in_child, args=(tracer, child_rid)
+        )
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+        assert tracer.flush(10) and tracer.sent == 2  # the child's events are not the parent's
+        for rid in (parent.request_id, child_rid):
+            evaluation = tracer.wait_for_evaluation(rid, timeout=30)
+            assert evaluation is not None and evaluation.request_id == rid
+    finally:
+        tracer.close()
