@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from tracejudge.client.early_stop import AsyncEarlyStopClient, EarlyStopClient, redis_module
 from tracejudge.client.events import Recorder
 from tracejudge.client.transport import Sender
 from tracejudge.client.verdicts import evaluation_from_topic
@@ -127,8 +128,6 @@ class Tracer(_Tracing):
         """tracejudge's early-stop decision for an iterative request, if one was made (Redis)."""
         if self.redis_url is None:
             return None
-        from tracejudge.client.early_stop import EarlyStopClient
-
         return EarlyStopClient(self.redis_url).check(request_id)
 
     def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
@@ -142,8 +141,7 @@ class Tracer(_Tracing):
                 timeout,
                 self.kafka_options,
             )
-        import redis
-
+        redis = redis_module()
         client = redis.Redis.from_url(self.redis_url, socket_timeout=2.0)
         deadline = time.monotonic() + timeout
         try:
@@ -192,8 +190,6 @@ class AsyncTracer(_Tracing):
     async def early_stop(self, request_id: str) -> EarlyStopDecision | None:
         if self.redis_url is None:
             return None
-        from tracejudge.client.early_stop import AsyncEarlyStopClient
-
         client = AsyncEarlyStopClient(self.redis_url)
         try:
             return await client.check(request_id)
@@ -214,14 +210,12 @@ class AsyncTracer(_Tracing):
                 timeout,
                 self.kafka_options,
             )
-        import redis.asyncio as aioredis
-        from redis.exceptions import RedisError
-
-        client = aioredis.from_url(self.redis_url, socket_timeout=2.0)
+        redis = redis_module()
+        client = redis.asyncio.from_url(self.redis_url, socket_timeout=2.0)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                with contextlib.suppress(RedisError, OSError):
+                with contextlib.suppress(redis.RedisError, OSError):
                     raw = await client.get(self._evaluation_key(request_id))
                     if raw:
                         return Evaluation.model_validate_json(raw)

@@ -1,0 +1,56 @@
+"""What `pip install tracejudge` (no extras) puts in an agent's environment: the distributions
+the package's own requirements pull in, and their size on disk, read from the installed
+metadata. benchmarks/client.py does the same in a fresh venv from the index."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from packaging.requirements import Requirement
+
+MAX_PACKAGES = 12
+MAX_MB = 30.0
+
+
+def closure(name: str, extras: frozenset[str] = frozenset()) -> set[str]:
+    """`name` and every distribution its requirements (with `extras`) pull in, here."""
+    seen: set[str] = set()
+    todo = [(name, extras)]
+    while todo:
+        dist_name, wanted = todo.pop()
+        dist = metadata.distribution(dist_name)
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        for line in dist.requires or []:
+            req = Requirement(line)
+            envs = [{"extra": e} for e in wanted] or [{"extra": ""}]
+            if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+                if req.name.lower() != key:  # an extra that names the package itself
+                    todo.append((req.name, frozenset(req.extras)))
+    return seen
+
+
+def megabytes(names: set[str]) -> float:
+    total = 0
+    for name in names:
+        for file in metadata.distribution(name).files or []:
+            path = file.locate()
+            if path.is_file():
+                total += path.stat().st_size
+    return total / 1e6
+
+
+def test_the_client_install_is_small_and_has_nothing_of_the_worker() -> None:
+    names = closure("tracejudge")
+    # the editable install's own files are the repository: count ours as the wheel's ~1 MB
+    size = megabytes(names - {"tracejudge"}) + 1.0
+    print(f"client install: {len(names)} packages, {size:.1f} MB: {sorted(names)}")
+    assert len(names) <= MAX_PACKAGES and size <= MAX_MB
+    assert not names & {"faust-streaming", "aiokafka", "redis", "rocksdict", "grpcio", "opencc"}
+
+
+def test_the_worker_extra_brings_the_worker() -> None:
+    names = closure("tracejudge", frozenset({"worker"}))
+    assert {"faust-streaming", "aiokafka", "redis", "rocksdict"} <= names
