@@ -84,6 +84,9 @@ class Sender:
         self.config = {
             **kafka_config(bootstrap, options or {}),
             "acks": "all",
+            # the Java client's partitioner, as aiokafka and Faust use: a request's events
+            # land on one partition whichever of our producers sent them
+            "partitioner": "murmur2_random",
             "enable.idempotence": True,  # a batch retried after a lost ack is written once
             "linger.ms": linger_ms,
             "batch.size": batch_bytes,

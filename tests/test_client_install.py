@@ -26,9 +26,9 @@ def closure(name: str, extras: frozenset[str] = frozenset()) -> set[str]:
         for line in dist.requires or []:
             req = Requirement(line)
             envs = [{"extra": e} for e in wanted] or [{"extra": ""}]
-            if req.marker is None or any(req.marker.evaluate(env) for env in envs):
-                if req.name.lower() != key:  # an extra that names the package itself
-                    todo.append((req.name, frozenset(req.extras)))
+            applies = req.marker is None or any(req.marker.evaluate(env) for env in envs)
+            if applies and req.name.lower() != key:  # not an extra naming the package itself
+                todo.append((req.name, frozenset(req.extras)))
     return seen
 
 

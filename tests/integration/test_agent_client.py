@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.partitioner import murmur2
 
 from tests.integration.harness import WorkerProcess, consume
 from tests.realservices import start_kafka
@@ -113,6 +114,8 @@ def test_an_agent_runs_through_a_broker_outage_and_every_event_arrives_once(
         )
         ids = [json.loads(r.value)["event_id"] for r in records]
         assert len(ids) == 5000 and len(set(ids)) == 5000  # every one, once
+        # on the partition aiokafka and Faust would choose for the key (murmur2)
+        assert all(r.partition == (murmur2(r.key) & 0x7FFFFFFF) % 3 for r in records)
     finally:
         kafka.stop()
 
