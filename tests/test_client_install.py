@@ -5,6 +5,7 @@ metadata. benchmarks/client.py does the same in a fresh venv from the index."""
 from __future__ import annotations
 
 from importlib import metadata
+from pathlib import Path
 
 from packaging.requirements import Requirement
 
@@ -36,7 +37,7 @@ def megabytes(names: set[str]) -> float:
     total = 0
     for name in names:
         for file in metadata.distribution(name).files or []:
-            path = file.locate()
+            path = Path(file.locate())
             if path.is_file():
                 total += path.stat().st_size
     return total / 1e6
