@@ -53,14 +53,34 @@ class Recorder:
         phase: str = "plan",
         action: str | None = None,
         error: str | None = None,
+        usage: Usage | None = None,
     ) -> None:
-        """A reasoning step: a short summary of the thought, never the whole chain."""
+        """A reasoning step: a short summary of the thought, never the whole chain; `usage`:
+        what the model call that produced it cost (see `model_usage`)."""
         self._send(
             "reasoning_step",
             phase=phase,
             intent_summary=clip(summary, SUMMARY_LIMIT),
             action=_clipped(action),
             error=_clipped(error),
+            usage=usage,
+        )
+
+    def model_call(
+        self,
+        model: str,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cost_usd: float | None = None,
+        latency_ms: float | None = None,
+        summary: str | None = None,
+    ) -> None:
+        """One model call, as a reasoning step that carries its usage (the evaluation sums
+        them per request)."""
+        self.reasoning(
+            summary or f"called {model}",
+            usage=model_usage(model, input_tokens, output_tokens, cost_usd, latency_ms),
         )
 
     def tool_call(
@@ -101,6 +121,7 @@ class Recorder:
         observation: str = "",
         exec_success: bool | None = None,
         max_iterations: int | None = None,
+        usage: Usage | None = None,
     ) -> None:
         """One round of an iterative loop (early-stop decisions follow these)."""
         self._send(
@@ -110,11 +131,12 @@ class Recorder:
             response=clip(response, LONG_TEXT_LIMIT),
             observation=clip(observation, LONG_TEXT_LIMIT),
             exec_success=exec_success,
+            usage=usage,
         )
 
-    def final(self, output: str) -> None:
+    def final(self, output: str, *, usage: Usage | None = None) -> None:
         """The answer: ends the request, which is judged at once."""
-        self._send("final_response", output=clip(output, LONG_TEXT_LIMIT))
+        self._send("final_response", output=clip(output, LONG_TEXT_LIMIT), usage=usage)
         self.finished = True
 
     def _send(self, kind: str, **fields: Any) -> None:
@@ -131,6 +153,27 @@ class Recorder:
         }
         if not self._emit(event):
             self.dropped += 1
+
+
+Usage = dict[str, Any]  # the contract's ModelUsage fields
+
+
+def model_usage(
+    model: str | None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    cost_usd: float | None = None,
+    latency_ms: float | None = None,
+) -> Usage:
+    """The `usage` of a step, with the fields that are known."""
+    given = {
+        "model": None if model is None else model[:256],
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd": cost_usd,
+        "latency_ms": latency_ms,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _clipped(text: str | None) -> str | None:

@@ -27,6 +27,7 @@ from tracejudge.judges.verdicts import (
     WindowFacts,
     conclude,
 )
+from tracejudge.models.outputs import Usage
 from tracejudge.models.window import ClosedBy
 
 
@@ -76,6 +77,8 @@ class Summary:
     closed_by: str
     alert_kinds: tuple[str, ...] = ()
     reflection: bool = False
+    agent_name: str | None = None
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,8 @@ def made_of(verdict: Verdict) -> Made:
         evaluation.closed_by,
         tuple(alert.kind for alert in verdict.alerts),
         verdict.reflection is not None,
+        evaluation.agent_name,
+        evaluation.usage,
     )
     return Made(
         evaluation.request_id,
@@ -127,7 +132,7 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
     )
     rules = rules or RuleJudge(tool_call_budget=judging.tool_call_budget)
     verdict = rules.judge(window, closing.stats, closing.norms)
-    facts = WindowFacts.of(window, judging.policy.max_iterations)
+    facts = WindowFacts.of(window, judging.policy.max_iterations, closing.stats)
     llm = judging.llm
     if llm is not None and sampled(closing.request_id, llm.sample_rate):
         job = JudgeJob(

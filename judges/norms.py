@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracejudge.judges.outcomes import reads_only
-from tracejudge.models.events import Event, ToolCall
+from tracejudge.models.events import Event, ModelUsage, ToolCall
+from tracejudge.models.outputs import Usage
 from tracejudge.models.window import Window
 
 NO_AGENT = "(no agent name)"  # the group of requests that carry no agent_name
@@ -22,6 +23,7 @@ NO_AGENT = "(no agent name)"  # the group of requests that carry no agent_name
 # (user turns were tried and dropped: above an agent's usual, they came as often in runs that
 # went well as in failed ones on the customer-service runs, see BENCHMARKS.md)
 MEASURES: tuple[str, ...] = ("tool_calls", "state_changes", "failed_calls", "duration_s")
+MAX_MODELS = 5  # model names kept per request
 
 
 def group_of(agent_name: str | None) -> str:
@@ -49,6 +51,7 @@ class RunStats:
     streak_tool: str | None = None
     duration_s: float | None = None  # first to last event, when events carry timestamps
     agent_name: str | None = None
+    usage: Usage | None = None  # model calls, tokens and cost, when steps reported them
 
     def measures(self) -> dict[str, float]:
         values = {m: getattr(self, m) for m in MEASURES}
@@ -77,11 +80,28 @@ class Tally:
     agent_name: str | None = None
     last_key: str | None = None
     streak: int = 0
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    models: list[str] = field(default_factory=list)
 
     def add(self, event: Event) -> None:
         if isinstance(event, ToolCall):
             self.call(event.tool, call_key(event.tool, event.args_summary), event.success)
+        usage = getattr(event, "usage", None)
+        if usage is not None:
+            self.model_call(usage)
         self._seen(event.ts, event.agent_name)
+
+    def model_call(self, usage: ModelUsage) -> None:
+        self.model_calls += 1
+        self.input_tokens += usage.input_tokens or 0
+        self.output_tokens += usage.output_tokens or 0
+        if usage.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + usage.cost_usd
+        if usage.model and usage.model not in self.models and len(self.models) < MAX_MODELS:
+            self.models.append(usage.model)
 
     def add_record(self, record: dict[str, Any]) -> None:
         """A stored step record, whole or a stub (see `judges/records.py`)."""
@@ -90,6 +110,9 @@ class Tally:
             tool = str(record.get("tool", ""))
             key = record.get("args_key") or call_key(tool, record.get("args_summary"))
             self.call(tool, None if key is None else str(key), bool(record.get("success")))
+        usage = record.get("usage")
+        if isinstance(usage, dict):
+            self.model_call(ModelUsage.model_validate(usage))
         ts = record.get("ts")
         self._seen(float(ts) if isinstance(ts, int | float) else None, record.get("agent_name"))
 
@@ -123,6 +146,15 @@ class Tally:
             streak_tool=self.streak_tool,
             duration_s=duration,
             agent_name=self.agent_name,
+            usage=None
+            if not self.model_calls
+            else Usage(
+                model_calls=self.model_calls,
+                input_tokens=self.input_tokens,
+                output_tokens=self.output_tokens,
+                cost_usd=None if self.cost_usd is None else round(self.cost_usd, 6),
+                models=list(self.models),
+            ),
         )
 
 

@@ -75,6 +75,9 @@ def step_record(
         stub["ts"] = event.ts  # the run's duration counts every step
     if event.agent_name:
         stub["agent_name"] = event.agent_name
+    usage = getattr(event, "usage", None)
+    if usage is not None:  # token and cost totals count every step (norms.Tally)
+        stub["usage"] = usage.model_dump(exclude_none=True)
     if isinstance(event, Iteration):
         stub.update(iteration=event.iteration, exec_success=event.exec_success)
         if event.max_iterations is not None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS
 from tracejudge.judges.llm.answer import JudgeAnswer
+from tracejudge.judges.norms import RunStats
 from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import RuleVerdict
 from tracejudge.models.ids import stable_id
@@ -25,6 +26,7 @@ from tracejudge.models.outputs import (
     JudgeErrorCode,
     JudgeStatus,
     ReflectionRequest,
+    Usage,
 )
 from tracejudge.models.window import ClosedBy, Window
 
@@ -88,10 +90,18 @@ class WindowFacts(BaseModel):
     iterations_used: int | None = None
     max_iterations: int | None = None
     stopped_early: bool | None = None
+    usage: Usage | None = None
 
     @classmethod
-    def of(cls, window: Window, max_iterations: int = DEFAULT_MAX_ITERATIONS) -> WindowFacts:
-        """`max_iterations`: the loop's length when its events carry none."""
+    def of(
+        cls,
+        window: Window,
+        max_iterations: int = DEFAULT_MAX_ITERATIONS,
+        stats: RunStats | None = None,
+    ) -> WindowFacts:
+        """`max_iterations`: the loop's length when its events carry none. `stats`: the run's
+        exact counts (the worker's, beyond the step limit too); counted from the window when
+        not given."""
         rounds = window.iterations
         used = max((r.iteration for r in rounds), default=None)
         given = max((r.max_iterations or 0 for r in rounds), default=0) or None
@@ -111,6 +121,7 @@ class WindowFacts(BaseModel):
             closed_by=window.closed_by,
             step_count=window.step_count,
             steps_dropped=window.steps_dropped,
+            usage=(stats or RunStats.of(window)).usage,
         )
 
 
@@ -223,6 +234,7 @@ def conclude(
         iterations_used=facts.iterations_used,
         max_iterations=facts.max_iterations,
         stopped_early=facts.stopped_early,
+        usage=facts.usage,
         ts=now,
     )
     return _plan(evaluation, facts, policy, now, exact)

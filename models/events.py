@@ -77,6 +77,18 @@ class _Event(BaseModel):
         return f"{self.request_id}:{kind}:{'-' if step is None else step}"
 
 
+class ModelUsage(BaseModel):
+    """What one model call cost: attached to the step it produced (a reasoning step, a round, the
+    final answer). Every field is optional; totals per request are in the evaluation."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    model: str | None = Field(default=None, max_length=256)
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0.0)
+    latency_ms: float | None = Field(default=None, ge=0.0)
+
+
 class TaskStarted(_Event):
     TEXT_LIMITS: ClassVar[dict[str, int]] = {"goal": LONG_TEXT_LIMIT}
     type: Literal["task_started"]
@@ -116,6 +128,7 @@ class ReasoningStep(_Event):
         description="0-1; a percentage (above 1, up to 100) is read as its fraction.",
     )
     error: str | None = None
+    usage: ModelUsage | None = None
 
     @field_validator("confidence", mode="before")
     @classmethod
@@ -155,6 +168,7 @@ class Iteration(_Event):
     response: str | None = None
     observation: str | None = None
     exec_success: bool | None = None
+    usage: ModelUsage | None = None
 
 
 class Validation(BaseModel):
@@ -171,6 +185,7 @@ class FinalResponse(_Event):
     step_index: int | None = Field(default=None, ge=0)
     output: str = ""
     validation: Validation | None = None
+    usage: ModelUsage | None = None
 
 
 Event = Annotated[

@@ -76,6 +76,16 @@ class DimensionScores(_Output):
         return published
 
 
+class Usage(_Output):
+    """Model calls of one request, summed over the steps that reported usage."""
+
+    model_calls: int = Field(ge=0)
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cost_usd: float | None = Field(default=None, ge=0, description="None: no step gave a cost.")
+    models: list[str] = Field(default_factory=list, description="The first few model names.")
+
+
 class Evaluation(_Output):
     type: Literal["evaluation"] = "evaluation"
     evaluation_id: str = Field(
@@ -114,6 +124,9 @@ class Evaluation(_Output):
     max_iterations: int | None = None
     stopped_early: bool | None = Field(
         default=None, description="A stop/finalize decision was made and the loop ended early."
+    )
+    usage: Usage | None = Field(
+        default=None, description="Model calls, tokens and cost; None when no step reported any."
     )
     ts: float
 

@@ -2,7 +2,8 @@
 
 prometheus-client's own types, in a registry per worker (tests build several in one process).
 Label values come from closed sets (event types, statuses, error codes of our own, quadrants,
-alert kinds, partitions), so no label can grow with the traffic. Values that live elsewhere
+alert kinds, partitions), or, for agents, from the first MAX_AGENT_LABELS names seen (the rest
+count as "(other)"), so no label can grow with the traffic. Values that live elsewhere
 (open windows, consumer lag, Redis errors, the breaker) are read when Prometheus scrapes.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -22,6 +24,9 @@ from prometheus_client.registry import Collector
 VERDICT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 JUDGE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+MAX_AGENT_LABELS = 100
+OTHER_AGENTS = "(other)"
+NO_AGENT = "(none)"
 
 
 def quadrant(success: bool, incomplete: bool) -> str:
@@ -81,6 +86,51 @@ def _gauge(name: str, doc: str, value: float) -> Metric:
 
 def _counter(name: str, doc: str, value: float) -> Metric:
     return CounterMetricFamily(name, doc, value=value)
+
+
+class UsageMetrics:
+    """The model usage agents report, per agent: calls, tokens, cost."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.calls = Counter(
+            "tracejudge_model_calls",
+            "Model calls the agents reported (steps with usage), by agent.",
+            ["agent"],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "tracejudge_model_tokens",
+            "Model tokens the agents reported, by agent and kind (input/output).",
+            ["agent", "kind"],
+            registry=registry,
+        )
+        self.cost = Counter(
+            "tracejudge_model_cost_usd",
+            "Model cost in USD the agents reported, by agent.",
+            ["agent"],
+            registry=registry,
+        )
+        self._agents: set[str] = set()
+
+    def agent_label(self, agent_name: str | None) -> str:
+        """An agent's label value: its name among the first MAX_AGENT_LABELS seen, else
+        "(other)", so a caller that names every request differently cannot grow the series."""
+        name = agent_name or NO_AGENT
+        if name in self._agents:
+            return name
+        if len(self._agents) < MAX_AGENT_LABELS:
+            self._agents.add(name)
+            return name
+        return OTHER_AGENTS
+
+    def add(self, agent_name: str | None, usage: Any) -> None:
+        """A request's usage totals (models.outputs.Usage), counted once per evaluation."""
+        agent = self.agent_label(agent_name)
+        self.calls.labels(agent).inc(usage.model_calls)
+        self.tokens.labels(agent, "input").inc(usage.input_tokens)
+        self.tokens.labels(agent, "output").inc(usage.output_tokens)
+        if usage.cost_usd is not None:
+            self.cost.labels(agent).inc(usage.cost_usd)
 
 
 class Metrics:
@@ -150,6 +200,7 @@ class Metrics:
         self.judge_cache_hits = Counter(
             "tracejudge_judge_cache_hits", "Judge verdicts served from the cache.", registry=r
         )
+        self.usage = UsageMetrics(r)
         r.register(_Readings(self.readings))
 
     def event_count(self, event_type: str, status: str) -> Counter:

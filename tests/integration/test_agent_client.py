@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import murmur2
@@ -20,6 +21,7 @@ from aiokafka.partitioner import murmur2
 from tests.integration.harness import WorkerProcess, consume
 from tests.realservices import start_kafka
 from tracejudge.client import AsyncTracer, Tracer
+from tracejudge.client.events import model_usage
 
 pytestmark = pytest.mark.integration
 
@@ -176,3 +178,25 @@ def test_a_forked_child_records_with_its_parents_tracer(pipeline_worker: WorkerP
             assert evaluation is not None and evaluation.request_id == rid
     finally:
         tracer.close()
+
+
+def test_model_calls_are_summed_in_the_evaluation_and_counted_per_agent(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    s = pipeline_worker.settings
+    agent = f"usage-agent-{uuid.uuid4().hex[:6]}"
+    with Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix) as tracer:
+        with tracer.traced("refund order 9", agent_name=agent) as req:
+            req.model_call("gpt-4o-mini", input_tokens=900, output_tokens=50, cost_usd=0.0002)
+            req.tool_call("refund", args={"id": 9}, success=True)
+            req.final("Refunded order 9.", usage=model_usage("gpt-4o-mini", 1000, 30, 0.0001))
+        assert tracer.flush(10)
+        evaluation = tracer.wait_for_evaluation(req.request_id, timeout=30)
+    assert evaluation is not None and evaluation.usage is not None
+    usage = evaluation.usage
+    assert (usage.model_calls, usage.input_tokens, usage.output_tokens) == (2, 1900, 80)
+    assert usage.cost_usd == pytest.approx(0.0003) and usage.models == ["gpt-4o-mini"]
+    url = f"http://127.0.0.1:{s.web_port}/metrics"
+    text = httpx.get(url, timeout=5).text
+    assert f'tracejudge_model_tokens_total{{agent="{agent}",kind="input"}} 1900.0' in text
+    assert f'tracejudge_model_calls_total{{agent="{agent}"}} 2.0' in text
