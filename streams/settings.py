@@ -111,6 +111,13 @@ class OperationSettings(BaseModel):
         description="Read message content (prompts, answers, tool arguments) from GenAI spans; "
         "off by default, as OpenTelemetry keeps it opt-in.",
     )
+    otel_request_end: Literal["local_root", "root"] = Field(
+        "local_root",
+        description="Which ending span ends a trace's request in `tracejudge otel`: the local "
+        "root (no parent, or a parent in another process, as behind an instrumented gateway; "
+        "SDKs flag remote parents in OTLP) or only a span with no parent at all. A trace "
+        "whose end never comes closes by the idle timeout.",
+    )
     debug_endpoints: bool = Field(
         False, description="Serve /debug/tasks (every coroutine's stack) on the web port."
     )

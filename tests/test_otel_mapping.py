@@ -84,3 +84,35 @@ def test_tool_and_model_spans_are_steps_ordered_by_start_and_failures_carry_thei
         capture_content=False,
     )
     assert tool["tool"] == "lookup"
+
+
+def test_a_span_with_a_remote_parent_ends_the_request_unless_only_true_roots_may() -> None:
+    behind_gateway = SpanInfo(
+        TRACE, "agent01", "gateway1", "invoke_agent bot", 1_000, 2_000, {}, 0, "", True
+    )
+    kinds = [e["type"] for e in events_of(behind_gateway, capture_content=False)]
+    assert kinds == ["task_started", "final_response"]
+    as_root_only = events_of(behind_gateway, capture_content=False, request_end="root")
+    assert [e["type"] for e in as_root_only] == ["reasoning_step"]  # a step of a longer trace
+    # a local parent (or an SDK that does not say): a nested span, not the end
+    nested = SpanInfo(TRACE, "agent02", "agent01", "invoke_agent helper", 1_000, 2_000, {}, 0, "")
+    assert [e["type"] for e in events_of(nested, capture_content=False)] == ["reasoning_step"]
+
+
+def test_a_model_call_keeps_its_usage() -> None:
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.response.model": "gpt-4o-2024-08-06",
+        "gen_ai.usage.input_tokens": 1200,
+        "gen_ai.usage.output_tokens": 85,
+    }
+    [step] = events_of(span("chat gpt-4o", attrs, parent="root"), capture_content=False)  # type: ignore[arg-type]
+    event = parse_event(step)
+    assert event.type == "reasoning_step" and event.usage is not None
+    assert (event.usage.model, event.usage.input_tokens, event.usage.output_tokens) == (
+        "gpt-4o-2024-08-06",
+        1200,
+        85,
+    )
+    assert event.usage.latency_ms == 1500.0

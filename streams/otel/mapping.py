@@ -1,12 +1,15 @@
 """OpenTelemetry GenAI spans to contract events, one span at a time (no buffering).
 
-A trace is one request (`otel-<trace id>`). The root span (no parent; `invoke_agent` in the
-GenAI semantic conventions) gives the task and, as it ends last, the final response that ends
-the request; `execute_tool` spans are tool calls; model calls (`chat`, `text_completion`,
-`generate_content`) and nested agents are reasoning steps. Steps are ordered by their start
-time (the step index is the start in microseconds), so spans may arrive in any order. Message
-content is read only when `capture_content` is set, as the conventions make it opt-in.
-OpenInference's span kinds (AGENT, TOOL, LLM, CHAIN) and attribute names are read too.
+A trace is one request (`otel-<trace id>`). Its local root span (no parent, or a parent in
+another process: an agent behind an instrumented gateway; `invoke_agent` in the GenAI semantic
+conventions) gives the task and, as it ends last here, the final response that ends the
+request (with `request_end="root"`, only a span with no parent does). `execute_tool` spans are
+tool calls; model calls (`chat`, `text_completion`, `generate_content`) and nested agents are
+reasoning steps, a model call's usage (`gen_ai.usage.*_tokens`, the model) kept on its step.
+Steps are ordered by their start time (the step index is the start in microseconds), so spans
+may arrive in any order. Message content is read only when `capture_content` is set, as the
+conventions make it opt-in. OpenInference's span kinds (AGENT, TOOL, LLM, CHAIN) and attribute
+names are read too.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ class SpanInfo:
     attributes: Mapping[str, Any]
     status_code: int
     status_message: str
+    parent_remote: bool = False  # the SDK said the parent span is in another process
+
+    def ends_request(self, request_end: str) -> bool:
+        return not self.parent_span_id or (request_end == "local_root" and self.parent_remote)
 
     @property
     def operation(self) -> str:
@@ -58,7 +65,9 @@ def request_id(trace_id: str) -> str:
     return f"otel-{trace_id}"
 
 
-def events_of(span: SpanInfo, capture_content: bool) -> list[dict[str, Any]]:
+def events_of(
+    span: SpanInfo, capture_content: bool, request_end: str = "local_root"
+) -> list[dict[str, Any]]:
     """The contract events one finished span stands for."""
     rid = request_id(span.trace_id)
     a = span.attributes
@@ -71,7 +80,7 @@ def events_of(span: SpanInfo, capture_content: bool) -> list[dict[str, Any]]:
             common[name] = a[key][:256]
     step = span.start_ns // 1000
     op = span.operation
-    if not span.parent_span_id:
+    if span.ends_request(request_end):
         return _root(span, common, capture_content)
     if op == "execute_tool":
         return [
@@ -109,6 +118,7 @@ def events_of(span: SpanInfo, capture_content: bool) -> list[dict[str, Any]]:
                 "phase": "synthesis" if op in MODEL_CALLS else "plan",
                 "intent_summary": _clip(said) or what.strip(),
                 "error": _clip(span.error),
+                "usage": _usage(span) if op in MODEL_CALLS else None,
             }
         ]
     return []  # other spans (HTTP, database) are not steps of the agent
@@ -141,6 +151,23 @@ def _root(span: SpanInfo, common: dict[str, Any], capture_content: bool) -> list
             "output": clip(output, LONG_TEXT_LIMIT),
         },
     ]
+
+
+def _usage(span: SpanInfo) -> dict[str, Any] | None:
+    """A model call's usage from the GenAI attributes (OpenInference's names too)."""
+    a = span.attributes
+    tokens_in = a.get("gen_ai.usage.input_tokens", a.get("llm.token_count.prompt"))
+    tokens_out = a.get("gen_ai.usage.output_tokens", a.get("llm.token_count.completion"))
+    model = (
+        a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or a.get("llm.model_name")
+    )
+    usage = {
+        "model": str(model)[:256] if model else None,
+        "input_tokens": tokens_in if isinstance(tokens_in, int) and tokens_in >= 0 else None,
+        "output_tokens": tokens_out if isinstance(tokens_out, int) and tokens_out >= 0 else None,
+        "latency_ms": max(0.0, (span.end_ns - span.start_ns) / 1e6),
+    }
+    return {k: v for k, v in usage.items() if v is not None}
 
 
 def _content(attributes: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:

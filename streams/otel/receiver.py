@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
@@ -41,6 +42,13 @@ def value_of(v: AnyValue) -> Any:
     return getattr(v, kind) if kind else None
 
 
+# OTLP span flags: bit 8 says the SDK knows whether the parent is remote, bit 9 that it is
+REMOTE_KNOWN_AND_SET = (
+    trace_pb2.SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    | trace_pb2.SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+)
+
+
 def spans_of(request: Any) -> list[SpanInfo]:
     found = []
     for resource in request.resource_spans:
@@ -57,6 +65,7 @@ def spans_of(request: Any) -> list[SpanInfo]:
                         attributes={a.key: value_of(a.value) for a in span.attributes},
                         status_code=span.status.code,
                         status_message=span.status.message,
+                        parent_remote=span.flags & REMOTE_KNOWN_AND_SET == REMOTE_KNOWN_AND_SET,
                     )
                 )
     return found
@@ -79,7 +88,9 @@ class Receiver:
         pending = []
         for span in spans_of(request):
             self.spans += 1
-            for event in events_of(span, self.settings.otel_capture_content):
+            for event in events_of(
+                span, self.settings.otel_capture_content, self.settings.otel_request_end
+            ):
                 clean = {k: v for k, v in event.items() if v is not None}
                 pending.append(
                     await self.producer.send(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from typing import Any
 
 import pytest
@@ -13,7 +14,14 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
 
 from tests.integration.harness import WorkerProcess, grouped
 from tests.realservices import free_port
@@ -22,8 +30,12 @@ from tracejudge.streams.otel.receiver import serve
 pytestmark = pytest.mark.integration
 
 
-def agent_run(exporter: SpanExporter, *, refund_fails: bool, content: bool) -> str:
-    """What an instrumented agent emits: invoke_agent > chat, execute_tool x2."""
+def agent_run(
+    exporter: SpanExporter, *, refund_fails: bool, content: bool, remote_parent: bool = False
+) -> str:
+    """What an instrumented agent emits: invoke_agent > chat, execute_tool x2; with
+    `remote_parent`, as an agent behind an instrumented gateway (the caller's span context
+    came in a traceparent header)."""
     provider = TracerProvider(resource=Resource.create({"service.name": "support-bot"}))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     tracer = provider.get_tracer("test-agent")
@@ -38,10 +50,26 @@ def agent_run(exporter: SpanExporter, *, refund_fails: bool, content: bool) -> s
         root_attrs["gen_ai.output.messages"] = json.dumps(
             [{"role": "assistant", "parts": [{"type": "text", "content": "Refunded 20 EUR."}]}]
         )
-    with tracer.start_as_current_span("invoke_agent support-bot", attributes=root_attrs) as root:
+    caller = None
+    if remote_parent:
+        gateway = SpanContext(
+            trace_id=random.getrandbits(128),
+            span_id=random.getrandbits(64),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+        caller = set_span_in_context(NonRecordingSpan(gateway))
+    with tracer.start_as_current_span(
+        "invoke_agent support-bot", context=caller, attributes=root_attrs
+    ) as root:
         with tracer.start_as_current_span(
             "chat gpt-4o",
-            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"},
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.usage.input_tokens": 900,
+                "gen_ai.usage.output_tokens": 40,
+            },
         ):
             pass
         with tracer.start_as_current_span(
@@ -91,3 +119,29 @@ async def test_sdk_spans_over_grpc_and_http_get_one_evaluation_per_trace(
     assert "payment gateway timeout" in bad["failed_steps"][0]["reason"]
     [good] = evaluations[ok]
     assert good["success"] is True and good["closed_by"] == "final_response"
+    assert good["usage"]["input_tokens"] == 900 and good["usage"]["model_calls"] == 1
+
+
+async def test_an_agent_behind_a_gateway_closes_on_its_own_root_span(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    settings = pipeline_worker.settings.model_copy(
+        update={"otel_grpc_port": free_port(), "otel_http_port": free_port()}
+    )
+    stop = asyncio.Event()
+    server = asyncio.create_task(serve(settings, stop))
+    await asyncio.sleep(1.0)
+    try:
+        exporter = HttpExporter(endpoint=f"http://127.0.0.1:{settings.otel_http_port}/v1/traces")
+        rid = await asyncio.to_thread(
+            agent_run, exporter, refund_fails=False, content=False, remote_parent=True
+        )
+        evaluations = await grouped(
+            pipeline_worker, "evaluations", {rid}, wait_for_all=True, timeout_s=60
+        )
+    finally:
+        stop.set()
+        await server
+    [evaluation] = evaluations[rid]
+    # ended by its own root span; without the rule it waits out the idle timeout
+    assert evaluation["closed_by"] == "final_response" and evaluation["success"] is True
