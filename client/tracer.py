@@ -82,6 +82,14 @@ class _Tracing:
         """A recorder for one request; its `task_started` is handed over at once."""
         return Recorder(self._offer, goal, **kwargs)
 
+    def emit(self, event: dict[str, Any]) -> bool:
+        """Hand over one contract event as it is (integrations build their own); False when it
+        was dropped (and counted) instead. Never raises."""
+        if not isinstance(event.get("request_id"), str):
+            self._sender.drop("an event without a request_id")
+            return False
+        return self._offer(event)
+
     def _offer(self, event: dict[str, Any]) -> bool:
         try:
             value = _encode(event).encode("utf-8")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from tracejudge.client.otel_mapping import SpanInfo, events_of
 from tracejudge.models.events import parse_event
-from tracejudge.streams.otel.mapping import SpanInfo, events_of
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 

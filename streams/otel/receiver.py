@@ -25,7 +25,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.otel.mapping import SpanInfo, events_of
+from tracejudge.client.otel_mapping import SpanInfo, events_of
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
