@@ -23,9 +23,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from tracejudge.client.otel_mapping import SpanInfo, events_of
 from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.client.otel_mapping import SpanInfo, events_of
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)

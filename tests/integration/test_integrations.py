@@ -4,16 +4,22 @@ back for them."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import pytest
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.prebuilt import ToolNode, create_react_agent
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
 from tests.integration.harness import WorkerProcess, consume, values
 from tracejudge.client import Tracer
+from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
 from tracejudge.client.integrations.otel import TracejudgeSpanProcessor
 
 pytestmark = pytest.mark.integration
@@ -71,3 +77,78 @@ async def test_an_opentelemetry_instrumented_agent_is_judged_in_process(
     assert evaluation.success is False and evaluation.failed_steps[0].tool == "refund"
     assert evaluation.usage is not None and evaluation.usage.input_tokens == 700
     assert evaluation.agent_name == agent
+
+
+class ScriptedChatModel(FakeMessagesListChatModel):
+    """LangChain's own fake chat model, answering from a script; tools are bound by name only
+    (the script already says which to call)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+async def test_a_langgraph_agent_is_judged_through_the_callback_handler(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    @tool
+    def get_order(order_id: int) -> str:
+        """Look an order up."""
+        return f"order {order_id}: paid, 20 EUR"
+
+    @tool
+    def refund(order_id: int) -> str:
+        """Refund an order."""
+        raise RuntimeError("payment gateway timeout")
+
+    def usage(tokens_in: int, tokens_out: int) -> dict[str, int]:
+        return {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": 0}
+
+    script = [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "get_order", "args": {"order_id": 7}, "id": "c1"}],
+            usage_metadata=usage(120, 15),  # type: ignore[arg-type]
+            response_metadata={"model_name": "scripted-gpt"},
+        ),
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "refund", "args": {"order_id": 7}, "id": "c2"}],
+            usage_metadata=usage(180, 12),  # type: ignore[arg-type]
+            response_metadata={"model_name": "scripted-gpt"},
+        ),
+        AIMessage(
+            content="I could not refund order 7: the payment gateway timed out.",
+            usage_metadata=usage(230, 20),  # type: ignore[arg-type]
+            response_metadata={"model_name": "scripted-gpt"},
+        ),
+    ]
+    agent_name = f"lc-bot-{uuid.uuid4().hex[:6]}"
+    tracer = tracer_for(pipeline_worker)
+    handler = TracejudgeCallbackHandler(tracer, agent_name=agent_name)
+    tools = ToolNode([get_order, refund], handle_tool_errors=True)  # the model sees the error
+    graph = create_react_agent(ScriptedChatModel(responses=script), tools)
+    asked: Any = {"messages": [("user", "Refund order 7, please")]}
+    await asyncio.to_thread(lambda: graph.invoke(asked, {"callbacks": [handler]}))
+    rid = handler.last_request_id
+    assert rid is not None and tracer.flush(10)
+    events = await events_of_request(pipeline_worker, rid, 7)
+    assert [e["type"] for e in events] == [
+        "task_started",
+        "reasoning_step",
+        "tool_call",
+        "reasoning_step",
+        "tool_call",
+        "reasoning_step",
+        "final_response",
+    ]
+    assert events[0]["goal"] == "Refund order 7, please"
+    calls = [e for e in events if e["type"] == "tool_call"]
+    assert [(c["tool"], c["success"]) for c in calls] == [("get_order", True), ("refund", False)]
+    assert "payment gateway timeout" in calls[1]["error"]
+    assert events[-1]["output"].startswith("I could not refund order 7")
+    evaluation = tracer.wait_for_evaluation(rid, timeout=30)
+    tracer.close()
+    assert evaluation is not None and evaluation.agent_name == agent_name
+    assert evaluation.success is False  # the refund failed and was not recovered
+    assert evaluation.usage is not None and evaluation.usage.model_calls == 3
+    assert evaluation.usage.input_tokens == 530 and evaluation.usage.models == ["scripted-gpt"]

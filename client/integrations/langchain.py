@@ -1,0 +1,274 @@
+"""A LangChain callback handler: every top-level run of a chain, agent or LangGraph graph is one
+request to judge.
+
+    from tracejudge.client import Tracer
+    from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
+
+    handler = TracejudgeCallbackHandler(Tracer("kafka:9092"), agent_name="support-bot")
+    graph.invoke({"messages": [("user", "Refund order 7")]}, config={"callbacks": [handler]})
+
+The run's input is the goal; each model call is a reasoning step with its token usage and
+model; each tool run is a tool call (failed when the tool raised); the top-level run's end is
+the final response (its last message), or its error. Callbacks hand events to the tracer's
+buffer and return; nothing here raises into the agent (`raise_error` stays False).
+
+LangChain can also emit OpenTelemetry (through OpenInference's instrumentation, read by
+`tracejudge otel` and by `integrations.otel`); this handler needs no instrumentation package
+and sees the tools' errors and the models' usage as LangChain reports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+
+from tracejudge.client.events import Recorder, model_usage
+
+if TYPE_CHECKING:
+    from langchain_core.outputs import LLMResult
+
+    from tracejudge.client.tracer import AsyncTracer, Tracer
+
+log = logging.getLogger("tracejudge.client")
+
+
+@dataclass
+class _Run:
+    recorder: Recorder
+    tools: dict[UUID, tuple[str, str, float]] = field(default_factory=dict)  # name, input, start
+    models: dict[UUID, float] = field(default_factory=dict)  # start
+
+
+class TracejudgeCallbackHandler(BaseCallbackHandler):
+    raise_error = False
+
+    def __init__(self, tracer: Tracer | AsyncTracer, *, agent_name: str | None = None) -> None:
+        self.tracer = tracer
+        self.agent_name = agent_name
+        self.last_request_id: str | None = None
+        self._runs: dict[UUID, _Run] = {}  # top-level run id -> its request
+        self._root_of: dict[UUID, UUID] = {}  # any run id -> its top-level run id
+        self._lock = threading.Lock()  # tools may run on a thread pool
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is not None:
+            self._child(run_id, parent_run_id)
+            return
+        name = kwargs.get("name") or (serialized or {}).get("name")
+        recorder = self.tracer.request(
+            _text(inputs) or f"run of {name or 'a chain'}",
+            request_id=f"lc-{run_id}",
+            agent_name=self.agent_name or (str(name) if name else None),
+        )
+        with self._lock:
+            self._runs[run_id] = _Run(recorder)
+            self._root_of[run_id] = run_id
+        self.last_request_id = recorder.request_id
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._end(run_id)
+        if run is not None:
+            run.recorder.final(_text(outputs, last=True) or "(no answer)")
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._end(run_id)
+        if run is not None:
+            run.recorder.final(f"failed: {type(error).__name__}: {error}")
+
+    # -- model calls -----------------------------------------------------------------------
+
+    def on_chat_model_start(
+        self,
+        serialized: Any,
+        messages: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._model_started(run_id, parent_run_id)
+
+    def on_llm_start(
+        self,
+        serialized: Any,
+        prompts: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._model_started(run_id, parent_run_id)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._run_of(run_id)
+        if run is None:
+            return
+        started = run.models.pop(run_id, None)
+        latency = None if started is None else (time.monotonic() - started) * 1000
+        text, calls, usage, model = _generation(response)
+        summary = text or (f"decided to call {', '.join(calls)}" if calls else "model call")
+        run.recorder.reasoning(
+            summary,
+            phase="plan" if calls else "synthesis",
+            usage=model_usage(
+                model, usage.get("input_tokens"), usage.get("output_tokens"), None, latency
+            ),
+        )
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._run_of(run_id)
+        if run is not None:
+            run.models.pop(run_id, None)
+            run.recorder.reasoning("model call failed", error=f"{type(error).__name__}: {error}")
+
+    # -- tools -------------------------------------------------------------------------------
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is None:
+            return  # a tool called on its own, outside any run we judge
+        self._child(run_id, parent_run_id)
+        run = self._run_of(run_id)
+        if run is not None:
+            name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
+            run.tools[run_id] = (str(name), input_str, time.monotonic())
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tool_done(run_id, success=True, result=_text(output))
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._tool_done(run_id, success=False, error=f"{type(error).__name__}: {error}")
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _child(self, run_id: UUID, parent_run_id: UUID) -> None:
+        with self._lock:
+            root = self._root_of.get(parent_run_id)
+            if root is not None:
+                self._root_of[run_id] = root
+
+    def _run_of(self, run_id: UUID) -> _Run | None:
+        with self._lock:
+            root = self._root_of.get(run_id)
+            return None if root is None else self._runs.get(root)
+
+    def _end(self, run_id: UUID) -> _Run | None:
+        """The request of a top-level run that ended (None for any other run)."""
+        with self._lock:
+            run = self._runs.pop(run_id, None)
+            if run is not None:
+                gone = [r for r, root in self._root_of.items() if root == run_id]
+                for r in gone:
+                    del self._root_of[r]
+            return run
+
+    def _model_started(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+        if parent_run_id is not None:
+            self._child(run_id, parent_run_id)
+        run = self._run_of(run_id)
+        if run is not None:
+            run.models[run_id] = time.monotonic()
+
+    def _tool_done(
+        self, run_id: UUID, *, success: bool, result: str | None = None, error: str | None = None
+    ) -> None:
+        run = self._run_of(run_id)
+        if run is None:
+            return
+        name, given, started = run.tools.pop(run_id, ("tool", "", time.monotonic()))
+        run.recorder.tool_call(
+            name,
+            success=success,
+            args=given or None,
+            result=result,
+            error=error,
+            latency_ms=(time.monotonic() - started) * 1000,
+        )
+
+
+def _generation(response: LLMResult) -> tuple[str, list[str], dict[str, int], str | None]:
+    """Text, tool calls asked for, token usage and model of a model call's result."""
+    text, model = "", None
+    calls: list[str] = []
+    usage: dict[str, int] = {}
+    for generations in response.generations:
+        for generation in generations:
+            text = text or str(getattr(generation, "text", "") or "")
+            message = getattr(generation, "message", None)
+            if message is None:
+                continue
+            calls += [str(c.get("name")) for c in getattr(message, "tool_calls", None) or []]
+            meta = getattr(message, "usage_metadata", None) or {}
+            for key in ("input_tokens", "output_tokens"):
+                if isinstance(meta.get(key), int):
+                    usage[key] = usage.get(key, 0) + meta[key]
+            model = model or (getattr(message, "response_metadata", None) or {}).get("model_name")
+    output = response.llm_output or {}
+    if not usage and isinstance(output.get("token_usage"), Mapping):
+        given = output["token_usage"]
+        for key, theirs in (
+            ("input_tokens", "prompt_tokens"),
+            ("output_tokens", "completion_tokens"),
+        ):
+            if isinstance(given.get(theirs), int):
+                usage[key] = given[theirs]
+    return text, calls, usage, model or output.get("model_name")
+
+
+def _text(value: Any, last: bool = False) -> str:
+    """The words of a run's input or output: a message's content, the last message of a
+    `messages` list (`last`) or the first otherwise, a string field, or the value as text."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    content = getattr(value, "content", None)
+    if content is not None:
+        return content if isinstance(content, str) else _text(content)
+    if isinstance(value, Mapping):
+        for key in ("messages", "input", "question", "query", "output", "answer", "result"):
+            if key in value:
+                return _text(value[key], last)
+        return ""
+    if isinstance(value, Sequence) and value:
+        if all(isinstance(v, Mapping) and "text" in v for v in value):  # content blocks
+            return " ".join(str(v["text"]) for v in value)
+        pick = value[-1] if last else _first_user(value)
+        if isinstance(pick, tuple) and len(pick) == 2:  # ("user", "text")
+            return str(pick[1])
+        return _text(pick)
+    return str(value)
+
+
+def _first_user(messages: Sequence[Any]) -> Any:
+    for message in messages:
+        role = getattr(message, "type", None) or (
+            message[0] if isinstance(message, tuple) else None
+        )
+        if role in ("human", "user"):
+            return message
+    return messages[0]
