@@ -9,10 +9,19 @@ import uuid
 from typing import Any
 
 import pytest
+from agents import Agent, Runner, function_tool, generation_span, set_trace_processors
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.usage import Usage as AgentsUsage
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Status, StatusCode
@@ -20,6 +29,7 @@ from opentelemetry.trace import Status, StatusCode
 from tests.integration.harness import WorkerProcess, consume, values
 from tracejudge.client import Tracer
 from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
+from tracejudge.client.integrations.openai_agents import TracejudgeProcessor
 from tracejudge.client.integrations.otel import TracejudgeSpanProcessor
 
 pytestmark = pytest.mark.integration
@@ -152,3 +162,104 @@ async def test_a_langgraph_agent_is_judged_through_the_callback_handler(
     assert evaluation.success is False  # the refund failed and was not recovered
     assert evaluation.usage is not None and evaluation.usage.model_calls == 3
     assert evaluation.usage.input_tokens == 530 and evaluation.usage.models == ["scripted-gpt"]
+
+
+class ScriptedModel(Model):
+    """A model for the OpenAI Agents SDK that answers from a script, and traces each call with
+    a generation span as the SDK's own models do."""
+
+    def __init__(self, turns: list[tuple[list[Any], int, int]]) -> None:
+        self.turns = list(turns)
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kw: Any
+    ) -> Any:
+        output, tokens_in, tokens_out = self.turns.pop(0)
+        asked = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        with generation_span(
+            input=asked,
+            model="scripted-gpt",
+            usage={"input_tokens": tokens_in, "output_tokens": tokens_out},
+        ) as span:
+            span.span_data.output = [item.model_dump() for item in output]
+        return ModelResponse(
+            output=output,
+            usage=AgentsUsage(
+                requests=1,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                total_tokens=tokens_in + tokens_out,
+            ),
+            response_id=None,
+        )
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+async def test_an_openai_agents_sdk_run_is_judged_through_its_tracing_processor(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    @function_tool
+    def get_order(order_id: int) -> str:
+        """Look an order up."""
+        return f"order {order_id}: paid, 20 EUR"
+
+    answer = "Order 7 is paid: 20 EUR, on the card ending 4242."
+    model = ScriptedModel(
+        [
+            (
+                [
+                    ResponseFunctionToolCall(
+                        arguments='{"order_id": 7}',
+                        call_id="c1",
+                        name="get_order",
+                        type="function_call",
+                        id="fc1",
+                        status="completed",
+                    )
+                ],
+                150,
+                18,
+            ),
+            (
+                [
+                    ResponseOutputMessage(
+                        id="m1",
+                        content=[
+                            ResponseOutputText(text=answer, type="output_text", annotations=[])
+                        ],
+                        role="assistant",
+                        status="completed",
+                        type="message",
+                    )
+                ],
+                210,
+                25,
+            ),
+        ]
+    )
+    tracer = tracer_for(pipeline_worker)
+    processor = TracejudgeProcessor(tracer)
+    set_trace_processors([processor])  # ours only: the SDK's default exporter goes to OpenAI
+    agent_name = f"oai-bot-{uuid.uuid4().hex[:6]}"
+    agent = Agent(name=agent_name, instructions="Help with orders.", model=model, tools=[get_order])
+    result = await Runner.run(agent, "Is order 7 paid?")
+    assert result.final_output == answer
+    rid = processor.last_request_id
+    assert rid is not None and tracer.flush(10)
+    events = await events_of_request(pipeline_worker, rid, 5)
+    assert [e["type"] for e in events] == [
+        "task_started",
+        "reasoning_step",
+        "tool_call",
+        "reasoning_step",
+        "final_response",
+    ]
+    assert events[0]["goal"] == "Is order 7 paid?"
+    assert events[2]["tool"] == "get_order" and events[2]["success"] is True
+    assert events[-1]["output"] == answer
+    evaluation = tracer.wait_for_evaluation(rid, timeout=30)
+    tracer.close()
+    assert evaluation is not None and evaluation.success and not evaluation.incomplete
+    assert evaluation.usage is not None and evaluation.usage.input_tokens == 360

@@ -1,0 +1,200 @@
+"""An OpenAI Agents SDK tracing processor: every trace of the SDK (one `Runner.run`) is one
+request to judge.
+
+    from agents import add_trace_processor
+    from tracejudge.client import Tracer
+    from tracejudge.client.integrations.openai_agents import TracejudgeProcessor
+
+    add_trace_processor(TracejudgeProcessor(Tracer("kafka:9092")))
+
+The SDK has tracing of its own (not OpenTelemetry), so this processor is the route for it:
+model calls (generation and response spans) are reasoning steps with their usage and model,
+function spans are tool calls (failed when the span has an error), handoffs are reasoning
+steps, and the trace's end is the final response (the last model output). The goal is the
+user's first message, read from the first model call's input: the SDK leaves inputs out of its
+spans when `trace_include_sensitive_data` is off, and the goal is then the trace's name.
+Callbacks hand events to the tracer's buffer and return; nothing here raises into the agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agents.tracing import (
+    FunctionSpanData,
+    GenerationSpanData,
+    HandoffSpanData,
+    ResponseSpanData,
+    Span,
+    Trace,
+)
+from agents.tracing.processor_interface import TracingProcessor
+
+from tracejudge.client.events import Recorder, model_usage
+
+if TYPE_CHECKING:
+    from tracejudge.client.tracer import AsyncTracer, Tracer
+
+log = logging.getLogger("tracejudge.client")
+
+
+@dataclass
+class _Request:
+    name: str
+    recorder: Recorder | None = None
+    last_output: str = ""
+    errors: list[str] = field(default_factory=list)
+
+
+class TracejudgeProcessor(TracingProcessor):
+    def __init__(self, tracer: Tracer | AsyncTracer, *, agent_name: str | None = None) -> None:
+        self.tracer = tracer
+        self.agent_name = agent_name
+        self.last_request_id: str | None = None
+        self._requests: dict[str, _Request] = {}
+        self._lock = threading.Lock()
+
+    def on_trace_start(self, trace: Trace) -> None:
+        with self._lock:
+            self._requests[trace.trace_id] = _Request(trace.name)
+
+    def on_trace_end(self, trace: Trace) -> None:
+        with self._lock:
+            request = self._requests.pop(trace.trace_id, None)
+        if request is None:
+            return
+        try:
+            recorder = self._recorder(trace.trace_id, request, None)
+            if request.errors and not request.last_output:
+                recorder.final(f"failed: {request.errors[-1]}")
+            else:
+                recorder.final(request.last_output or "(no answer)")
+        except Exception:
+            log.exception("tracejudge: could not record the end of trace %s", trace.trace_id)
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        return None
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        try:
+            self._span(span)
+        except Exception:  # a span we cannot read: the agent goes on
+            log.exception("tracejudge: could not read a span of trace %s", span.trace_id)
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self) -> None:
+        self.tracer._sender.flush(30.0)
+
+    def _span(self, span: Span[Any]) -> None:
+        with self._lock:
+            request = self._requests.get(span.trace_id)
+        if request is None:
+            return
+        data = span.span_data
+        error = _error(span)
+        if error:
+            request.errors.append(error)
+        if isinstance(data, GenerationSpanData | ResponseSpanData):
+            goal, text, calls, usage, model = _model_call(data)
+            recorder = self._recorder(span.trace_id, request, goal)
+            if text:
+                request.last_output = text
+            summary = text or (f"decided to call {', '.join(calls)}" if calls else "model call")
+            recorder.reasoning(
+                summary,
+                phase="plan" if calls else "synthesis",
+                error=error,
+                usage=model_usage(model, usage.get("input_tokens"), usage.get("output_tokens")),
+            )
+        elif isinstance(data, FunctionSpanData):
+            self._recorder(span.trace_id, request, None).tool_call(
+                data.name,
+                success=error is None,
+                args=data.input,
+                result=None if data.output is None else str(data.output),
+                error=error,
+            )
+        elif isinstance(data, HandoffSpanData):
+            self._recorder(span.trace_id, request, None).reasoning(
+                f"handed off from {data.from_agent} to {data.to_agent}", error=error
+            )
+
+    def _recorder(self, trace_id: str, request: _Request, goal: str | None) -> Recorder:
+        """The request's recorder, made at its first step: the goal comes with the first model
+        call's input."""
+        if request.recorder is None:
+            request.recorder = self.tracer.request(
+                goal or request.name,
+                request_id=f"oai-{trace_id}",
+                agent_name=self.agent_name or request.name,
+            )
+            self.last_request_id = request.recorder.request_id
+        return request.recorder
+
+
+def _error(span: Span[Any]) -> str | None:
+    error = span.error
+    if not error:
+        return None
+    message = error.get("message") if isinstance(error, Mapping) else str(error)
+    return str(message or "error")
+
+
+def _model_call(
+    data: GenerationSpanData | ResponseSpanData,
+) -> tuple[str | None, str, list[str], dict[str, int], str | None]:
+    """Goal (the first user message of its input), text, tool calls, usage, model."""
+    usage: dict[str, int] = {}
+    if isinstance(data, GenerationSpanData):
+        inputs: Any = data.input
+        items: Any = data.output or []
+        model = data.model
+        given: Any = data.usage or {}
+    else:
+        inputs = data.input
+        response = data.response
+        items = [] if response is None else [i.model_dump() for i in response.output]
+        model = None if response is None else str(response.model)
+        given = data.usage or (
+            {} if response is None or response.usage is None else response.usage.model_dump()
+        )
+    for key in ("input_tokens", "output_tokens"):
+        if isinstance(given.get(key), int):
+            usage[key] = given[key]
+    texts, calls = [], []
+    for item in items if isinstance(items, Sequence) else []:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "function_call" or (item.get("name") and "arguments" in item):
+            calls.append(str(item.get("name")))
+        for call in item.get("tool_calls") or []:
+            calls.append(str((call.get("function") or {}).get("name") or call.get("name")))
+        texts.append(_content(item.get("content")))
+    return _first_user(inputs), " ".join(t for t in texts if t), calls, usage, model
+
+
+def _first_user(inputs: Any) -> str | None:
+    if isinstance(inputs, str):
+        return inputs
+    for item in inputs if isinstance(inputs, Sequence) else []:
+        if isinstance(item, Mapping) and item.get("role") == "user":
+            return _content(item.get("content")) or None
+    return None
+
+
+def _content(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return " ".join(
+            str(part.get("text"))
+            for part in content
+            if isinstance(part, Mapping) and part.get("text")
+        )
+    return ""
