@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("otel", help="receive OTLP traces (gRPC :4317, HTTP :4318) as contract events")
     demo = sub.add_parser("demo", help="run the demo on an embedded broker and print verdicts")
     demo.add_argument("--timeout", type=float, default=180.0, help="give up after SECONDS")
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the verdicts, keep the broker and worker up for examples/ until Ctrl-C",
+    )
     tail = sub.add_parser("tail", help="print an output topic, one line per event")
     tail.add_argument("kind", choices=TAIL_KINDS)
     tail.add_argument("--json", action="store_true", help="print the raw JSON values")
@@ -129,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from tracejudge.streams.demo.run import run_demo
 
-            return run_demo(settings, timeout_s=args.timeout)
+            return run_demo(settings, timeout_s=args.timeout, serve=args.serve)
         if args.command == "tail":
             with contextlib.suppress(KeyboardInterrupt):
                 return asyncio.run(_tail(settings, args))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -44,14 +46,38 @@ def _redis_up(url: str) -> bool:
         return False
 
 
-def run_demo(settings: Settings, timeout_s: float = 180.0) -> int:
+def run_demo(settings: Settings, timeout_s: float = 180.0, serve: bool = False) -> int:
+    """`serve`: after the table, keep the broker and the worker up for the examples (and any
+    agent) until Ctrl-C."""
     workdir = Path(tempfile.mkdtemp(prefix="tracejudge-demo-"))
     children: list[Child] = []
     try:
-        return _run(settings, workdir, children, timeout_s)
+        code = _run(settings, workdir, children, timeout_s)
+        if code == 0 and serve:
+            _serve(children)
+        return code
     finally:
         for child in reversed(children):
             child.stop()
+
+
+def _serve(children: list[Child]) -> None:
+    _say(
+        f"serving: the broker at {_SERVING['bootstrap']}, topics under "
+        f"'{_SERVING['prefix']}'; run an example in another shell:\n"
+        f"  TRACEJUDGE_KAFKA_BOOTSTRAP={_SERVING['bootstrap']} "
+        f"TRACEJUDGE_TOPIC_PREFIX={_SERVING['prefix']} .venv/bin/python -m examples.otel_agent\n"
+        "Ctrl-C stops the broker and the worker."
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set() and all(child.alive() for child in children):
+        stop.wait(0.5)
+    _say("stopping")
+
+
+_SERVING: dict[str, str] = {}  # where the demo's broker and topics are, for --serve
 
 
 def _run(settings: Settings, workdir: Path, children: list[Child], timeout_s: float) -> int:
@@ -83,6 +109,7 @@ def _run(settings: Settings, workdir: Path, children: list[Child], timeout_s: fl
         _say("no Redis running: verdicts go to Kafka only (Redis is optional for the demo)")
     overrides = {k[len("TRACEJUDGE_") :].lower(): v for k, v in env.items()}
     demo_settings = Settings.model_validate({**settings.model_dump(), **overrides})
+    _SERVING.update(bootstrap=bootstrap, prefix=demo_settings.topic_prefix)
     # topics exist before the worker and the reader start, so neither waits on metadata
     asyncio.run(ensure_topics(demo_settings))
     worker = start_worker(env, workdir / "worker.log")

@@ -5,15 +5,14 @@ back for them."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, function_tool, generation_span, set_trace_processors
-from agents.items import ModelResponse
-from agents.models.interface import Model
-from agents.usage import Usage as AgentsUsage
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from agents import Agent, Runner, function_tool, set_trace_processors
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
@@ -26,7 +25,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
+from examples.langgraph_agent import ScriptedChatModel
+from examples.openai_agents_agent import ScriptedModel
 from tests.integration.harness import WorkerProcess, consume, values
+from tests.realservices import ROOT
 from tracejudge.client import Tracer
 from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
 from tracejudge.client.integrations.openai_agents import TracejudgeProcessor
@@ -87,14 +89,6 @@ async def test_an_opentelemetry_instrumented_agent_is_judged_in_process(
     assert evaluation.success is False and evaluation.failed_steps[0].tool == "refund"
     assert evaluation.usage is not None and evaluation.usage.input_tokens == 700
     assert evaluation.agent_name == agent
-
-
-class ScriptedChatModel(FakeMessagesListChatModel):
-    """LangChain's own fake chat model, answering from a script; tools are bound by name only
-    (the script already says which to call)."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
 
 
 async def test_a_langgraph_agent_is_judged_through_the_callback_handler(
@@ -164,39 +158,6 @@ async def test_a_langgraph_agent_is_judged_through_the_callback_handler(
     assert evaluation.usage.input_tokens == 530 and evaluation.usage.models == ["scripted-gpt"]
 
 
-class ScriptedModel(Model):
-    """A model for the OpenAI Agents SDK that answers from a script, and traces each call with
-    a generation span as the SDK's own models do."""
-
-    def __init__(self, turns: list[tuple[list[Any], int, int]]) -> None:
-        self.turns = list(turns)
-
-    async def get_response(
-        self, system_instructions: Any, input: Any, *args: Any, **kw: Any
-    ) -> Any:
-        output, tokens_in, tokens_out = self.turns.pop(0)
-        asked = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
-        with generation_span(
-            input=asked,
-            model="scripted-gpt",
-            usage={"input_tokens": tokens_in, "output_tokens": tokens_out},
-        ) as span:
-            span.span_data.output = [item.model_dump() for item in output]
-        return ModelResponse(
-            output=output,
-            usage=AgentsUsage(
-                requests=1,
-                input_tokens=tokens_in,
-                output_tokens=tokens_out,
-                total_tokens=tokens_in + tokens_out,
-            ),
-            response_id=None,
-        )
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-
 async def test_an_openai_agents_sdk_run_is_judged_through_its_tracing_processor(
     pipeline_worker: WorkerProcess,
 ) -> None:
@@ -263,3 +224,23 @@ async def test_an_openai_agents_sdk_run_is_judged_through_its_tracing_processor(
     tracer.close()
     assert evaluation is not None and evaluation.success and not evaluation.incomplete
     assert evaluation.usage is not None and evaluation.usage.input_tokens == 360
+
+
+@pytest.mark.parametrize("example", ["otel_agent", "langgraph_agent", "openai_agents_agent"])
+def test_each_example_runs_as_the_readme_says(pipeline_worker: WorkerProcess, example: str) -> None:
+    s = pipeline_worker.settings
+    done = subprocess.run(
+        [sys.executable, "-m", f"examples.{example}"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "TRACEJUDGE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+            "TRACEJUDGE_TOPIC_PREFIX": s.topic_prefix,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ": score " in done.stdout and "usage:" in done.stdout

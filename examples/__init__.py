@@ -1,0 +1,1 @@
+"""Runnable agents that publish to tracejudge through each integration (see README.md here)."""

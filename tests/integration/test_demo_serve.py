@@ -1,0 +1,77 @@
+"""`tracejudge demo --serve` on the embedded broker, then an example agent from examples/ run the
+way the README says, against it: the example gets its verdict, and Ctrl-C stops the demo."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.realservices import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_an_example_runs_against_the_serving_demo() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
+    env["TRACEJUDGE_REDIS_URL"] = ""  # the embedded broker alone, as on a fresh machine
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "tracejudge.streams.cli", "demo", "--serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    out = demo.stdout
+    assert out is not None
+
+    def read() -> None:
+        for line in out:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        serving = None
+        while serving is None and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                assert demo.poll() is None, "".join(seen)
+                continue
+            seen.append(line)
+            serving = re.search(
+                r"TRACEJUDGE_KAFKA_BOOTSTRAP=(\S+) TRACEJUDGE_TOPIC_PREFIX=(\S+)", line
+            )
+        assert serving is not None, "".join(seen)
+        example = subprocess.run(
+            [sys.executable, "-m", "examples.langgraph_agent"],
+            cwd=ROOT,
+            env={
+                **env,
+                "TRACEJUDGE_KAFKA_BOOTSTRAP": serving[1],
+                "TRACEJUDGE_TOPIC_PREFIX": serving[2],
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert example.returncode == 0, example.stderr[-2000:] + "".join(seen)
+        assert "score" in example.stdout
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(60) == 0
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(10)
