@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -30,8 +31,15 @@ class Recorder:
         agent_name: str | None = None,
         session_key: str | None = None,
         planned_steps: list[str] | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
     ) -> None:
+        """`trace_id`/`span_id` (W3C hex): the OpenTelemetry span the request runs in, so its
+        evaluation can be exported linked to it; taken from the current span when the agent
+        uses OpenTelemetry and none is given."""
         self.request_id = request_id or uuid.uuid4().hex
+        if trace_id is None:
+            trace_id, span_id = current_span_ids()
         self.started_at = time.time()
         self._emit = emit
         self._common = {
@@ -44,6 +52,8 @@ class Recorder:
             "task_started",
             goal=clip(goal, LONG_TEXT_LIMIT),
             planned_steps=[clip(s, SUMMARY_LIMIT) for s in (planned_steps or [])][:100],
+            trace_id=trace_id,
+            span_id=span_id,
         )
 
     def reasoning(
@@ -156,6 +166,18 @@ class Recorder:
 
 
 Usage = dict[str, Any]  # the contract's ModelUsage fields
+
+
+def current_span_ids() -> tuple[str | None, str | None]:
+    """The current OpenTelemetry span's trace and span id, if the agent has OpenTelemetry
+    loaded and a span is active (never imported here: an agent without it pays nothing)."""
+    otel = sys.modules.get("opentelemetry.trace")
+    if otel is None:
+        return None, None
+    context = otel.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None, None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
 
 
 def model_usage(

@@ -15,12 +15,15 @@ names are read too.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, clip
 
+HEX_TRACE = re.compile(r"[0-9a-f]{32}")
+HEX_SPAN = re.compile(r"[0-9a-f]{16}")
 STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 MODEL_CALLS = ("chat", "text_completion", "generate_content", "embeddings")
 
@@ -142,6 +145,8 @@ def _root(span: SpanInfo, common: dict[str, Any], capture_content: bool) -> list
             "event_id": f"{rid}:start",
             "step_index": 0,
             "goal": clip(goal, LONG_TEXT_LIMIT),
+            "trace_id": span.trace_id if HEX_TRACE.fullmatch(span.trace_id) else None,
+            "span_id": span.span_id if HEX_SPAN.fullmatch(span.span_id) else None,
         },
         {
             **common,

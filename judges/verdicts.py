@@ -91,6 +91,8 @@ class WindowFacts(BaseModel):
     max_iterations: int | None = None
     stopped_early: bool | None = None
     usage: Usage | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
 
     @classmethod
     def of(
@@ -122,6 +124,8 @@ class WindowFacts(BaseModel):
             step_count=window.step_count,
             steps_dropped=window.steps_dropped,
             usage=(stats or RunStats.of(window)).usage,
+            trace_id=window.task.trace_id if window.task else None,
+            span_id=window.task.span_id if window.task else None,
         )
 
 
@@ -235,6 +239,8 @@ def conclude(
         max_iterations=facts.max_iterations,
         stopped_early=facts.stopped_early,
         usage=facts.usage,
+        trace_id=facts.trace_id,
+        span_id=facts.span_id,
         ts=now,
     )
     return _plan(evaluation, facts, policy, now, exact)

@@ -99,6 +99,10 @@ class TaskStarted(_Event):
     )
     parent_request_id: str | None = Field(default=None, max_length=256)
     reflection_round: int = Field(default=0, ge=0)
+    # the agent's OpenTelemetry trace and span of this request (W3C hex): its evaluation is
+    # exported linked to them when evaluations go back to OpenTelemetry
+    trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
+    span_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
 
 
 class UserMessage(_Event):

@@ -128,6 +128,8 @@ class Evaluation(_Output):
     usage: Usage | None = Field(
         default=None, description="Model calls, tokens and cost; None when no step reported any."
     )
+    trace_id: str | None = Field(default=None, description="The request's OpenTelemetry trace.")
+    span_id: str | None = Field(default=None, description="The request's OpenTelemetry span.")
     ts: float
 
 

@@ -8,6 +8,7 @@ Handlers only see the `Channel` and `Lookup` protocols: in the worker they are F
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,6 +22,7 @@ from tracejudge.judges.making import Made, encode
 from tracejudge.models.names import REDIS_EVALUATION_KEY
 from tracejudge.streams.commit import later
 from tracejudge.streams.metrics import Metrics, quadrant
+from tracejudge.streams.otel.evaluations import EvaluationExporter
 from tracejudge.streams.verdict_log import VerdictLog
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,8 @@ class VerdictPublisher:
     lookup: Lookup
     metrics: Metrics = field(default_factory=Metrics)
     log: VerdictLog = field(default_factory=VerdictLog)
+    # each evaluation also as an OpenTelemetry event (TRACEJUDGE_OTEL_EVALUATIONS_ENDPOINT)
+    exporter: EvaluationExporter | None = None
 
     async def publish(self, made: Made, terminal_at: float | None = None) -> None:
         """Send a verdict's encoded records; the acks and the Redis write are left for
@@ -119,6 +123,8 @@ class VerdictPublisher:
         await self.lookup.put_encoded(
             REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
         )
+        if self.exporter is not None:
+            self.exporter.offer(json.loads(made.evaluation))
         self.metrics.counts["evaluations"] += 1
         self.metrics.counts[f"judge_{summary.judge_status}"] += 1
         if summary.reflection:

@@ -111,6 +111,17 @@ class OperationSettings(BaseModel):
         description="Read message content (prompts, answers, tool arguments) from GenAI spans; "
         "off by default, as OpenTelemetry keeps it opt-in.",
     )
+    otel_evaluations_endpoint: str = Field(
+        "",
+        description="OTLP/HTTP logs URL (e.g. http://collector:4318/v1/logs): each evaluation "
+        "is also sent there as a `gen_ai.evaluation.result` event, linked to the request's "
+        "trace and span when it came with them. Empty: off.",
+    )
+    otel_evaluations_headers: SecretStr = Field(
+        SecretStr(""),
+        description="Headers for that endpoint, `name=value` pairs separated by commas (e.g. "
+        "an API key).",
+    )
     otel_request_end: Literal["local_root", "root"] = Field(
         "local_root",
         description="Which ending span ends a trace's request in `tracejudge otel`: the local "

@@ -29,6 +29,7 @@ from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.metrics import CONTENT_TYPE, Metrics
+from tracejudge.streams.otel.evaluations import evaluation_exporter
 from tracejudge.streams.outputs import Headers, RedisSink, VerdictPublisher, redis_client
 from tracejudge.streams.settings import Settings
 
@@ -98,6 +99,7 @@ async def _serve(settings: Settings) -> None:
         ProducerTopic(kafka, settings.topic(names.ALERTS)),
         RedisSink(redis, settings.evaluation_ttl_s),
         metrics,
+        exporter=evaluation_exporter(settings, metrics),
     )
     stage = JudgeStage(settings, redis, settings.verdict_policy(), judging_version(settings))
     handler = JudgeJobHandler(stage, publisher, metrics)
@@ -130,6 +132,8 @@ async def _serve(settings: Settings) -> None:
         await pages.cleanup()
         await kafka.stop()  # sends what is buffered
         await stage.aclose()
+        if publisher.exporter is not None:
+            await publisher.exporter.aclose()
         if redis is not None:
             await redis.aclose()
     if running.done() and not running.cancelled() and running.exception() is not None:

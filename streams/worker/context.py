@@ -20,6 +20,7 @@ from tracejudge.streams.errors import DeadLetters, ErrorPolicy, Exit, exit_for_s
 from tracejudge.streams.judging.jobs import JudgeJobHandler
 from tracejudge.streams.judging.stage import JudgeStage, judging_version
 from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.otel.evaluations import evaluation_exporter
 from tracejudge.streams.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.baselines import BaselineBook
@@ -104,7 +105,12 @@ class WorkerContext:
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         version, llm = _versions(settings)
         publisher = VerdictPublisher(
-            channels.evaluations, channels.reflections, channels.alerts, lookup, metrics
+            channels.evaluations,
+            channels.reflections,
+            channels.alerts,
+            lookup,
+            metrics,
+            exporter=evaluation_exporter(settings, metrics),
         )
         judge_jobs = None
         if llm is not None and settings.worker_judges:
