@@ -43,7 +43,9 @@ def agent(tracer: Tracer, n: int) -> list[str]:
 
 def test_a_synchronous_agent_gets_its_three_evaluations(pipeline_worker: WorkerProcess) -> None:
     s = pipeline_worker.settings
-    tracer = Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix)
+    tracer = Tracer(  # batches compressed: the worker reads every codec the client may use
+        s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix, compression="zstd"
+    )
     try:
         rids = agent(tracer, 3)
         assert tracer.flush(10)
