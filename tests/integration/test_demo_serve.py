@@ -1,5 +1,5 @@
-"""`tracejudge demo --serve` on the embedded broker, then an example agent from examples/ run the
-way the README says, against it: the example gets its verdict, and Ctrl-C stops the demo."""
+"""`tracejudge demo --serve` on the embedded broker, then each example agent of examples/ run the
+way the README says, against it: each gets its verdict, and Ctrl-C stops the demo."""
 
 from __future__ import annotations
 
@@ -54,21 +54,22 @@ def test_an_example_runs_against_the_serving_demo() -> None:
                 r"TRACEJUDGE_KAFKA_BOOTSTRAP=(\S+) TRACEJUDGE_TOPIC_PREFIX=(\S+)", line
             )
         assert serving is not None, "".join(seen)
-        example = subprocess.run(
-            [sys.executable, "-m", "examples.langgraph_agent"],
-            cwd=ROOT,
-            env={
-                **env,
-                "TRACEJUDGE_KAFKA_BOOTSTRAP": serving[1],
-                "TRACEJUDGE_TOPIC_PREFIX": serving[2],
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert example.returncode == 0, example.stderr[-2000:] + "".join(seen)
-        assert "score" in example.stdout
+        for example in ("otel_agent", "langgraph_agent", "openai_agents_agent"):
+            ran = subprocess.run(
+                [sys.executable, "-m", f"examples.{example}"],
+                cwd=ROOT,
+                env={
+                    **env,
+                    "TRACEJUDGE_KAFKA_BOOTSTRAP": serving[1],
+                    "TRACEJUDGE_TOPIC_PREFIX": serving[2],
+                },
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert ran.returncode == 0, example + ran.stderr[-2000:] + "".join(seen)
+            assert ": score " in ran.stdout, example
         demo.send_signal(signal.SIGINT)
         assert demo.wait(60) == 0
     finally:
