@@ -4,8 +4,10 @@ become contract events, and each trace gets its evaluation from the worker."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from opentelemetry.trace import (
 from tests.integration.harness import WorkerProcess, grouped
 from tests.realservices import free_port
 from tracejudge.streams.otel.receiver import serve
+from tracejudge.streams.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -90,16 +93,26 @@ def agent_run(
     return f"otel-{trace_id}"
 
 
-async def test_sdk_spans_over_grpc_and_http_get_one_evaluation_per_trace(
-    pipeline_worker: WorkerProcess,
-) -> None:
-    settings = pipeline_worker.settings.model_copy(
+@contextlib.asynccontextmanager
+async def receiving(worker: WorkerProcess) -> AsyncIterator[Settings]:
+    """`tracejudge otel` for the worker's topics, on free ports, for the length of a test."""
+    settings = worker.settings.model_copy(
         update={"otel_grpc_port": free_port(), "otel_http_port": free_port()}
     )
     stop = asyncio.Event()
     server = asyncio.create_task(serve(settings, stop))
     await asyncio.sleep(1.0)  # both listeners up
     try:
+        yield settings
+    finally:
+        stop.set()
+        await server
+
+
+async def test_sdk_spans_over_grpc_and_http_get_one_evaluation_per_trace(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    async with receiving(pipeline_worker) as settings:
         grpc_exporter = GrpcExporter(endpoint=f"127.0.0.1:{settings.otel_grpc_port}", insecure=True)
         http_exporter = HttpExporter(
             endpoint=f"http://127.0.0.1:{settings.otel_http_port}/v1/traces"
@@ -109,9 +122,6 @@ async def test_sdk_spans_over_grpc_and_http_get_one_evaluation_per_trace(
         evaluations = await grouped(
             pipeline_worker, "evaluations", {failed, ok}, wait_for_all=True, timeout_s=60
         )
-    finally:
-        stop.set()
-        await server
     [bad] = evaluations[failed]
     assert bad["closed_by"] == "final_response"
     assert bad["success"] is False
@@ -125,13 +135,7 @@ async def test_sdk_spans_over_grpc_and_http_get_one_evaluation_per_trace(
 async def test_an_agent_behind_a_gateway_closes_on_its_own_root_span(
     pipeline_worker: WorkerProcess,
 ) -> None:
-    settings = pipeline_worker.settings.model_copy(
-        update={"otel_grpc_port": free_port(), "otel_http_port": free_port()}
-    )
-    stop = asyncio.Event()
-    server = asyncio.create_task(serve(settings, stop))
-    await asyncio.sleep(1.0)
-    try:
+    async with receiving(pipeline_worker) as settings:
         exporter = HttpExporter(endpoint=f"http://127.0.0.1:{settings.otel_http_port}/v1/traces")
         rid = await asyncio.to_thread(
             agent_run, exporter, refund_fails=False, content=False, remote_parent=True
@@ -139,9 +143,6 @@ async def test_an_agent_behind_a_gateway_closes_on_its_own_root_span(
         evaluations = await grouped(
             pipeline_worker, "evaluations", {rid}, wait_for_all=True, timeout_s=60
         )
-    finally:
-        stop.set()
-        await server
     [evaluation] = evaluations[rid]
     # ended by its own root span; without the rule it waits out the idle timeout
     assert evaluation["closed_by"] == "final_response" and evaluation["success"] is True
