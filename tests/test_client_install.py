@@ -4,6 +4,8 @@ metadata. benchmarks/client.py does the same in a fresh venv from the index."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -55,3 +57,17 @@ def test_the_client_install_is_small_and_has_nothing_of_the_worker() -> None:
 def test_the_worker_extra_brings_the_worker() -> None:
     names = closure("tracejudge", frozenset({"worker"}))
     assert {"faust-streaming", "aiokafka", "redis", "rocksdict"} <= names
+
+
+def test_the_command_without_the_worker_says_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['faust'] = None\n"  # as if the worker extra were not installed
+        "sys.argv = ['tracejudge', 'worker']\n"
+        "from tracejudge.streams.cli.entry import main\n"
+        "sys.exit(main())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "pip install 'tracejudge[worker]'" in done.stderr and "faust" in done.stderr

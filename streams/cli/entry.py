@@ -1,21 +1,47 @@
-"""The `tracejudge` command's entry point: it imports nothing but the standard library first, so
-an install without the worker's dependencies (the bare `pip install tracejudge` an agent uses)
-gets a line saying what to install instead of a traceback."""
+"""The `tracejudge` command's entry point: an install without the worker's dependencies (the bare
+`pip install tracejudge` an agent uses) gets a line saying what to install, not a traceback."""
 
 from __future__ import annotations
 
 import sys
 
 USAGE_OR_CONFIGURATION = 2
+# top-level modules of the `worker` extra (pyproject.toml): missing one means the extra is
+WORKER_MODULES = frozenset(
+    {
+        "aiohttp",
+        "aiokafka",
+        "cramjam",
+        "ddsketch",
+        "detect_secrets",
+        "faust",
+        "google",
+        "grpc",
+        "httpx",
+        "mode",
+        "opencc",
+        "opentelemetry",
+        "orjson",
+        "phonenumbers",
+        "prometheus_client",
+        "pydantic_settings",
+        "redis",
+        "rocksdict",
+        "stdnum",
+    }
+)
 
 
 def main() -> int:
     try:
         from tracejudge.streams.cli.main import main as run
+
+        return run()
     except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in WORKER_MODULES:
+            raise
         sys.stderr.write(
             f"tracejudge: the command needs the worker's dependencies ({exc.name} is not "
             "installed): pip install 'tracejudge[worker]'\n"
         )
         return USAGE_OR_CONFIGURATION
-    return run()
