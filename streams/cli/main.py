@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from tracejudge.models import names
@@ -27,6 +28,14 @@ TAIL_KINDS = (
 KAFKA_COMMANDS = ("publish", "tail", "status", "otel")
 
 
+def _version() -> str:
+    """From the installed package's metadata: pyproject.toml is the one place it is written."""
+    try:
+        return metadata.version("tracejudge")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tracejudge",
@@ -36,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         + describe_settings(),
     )
     parser.add_argument("--config", metavar="FILE", help="settings file (dotenv syntax)")
+    parser.add_argument("--version", action="version", version=f"tracejudge {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("worker", help="run the evaluation worker (one per core; more join its group)")
     sub.add_parser(

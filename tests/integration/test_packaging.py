@@ -53,6 +53,7 @@ def test_the_wheel_has_only_tracejudge_at_top_level(tmp_path: Path) -> None:
         "tracejudge/streams/worker/app.py",
         "tracejudge/streams/cli/__main__.py",
         "tracejudge/client/tracer.py",
+        "tracejudge-0.1.0.dist-info/licenses/LICENSE",
     ):
         assert expected in names
     # every folder of the source tree is a package of the wheel
