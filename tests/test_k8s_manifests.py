@@ -5,6 +5,7 @@ manifests must agree on with the worker."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,7 @@ def test_the_deployment_runs_safely_and_matches_the_worker() -> None:
 
 def test_settings_are_known_and_replicas_stay_within_the_partitions() -> None:
     config = of_kind("ConfigMap")["data"]
-    secret = next(
-        r for r in resources() if r["kind"] == "Secret" and r["metadata"]["name"] == "tracejudge"
-    )
+    secret = yaml.safe_load((K8S / "secret.example.yaml").read_text())
     known = {f"TRACEJUDGE_{name.upper()}" for name in Settings.model_fields}
     names = set(config) | {k for k in secret["stringData"] if k.startswith("TRACEJUDGE_")}
     assert names <= known, sorted(names - known)
@@ -93,3 +92,83 @@ def test_a_broken_manifest_is_refused() -> None:
     )
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(scaled, schema)
+
+
+def pod_specs() -> dict[str, dict[str, Any]]:
+    return {
+        r["metadata"]["name"]: r["spec"]["template"]["spec"]
+        for r in resources()
+        if r["kind"] in ("Deployment", "Job", "StatefulSet", "DaemonSet")
+    }
+
+
+RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+    "projected", "secret",
+}  # fmt: skip
+
+
+def restricted_violations(name: str, pod: dict[str, Any]) -> list[str]:
+    """The restricted Pod Security Standard's rules (Kubernetes docs, v1.30), as a list of what
+    breaks them."""
+    found = []
+    pod_ctx = pod.get("securityContext", {})
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            found.append(f"{name}: {key}")
+    for volume in pod.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUMES:
+            found.append(f"{name}: volume {volume['name']} of {kinds}")
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        ctx = container.get("securityContext", {})
+        where = f"{name}/{container['name']}"
+        if ctx.get("privileged"):
+            found.append(f"{where}: privileged")
+        if ctx.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{where}: allowPrivilegeEscalation must be false")
+        if not (ctx.get("runAsNonRoot") or pod_ctx.get("runAsNonRoot")):
+            found.append(f"{where}: runAsNonRoot must be true")
+        if 0 in (ctx.get("runAsUser"), pod_ctx.get("runAsUser")):
+            found.append(f"{where}: runs as root")
+        seccomp = (ctx.get("seccompProfile") or pod_ctx.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{where}: seccompProfile must be RuntimeDefault or Localhost")
+        capabilities = ctx.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            found.append(f"{where}: capabilities must drop ALL")
+        if set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{where}: adds capabilities")
+        if any(p.get("hostPort") for p in container.get("ports", [])):
+            found.append(f"{where}: hostPort")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(pod_specs()))
+def test_every_pod_meets_the_restricted_pod_security_standard(name: str) -> None:
+    assert restricted_violations(name, pod_specs()[name]) == []
+
+
+def test_the_restricted_check_catches_what_the_standard_forbids() -> None:
+    job = pod_specs()["tracejudge-topics"]
+    del job["securityContext"]["seccompProfile"]
+    job["containers"][0]["securityContext"]["capabilities"] = {"add": ["SYS_ADMIN"]}
+    job["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    problems = restricted_violations("job", job)
+    assert len(problems) == 4, problems  # seccomp, drop ALL, the added capability, hostPath
+
+
+def test_keda_owns_the_replicas_and_workers_spread_over_nodes() -> None:
+    spec = of_kind("Deployment")["spec"]
+    assert "replicas" not in spec  # an apply would reset what KEDA set
+    keys = {c["topologyKey"] for c in spec["template"]["spec"]["topologySpreadConstraints"]}
+    assert "kubernetes.io/hostname" in keys
+
+
+def test_no_secret_with_placeholder_values_is_applied() -> None:
+    applied = [r for r in resources() if r["kind"] == "Secret"]
+    assert "tracejudge" not in {r["metadata"]["name"] for r in applied}  # secret.example.yaml
+    for secret in applied:  # KEDA's settings only: no credential, no placeholder
+        values = secret.get("stringData", {})
+        assert not any("change-me" in str(v) for v in values.values())
+        assert not any(re.search("PASSWORD|TOKEN|KEY", k, re.I) for k in values)
