@@ -85,3 +85,23 @@ def test_the_alert_rules_cover_what_ops_asked_for() -> None:
         "TracejudgeNoEvaluations",
     }
     assert all(r["labels"]["severity"] in {"warning", "critical"} for r in by_name.values())
+
+
+def test_every_alert_has_a_runbook_entry_and_a_gone_target_fires() -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    runbook = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    headings = {line[3:].strip().lower() for line in runbook.splitlines() if line.startswith("## ")}
+    for rule in (r for g in rules["groups"] for r in g["rules"]):
+        anchor = rule["annotations"]["runbook_url"].rsplit("#", 1)[1]
+        assert anchor == rule["alert"].lower() and anchor in headings, rule["alert"]
+    down = next(
+        r for g in rules["groups"] for r in g["rules"] if r["alert"] == "TracejudgeWorkerDown"
+    )
+    assert "absent(up" in down["expr"]
+
+
+def test_the_dashboard_reads_its_datasource_from_a_variable() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "tracejudge.json").read_text())
+    [variable] = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    uids = {p["datasource"]["uid"] for p in dashboard["panels"] if "datasource" in p}
+    assert uids == {"${" + variable["name"] + "}"}
