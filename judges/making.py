@@ -79,6 +79,7 @@ class Summary:
     reflection: bool = False
     agent_name: str | None = None
     usage: Usage | None = None
+    passed: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ def made_of(verdict: Verdict) -> Made:
         verdict.reflection is not None,
         evaluation.agent_name,
         evaluation.usage,
+        evaluation.passed,
     )
     return Made(
         evaluation.request_id,

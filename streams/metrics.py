@@ -12,9 +12,19 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
@@ -27,6 +37,13 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 MAX_AGENT_LABELS = 100
 OTHER_AGENTS = "(other)"
 NO_AGENT = "(none)"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tracejudge")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def quadrant(success: bool, incomplete: bool) -> str:
@@ -88,10 +105,26 @@ def _counter(name: str, doc: str, value: float) -> Metric:
     return CounterMetricFamily(name, doc, value=value)
 
 
-class UsageMetrics:
-    """The model usage agents report, per agent: calls, tokens, cost."""
+SCORE_BUCKETS = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
+
+
+class AgentMetrics:
+    """Per agent: its evaluations' scores and pass rate, and the model usage it reports."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.scores = Histogram(
+            "tracejudge_evaluation_score",
+            "Overall scores of the evaluations, by agent.",
+            ["agent"],
+            buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+        self.verdicts = Counter(
+            "tracejudge_agent_evaluations",
+            "Evaluations by agent and whether they passed (pass rate: passed=true over all).",
+            ["agent", "passed"],
+            registry=registry,
+        )
         self.calls = Counter(
             "tracejudge_model_calls",
             "Model calls the agents reported (steps with usage), by agent.",
@@ -122,6 +155,11 @@ class UsageMetrics:
             self._agents.add(name)
             return name
         return OTHER_AGENTS
+
+    def evaluated(self, agent_name: str | None, score: int, passed: bool) -> None:
+        agent = self.agent_label(agent_name)
+        self.scores.labels(agent).observe(score)
+        self.verdicts.labels(agent, "true" if passed else "false").inc()
 
     def add(self, agent_name: str | None, usage: Any) -> None:
         """A request's usage totals (models.outputs.Usage), counted once per evaluation."""
@@ -200,7 +238,14 @@ class Metrics:
         self.judge_cache_hits = Counter(
             "tracejudge_judge_cache_hits", "Judge verdicts served from the cache.", registry=r
         )
-        self.usage = UsageMetrics(r)
+        self.agents = AgentMetrics(r)
+        # the process's own series (CPU, memory, open files, GC) and which build runs
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
+        PlatformCollector(registry=r)
+        Info("tracejudge_build", "The running tracejudge's version.", registry=r).info(
+            {"version": _version()}
+        )
         r.register(_Readings(self.readings))
 
     def event_count(self, event_type: str, status: str) -> Counter:

@@ -138,8 +138,9 @@ class VerdictPublisher:
             m.reflections.inc()
         for kind in summary.alert_kinds:
             m.alerts.labels(kind).inc()
+        m.agents.evaluated(summary.agent_name, summary.overall_score, summary.passed)
         if summary.usage is not None:
-            m.usage.add(summary.agent_name, summary.usage)
+            m.agents.add(summary.agent_name, summary.usage)
         if terminal_at is not None:
             m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
         self.log.note(summary)

@@ -105,3 +105,23 @@ def test_the_dashboard_reads_its_datasource_from_a_variable() -> None:
     [variable] = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
     uids = {p["datasource"]["uid"] for p in dashboard["panels"] if "datasource" in p}
     assert uids == {"${" + variable["name"] + "}"}
+
+
+def test_process_gc_build_and_per_agent_score_series_are_served() -> None:
+    metrics = Metrics()
+    metrics.agents.evaluated("support-bot", 85, True)
+    metrics.agents.evaluated("support-bot", 40, False)
+    metrics.agents.evaluated(None, 70, True)
+    got = samples(metrics.exposition())
+    names = {name for name, _ in got}
+    assert {"process_cpu_seconds_total", "python_gc_objects_collected_total"} <= names
+    assert {"process_resident_memory_bytes", "python_info"} <= names
+    [build] = [labels for name, labels in got if name == "tracejudge_build_info"]
+    assert dict(build)["version"]
+    bot = (("agent", "support-bot"),)
+    assert got[("tracejudge_evaluation_score_count", bot)] == 2
+    assert got[("tracejudge_evaluation_score_bucket", (*bot, ("le", "50.0")))] == 1
+    assert got[("tracejudge_agent_evaluations_total", (*bot, ("passed", "true")))] == 1
+    assert (
+        got[("tracejudge_agent_evaluations_total", (("agent", "(none)"), ("passed", "true")))] == 1
+    )

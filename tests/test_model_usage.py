@@ -16,7 +16,7 @@ from tracejudge.judges.verdicts import Policy
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import Evaluation, Usage
-from tracejudge.streams.metrics import MAX_AGENT_LABELS, OTHER_AGENTS, UsageMetrics
+from tracejudge.streams.metrics import MAX_AGENT_LABELS, OTHER_AGENTS, AgentMetrics
 
 JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None)
 
@@ -107,7 +107,7 @@ def test_usage_is_checked_like_the_rest_of_the_contract() -> None:
 
 
 def test_agent_labels_are_bounded() -> None:
-    usage_metrics = UsageMetrics(CollectorRegistry())
+    usage_metrics = AgentMetrics(CollectorRegistry())
     total = Usage(model_calls=1, input_tokens=10, output_tokens=2, cost_usd=0.01)
     for i in range(MAX_AGENT_LABELS + 50):
         usage_metrics.add(f"agent-{i}", total)
