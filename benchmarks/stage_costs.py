@@ -26,7 +26,7 @@ from tests.memory import MemoryWorker, memory_worker
 from tracejudge.judges.early_stop import check_early_stop
 from tracejudge.judges.generic import assess_answer
 from tracejudge.judges.llm.prompt import build_input
-from tracejudge.judges.making import made_of
+from tracejudge.judges.made import made_of
 from tracejudge.judges.records import window_of
 from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import RuleJudge

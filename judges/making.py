@@ -8,26 +8,25 @@ given; the worker, the replay engine and the tests call the same function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tracejudge.judges import Judge
 from tracejudge.judges.llm.prompt import build_input
+from tracejudge.judges.made import Made, encode, made_of
 from tracejudge.judges.norms import Norms, RunStats
 from tracejudge.judges.records import window_of
-from tracejudge.judges.redact import masked_json
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.sampling import sampled
+from tracejudge.judges.timeline import timeline_of
 from tracejudge.judges.verdicts import (
     DISABLED,
     SKIPPED,
     JudgeJob,
     Policy,
-    Verdict,
     WindowFacts,
     conclude,
 )
-from tracejudge.models.outputs import Usage
 from tracejudge.models.window import ClosedBy
 
 
@@ -47,6 +46,7 @@ class Judging:
     policy: Policy
     version: str
     llm: LLMRouting | None  # None: the LLM judge is off
+    timelines: bool = False  # keep each request's masked timeline beside its evaluation
 
 
 @dataclass(frozen=True)
@@ -65,64 +65,6 @@ class Closing:
     norms: Norms | None = None  # what is normal for its agent (None: no baselines)
 
 
-@dataclass(frozen=True)
-class Summary:
-    """What metrics and the log line need of an evaluation."""
-
-    request_id: str
-    judge_status: str
-    overall_score: int
-    success: bool
-    incomplete: bool
-    closed_by: str
-    alert_kinds: tuple[str, ...] = ()
-    reflection: bool = False
-    agent_name: str | None = None
-    usage: Usage | None = None
-    passed: bool = False
-
-
-@dataclass(frozen=True)
-class Made:
-    """Encoded and masked, ready to send: a verdict's records, or a judge job."""
-
-    request_id: str
-    evaluation: bytes | None = None
-    reflection: bytes | None = None
-    alerts: list[bytes] = field(default_factory=list)
-    summary: Summary | None = None
-    job: bytes | None = None
-
-
-def encode(model: Any) -> bytes:
-    """Every record the worker produces is encoded here: free text masked, ids kept."""
-    return masked_json(model).encode("utf-8")
-
-
-def made_of(verdict: Verdict) -> Made:
-    evaluation = verdict.evaluation
-    summary = Summary(
-        evaluation.request_id,
-        evaluation.judge_status,
-        evaluation.overall_score,
-        evaluation.success,
-        evaluation.incomplete,
-        evaluation.closed_by,
-        tuple(alert.kind for alert in verdict.alerts),
-        verdict.reflection is not None,
-        evaluation.agent_name,
-        evaluation.usage,
-        evaluation.passed,
-    )
-    return Made(
-        evaluation.request_id,
-        encode(evaluation),
-        None if verdict.reflection is None else encode(verdict.reflection),
-        [encode(alert) for alert in verdict.alerts],
-        summary,
-    )
-
-
 def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None) -> Made:
     window = window_of(
         closing.request_id,
@@ -135,6 +77,7 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
     rules = rules or RuleJudge(tool_call_budget=judging.tool_call_budget)
     verdict = rules.judge(window, closing.stats, closing.norms)
     facts = WindowFacts.of(window, judging.policy.max_iterations, closing.stats)
+    timeline = timeline_of(window) if judging.timelines else None
     llm = judging.llm
     if llm is not None and sampled(closing.request_id, llm.sample_rate):
         job = JudgeJob(
@@ -143,7 +86,9 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
             content=build_input(window, llm.max_input_chars).content,
             closed_at=closing.now,
             terminal_at=closing.terminal_at,
+            timeline=timeline,
         )
         return Made(closing.request_id, job=encode(job))
     outcome = SKIPPED if llm is not None else DISABLED
-    return made_of(conclude(facts, verdict, outcome, judging.policy, judging.version, closing.now))
+    verdict_made = conclude(facts, verdict, outcome, judging.policy, judging.version, closing.now)
+    return made_of(verdict_made, timeline)

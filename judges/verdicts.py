@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -137,6 +138,7 @@ class JudgeJob(BaseModel):
     content: str
     closed_at: float
     terminal_at: float | None = None  # the terminal event's broker timestamp: verdict latency
+    timeline: list[dict[str, Any]] | None = None  # masked (judges/timeline.py), when kept
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ def changelog_topic(app_id: str, table: str) -> str:
 # Redis keys.
 REDIS_EVALUATION_KEY = "tracejudge:evaluation:{request_id}"
 REDIS_CONTROL_KEY = "tracejudge:control:{request_id}"
+REDIS_TIMELINE_KEY = "tracejudge:timeline:{request_id}"  # masked steps, beside the evaluation
 REDIS_LLM_PREFIX = "tracejudge:llm"  # rate limit counters and worker heartbeats
 
 # Headers.

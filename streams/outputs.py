@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from tracejudge.judges.making import Made, encode
-from tracejudge.models.names import REDIS_EVALUATION_KEY
+from tracejudge.judges.made import Made, encode
+from tracejudge.models.names import REDIS_EVALUATION_KEY, REDIS_TIMELINE_KEY
 from tracejudge.streams.commit import later
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.otel.evaluations import EvaluationExporter
@@ -120,9 +120,15 @@ class VerdictPublisher:
         summary = made.summary
         assert made.evaluation is not None and summary is not None
         await asyncio.gather(*pending)
-        await self.lookup.put_encoded(
-            REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
-        )
+        writes = [
+            self.lookup.put_encoded(
+                REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
+            )
+        ]
+        if made.timeline is not None:  # in the same pipeline as the evaluation
+            key = REDIS_TIMELINE_KEY.format(request_id=made.request_id)
+            writes.append(self.lookup.put_encoded(key, made.timeline))
+        await asyncio.gather(*writes)
         if self.exporter is not None:
             self.exporter.offer(json.loads(made.evaluation))
         self.metrics.counts["evaluations"] += 1

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.judges.making import Summary
+from tracejudge.judges.made import Summary
 
 log = logging.getLogger("tracejudge.streams.outputs")  # where the line always was
 

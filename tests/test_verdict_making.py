@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from tracejudge.judges.making import Closing, Judging, LLMRouting, Summary, make_verdict
+from tracejudge.judges.made import Summary
+from tracejudge.judges.making import Closing, Judging, LLMRouting, make_verdict
 from tracejudge.judges.records import step_record
 from tracejudge.judges.verdicts import Policy
 from tracejudge.models.events import parse_event

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracejudge.judges.making import made_of
+from tracejudge.judges.made import made_of
 from tracejudge.judges.verdicts import JudgeJob, JudgeOutcome
 from tracejudge.streams.judging.stage import JudgeStage
 from tracejudge.streams.kafka.records import InRecord
@@ -46,7 +46,7 @@ class JudgeJobHandler:
         job = JudgeJob.model_validate_json(record.value or b"")
         verdict, outcome = await self.stage.judged(job)
         record_outcome(self.metrics, outcome)
-        await self.publisher.publish(made_of(verdict), job.terminal_at)
+        await self.publisher.publish(made_of(verdict, job.timeline), job.terminal_at)
 
     async def aclose(self) -> None:
         await self.stage.aclose()

@@ -116,7 +116,14 @@ class WorkerContext:
         if llm is not None and settings.worker_judges:
             stage = judge_stage or JudgeStage(settings, redis, settings.verdict_policy(), version)
             judge_jobs = JudgeJobHandler(stage, publisher, metrics)
-        judging = Judging(settings.tool_call_budget, settings.verdict_policy(), version, llm)
+        judging = Judging(
+            settings.tool_call_budget,
+            settings.verdict_policy(),
+            version,
+            llm,
+            # kept only where there is a Redis to keep them in
+            timelines=settings.timelines and lookup.enabled,
+        )
         closer = WindowCloser(store, judging, publisher, channels.judge_requests, clock)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)

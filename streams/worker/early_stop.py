@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.judges.early_stop import EarlyStopPolicy, check_early_stop
-from tracejudge.judges.making import encode
+from tracejudge.judges.made import encode
 from tracejudge.judges.redact import mask
 from tracejudge.judges.verdicts import stable_id
 from tracejudge.models.names import REDIS_CONTROL_KEY

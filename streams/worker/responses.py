@@ -7,7 +7,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracejudge.judges.making import encode
+from tracejudge.judges.made import encode
 from tracejudge.judges.retries import plan_retry
 from tracejudge.models.responses import parse_model_response
 from tracejudge.streams.kafka.records import InRecord

@@ -20,7 +20,8 @@ from tests.integration.harness import (
 from tests.integration.test_cli import cli
 from tests.realservices import free_port
 from tests.test_verdict_making import JUDGING, closings
-from tracejudge.judges.making import Made, make_verdict
+from tracejudge.judges.made import Made
+from tracejudge.judges.making import make_verdict
 from tracejudge.models import names
 from tracejudge.streams.judging.service import ProducerTopic, producer
 from tracejudge.streams.outputs import RedisSink, VerdictPublisher, redis_client

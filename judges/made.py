@@ -1,0 +1,72 @@
+"""What a verdict leaves as: its records encoded and masked, ready to send, and the summary
+metrics and the log line read. The worker, the judge stage and the tests build them here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracejudge.judges.redact import masked_json
+from tracejudge.judges.verdicts import Verdict
+from tracejudge.models.outputs import Usage
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What metrics and the log line need of an evaluation."""
+
+    request_id: str
+    judge_status: str
+    overall_score: int
+    success: bool
+    incomplete: bool
+    closed_by: str
+    alert_kinds: tuple[str, ...] = ()
+    reflection: bool = False
+    agent_name: str | None = None
+    usage: Usage | None = None
+    passed: bool = False
+
+
+@dataclass(frozen=True)
+class Made:
+    """Encoded and masked, ready to send: a verdict's records, or a judge job."""
+
+    request_id: str
+    evaluation: bytes | None = None
+    reflection: bytes | None = None
+    alerts: list[bytes] = field(default_factory=list)
+    summary: Summary | None = None
+    job: bytes | None = None
+    timeline: bytes | None = None  # judges/timeline.py, JSON: kept where the evaluation is
+
+
+def encode(model: Any) -> bytes:
+    """Every record the worker produces is encoded here: free text masked, ids kept."""
+    return masked_json(model).encode("utf-8")
+
+
+def made_of(verdict: Verdict, timeline: list[dict[str, Any]] | None = None) -> Made:
+    evaluation = verdict.evaluation
+    summary = Summary(
+        evaluation.request_id,
+        evaluation.judge_status,
+        evaluation.overall_score,
+        evaluation.success,
+        evaluation.incomplete,
+        evaluation.closed_by,
+        tuple(alert.kind for alert in verdict.alerts),
+        verdict.reflection is not None,
+        evaluation.agent_name,
+        evaluation.usage,
+        evaluation.passed,
+    )
+    return Made(
+        evaluation.request_id,
+        encode(evaluation),
+        None if verdict.reflection is None else encode(verdict.reflection),
+        [encode(alert) for alert in verdict.alerts],
+        summary,
+        timeline=None if timeline is None else json.dumps(timeline, ensure_ascii=False).encode(),
+    )
