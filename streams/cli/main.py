@@ -1,4 +1,4 @@
-"""`tracejudge` command line: worker, judge, demo, status, tail, publish, replay, schema."""
+"""`tracejudge` command line: worker, judge, demo, status, show, tail, publish, replay, schema."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ TAIL_KINDS = (
 )
 
 
-KAFKA_COMMANDS = ("publish", "tail", "status", "otel")
+KAFKA_COMMANDS = ("publish", "tail", "status", "otel", "show")
 
 
 def _version() -> str:
@@ -61,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after the verdicts, keep the broker and worker up for examples/ until Ctrl-C",
     )
+    show = sub.add_parser(
+        "show",
+        help="a request's evaluation, findings and step timeline (exit 1: no evaluation found)",
+    )
+    show.add_argument("request_id", metavar="REQUEST_ID")
+    show.add_argument("--json", action="store_true", help="print {evaluation, timeline} as JSON")
     tail = sub.add_parser("tail", help="print an output topic, one line per event")
     tail.add_argument("kind", choices=TAIL_KINDS)
     tail.add_argument("--json", action="store_true", help="print the raw JSON values")
@@ -145,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             from tracejudge.streams.demo.run import run_demo
 
             return run_demo(settings, timeout_s=args.timeout, serve=args.serve)
+        if args.command == "show":
+            return _show(settings, args.request_id, args.json)
         if args.command == "tail":
             with contextlib.suppress(KeyboardInterrupt):
                 return asyncio.run(_tail(settings, args))
@@ -163,6 +171,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tracejudge: {exc}", file=sys.stderr)
         return 2
     return 2
+
+
+def _show(settings: Settings, request_id: str, as_json: bool) -> int:
+    from tracejudge.streams.show import fetch, render
+
+    evaluation, timeline = asyncio.run(fetch(settings, request_id))
+    if evaluation is None:
+        print(f"tracejudge: no evaluation of {request_id} found", file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps({"evaluation": evaluation, "timeline": timeline}, indent=2))
+    else:
+        sys.stdout.write(render(evaluation, timeline))
+    return 0
 
 
 def _worker(settings: Settings) -> int:
