@@ -99,7 +99,7 @@ def _timeline(timeline: list[dict[str, Any]], failed: set[Any]) -> str:
     start = next((t["ts"] for t in timeline if "ts" in t), None)
     rows = [f"timeline ({len(timeline)} events, texts clipped and masked):"]
     for entry in timeline:
-        offset = f"+{entry['ts'] - start:7.2f}s" if start is not None and "ts" in entry else " " * 9
+        offset = f"+{entry['ts'] - start:.2f}s" if start is not None and "ts" in entry else ""
         what = entry.get("tool") or entry.get("phase") or ""
         if "success" in entry:
             what += " ok" if entry["success"] else " FAILED"
