@@ -7,7 +7,7 @@ handlers (the worker's, in memory) or its pure judges, never a copy of their log
 
 Where a document contradicts itself, its table wins: a run whose every planned step was
 attempted and one failed is success=false, incomplete=false (the table's fourth quadrant), not
-incomplete=true as one of its examples has it. README's "Design cases" lists these rows.
+incomplete=true as one of its examples has it. These rows are the four quadrant cases.
 """
 
 from __future__ import annotations
