@@ -18,3 +18,9 @@ class InvalidEvent(TracejudgeError):
 
 class ConfigurationError(TracejudgeError):
     """Settings or broker state that the worker cannot run with."""
+
+
+class DependencyUnreachable(ConfigurationError):
+    """A service a command needs (Kafka) does not answer: nothing listens, or it times out.
+    A refusal (credentials, an untrusted certificate) stays a ConfigurationError: the settings
+    are what to fix."""

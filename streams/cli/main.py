@@ -7,13 +7,26 @@ import asyncio
 import contextlib
 import json
 import sys
+import textwrap
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from tracejudge.models import names
-from tracejudge.models.errors import ConfigurationError
+from tracejudge.models.errors import ConfigurationError, DependencyUnreachable
+from tracejudge.streams.cli import exits
 from tracejudge.streams.logs import setup_logging
-from tracejudge.streams.settings import Settings, SettingsError, describe_settings, load_settings
+from tracejudge.streams.settings import (
+    JudgeSettings,
+    KafkaSettings,
+    RedisSettings,
+    RuleSettings,
+    Settings,
+    SettingsError,
+    load_settings,
+)
 
 TAIL_KINDS = (
     names.EVALUATIONS,
@@ -36,38 +49,101 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _names(*fields: str) -> list[str]:
+    return [f"TRACEJUDGE_{f.upper()}" for f in fields]
+
+
+def _group(group: type[BaseModel]) -> list[str]:
+    return _names(*group.model_fields)
+
+
+OUTPUT_SETTINGS = ("log_level", "log_format")
+# the settings each command reads (the worker reads them all)
+COMMAND_SETTINGS: dict[str, list[str]] = {
+    "worker": _names(*Settings.model_fields),
+    "judge": _group(KafkaSettings)
+    + _group(RedisSettings)
+    + _group(JudgeSettings)
+    + _names("web_host", "web_port", "stop_timeout_s", *OUTPUT_SETTINGS),
+    "topics": _group(KafkaSettings),
+    "otel": _group(KafkaSettings)
+    + _names(*(f for f in Settings.model_fields if f.startswith("otel_")), *OUTPUT_SETTINGS),
+    "demo": _names("kafka_bootstrap", "redis_url"),
+    "show": _group(KafkaSettings) + _names("redis_url"),
+    "tail": _group(KafkaSettings),
+    "status": _group(KafkaSettings) + _names("status_workers", "web_port"),
+    "replay": _group(RuleSettings) + _group(JudgeSettings) + _group(KafkaSettings),
+    "publish": _group(KafkaSettings) + _names("max_event_bytes"),
+    "schema": [],
+}
+
+
+def _epilog(command: str) -> str:
+    names = COMMAND_SETTINGS[command]
+    lines = []
+    if names:
+        lines.append("settings (environment, or KEY=VALUE lines in --config FILE):")
+        lines += textwrap.wrap(", ".join(names), 96, initial_indent="  ", subsequent_indent="  ")
+        lines.append("  what each means: docs/configuration.md")
+    lines.append(exits.HELP)
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tracejudge",
         description="Online evaluator of AI-agent executions on Kafka.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="settings (environment variables, or KEY=VALUE lines in --config FILE):\n"
-        + describe_settings(),
+        epilog="`tracejudge COMMAND --help` lists the settings that matter to a command; every "
+        "setting: docs/configuration.md\n" + exits.HELP,
     )
     parser.add_argument("--config", metavar="FILE", help="settings file (dotenv syntax)")
     parser.add_argument("--version", action="version", version=f"tracejudge {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("worker", help="run the evaluation worker (one per core; more join its group)")
-    sub.add_parser(
-        "judge",
-        help="run the LLM judge stage on its own (workers then set TRACEJUDGE_WORKER_JUDGES=false)",
+    # --config after the command too (`tracejudge worker --config prod.env`)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", metavar="FILE", default=argparse.SUPPRESS, help="settings file (dotenv syntax)"
     )
-    sub.add_parser("topics", help="create every topic (the worker also does it at start)")
-    sub.add_parser("otel", help="receive OTLP traces (gRPC :4317, HTTP :4318) as contract events")
-    demo = sub.add_parser("demo", help="run the demo on an embedded broker and print verdicts")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, text: str, config: bool = True) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=text,
+            description=text,
+            epilog=_epilog(name),
+            parents=[common] if config else [],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    command("worker", "run the evaluation worker (one per core; more join its group)")
+    command(
+        "judge",
+        "run the LLM judge stage on its own (workers then set TRACEJUDGE_WORKER_JUDGES=false)",
+    )
+    command("topics", "create every topic (the worker also does it at start)")
+    command("otel", "receive OTLP traces (gRPC :4317, HTTP :4318) as contract events")
+    demo = command("demo", "run the demo on an embedded broker and print verdicts")
     demo.add_argument("--timeout", type=float, default=180.0, help="give up after SECONDS")
     demo.add_argument(
         "--serve",
         action="store_true",
         help="after the verdicts, keep the broker and worker up for examples/ until Ctrl-C",
     )
-    show = sub.add_parser(
-        "show",
-        help="a request's evaluation, findings and step timeline (exit 1: no evaluation found)",
-    )
+    show = command("show", "a request's evaluation, findings and step timeline")
     show.add_argument("request_id", metavar="REQUEST_ID")
     show.add_argument("--json", action="store_true", help="print {evaluation, timeline} as JSON")
-    tail = sub.add_parser("tail", help="print an output topic, one line per event")
+    _readers(command)
+    _offline(command)
+    return parser
+
+
+Command = Callable[..., argparse.ArgumentParser]
+
+
+def _readers(command: Command) -> None:
+    """The commands that read or write the cluster's topics for a person."""
+    tail = command("tail", "print an output topic, one line per event")
     tail.add_argument("kind", choices=TAIL_KINDS)
     tail.add_argument("--json", action="store_true", help="print the raw JSON values")
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest event")
@@ -79,8 +155,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stop after SECONDS without an event (default: follow until Ctrl-C)",
     )
-    status = sub.add_parser(
-        "status", help="configuration, topics with last-minute counts and lag, workers' health"
+    status = command(
+        "status", "configuration, topics with last-minute counts and lag, workers' health"
     )
     status.add_argument(
         "--worker",
@@ -90,9 +166,18 @@ def _parser() -> argparse.ArgumentParser:
         help="a worker's base URL, e.g. http://10.0.0.5:6066 (repeatable)",
     )
     status.add_argument("--json", action="store_true", help="print JSON")
-    replay = sub.add_parser(
+    publish = command("publish", "send contract events from a JSONL file ('-': stdin)")
+    publish.add_argument("file")
+    publish.add_argument("--topic", default=None, help="topic (default: <prefix>events)")
+
+
+def _offline(command: Command) -> None:
+    """The commands that work on files, not on the cluster."""
+    # replay's own --config is settings A (and --against settings B)
+    replay = command(
         "replay",
-        help="re-evaluate recorded events offline with the worker's code; compare two settings",
+        "re-evaluate recorded events offline with the worker's code; compare two settings",
+        config=False,
     )
     replay.add_argument("file", nargs="?", help="recorded events, JSONL (as `publish` reads)")
     replay.add_argument("--config", dest="replay_config", metavar="A.env", help="settings A")
@@ -103,12 +188,8 @@ def _parser() -> argparse.ArgumentParser:
         "--from-topic", action="store_true", help="read the cluster's events topic instead"
     )
     replay.add_argument("--since", default="1h", help="with --from-topic: 30m, 2h, 1d (1h)")
-    publish = sub.add_parser("publish", help="send contract events from a JSONL file ('-': stdin)")
-    publish.add_argument("file")
-    publish.add_argument("--topic", default=None, help="topic (default: <prefix>events)")
-    schema = sub.add_parser("schema", help="print or write the JSON Schemas of the contract")
+    schema = command("schema", "print or write the JSON Schemas of the contract")
     schema.add_argument("--out", type=Path, default=None, help="write one file per schema here")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         for problem in exc.problems:
             print(f"tracejudge: bad configuration: {problem}", file=sys.stderr)
-        return 2
+        return exits.USAGE_OR_CONFIGURATION
     except (FileNotFoundError, ValueError) as exc:
         print(f"tracejudge: bad configuration: {exc}", file=sys.stderr)
-        return 2
+        return exits.USAGE_OR_CONFIGURATION
     setup_logging(settings.log_level, settings.log_format)
     try:
         if args.command in KAFKA_COMMANDS or getattr(args, "from_topic", False):
@@ -167,10 +248,13 @@ def main(argv: list[str] | None = None) -> int:
             return _publish(settings, args.file, args.topic)
         if args.command == "schema":
             return _schema(args.out)
+    except DependencyUnreachable as exc:
+        print(f"tracejudge: {exc}", file=sys.stderr)
+        return exits.UNREACHABLE
     except ConfigurationError as exc:
         print(f"tracejudge: {exc}", file=sys.stderr)
-        return 2
-    return 2
+        return exits.USAGE_OR_CONFIGURATION
+    return exits.USAGE_OR_CONFIGURATION
 
 
 def _show(settings: Settings, request_id: str, as_json: bool) -> int:
@@ -179,7 +263,7 @@ def _show(settings: Settings, request_id: str, as_json: bool) -> int:
     evaluation, timeline = asyncio.run(fetch(settings, request_id))
     if evaluation is None:
         print(f"tracejudge: no evaluation of {request_id} found", file=sys.stderr)
-        return 1
+        return exits.FAILED
     if as_json:
         print(json.dumps({"evaluation": evaluation, "timeline": timeline}, indent=2))
     else:
@@ -237,7 +321,7 @@ def _status(settings: Settings, workers: list[str] | None, as_json: bool) -> int
         print(f"tracejudge: broker {settings.kafka_bootstrap} unreachable: {exc}", file=sys.stderr)
         return 1
     print(status.to_json() if as_json else render_status(status))
-    return 0 if all(w.code == 200 for w in status.workers) else 3
+    return exits.OK if all(w.code == 200 for w in status.workers) else exits.NOT_READY
 
 
 def _publish(settings: Settings, file: str, topic: str | None) -> int:

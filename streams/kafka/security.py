@@ -12,7 +12,7 @@ import asyncio
 import ssl
 from typing import Any
 
-from tracejudge.models.errors import ConfigurationError
+from tracejudge.models.errors import ConfigurationError, DependencyUnreachable
 from tracejudge.streams.settings import Settings
 
 TLS = ("SSL", "SASL_SSL")
@@ -90,7 +90,7 @@ async def check_connection(settings: Settings, timeout_s: float = 10.0) -> None:
             continue
         conn.close()
         return
-    raise ConfigurationError(
+    raise DependencyUnreachable(
         f"cannot reach Kafka at {settings.kafka_bootstrap} ({last}); start a broker or set "
         "TRACEJUDGE_KAFKA_BOOTSTRAP (a connection closed at once: does "
         f"TRACEJUDGE_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol} match the "

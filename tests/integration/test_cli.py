@@ -144,7 +144,7 @@ async def test_status_shows_topics_lag_and_the_workers_health(
     as_json = await asyncio.to_thread(
         cli, pipeline_worker, "status", "--worker", url, "--worker", "http://127.0.0.1:1", "--json"
     )
-    assert as_json.returncode == 3  # a worker that does not answer
+    assert as_json.returncode == 4  # a worker that does not answer: not ready
     status = json.loads(as_json.stdout)
     topics = {t["topic"]: t for t in status["topics"]}
     events = topics[pipeline_worker.topic("events")]
