@@ -94,7 +94,9 @@ class Tally:
             self.model_call(usage)
         self._seen(event.ts, event.agent_name)
 
-    def model_call(self, usage: ModelUsage) -> None:
+    def model_call(self, usage: ModelUsage | dict[str, Any]) -> None:
+        if isinstance(usage, dict):  # as a window read back from its records holds it
+            usage = ModelUsage.model_validate(usage)
         self.model_calls += 1
         self.input_tokens += usage.input_tokens or 0
         self.output_tokens += usage.output_tokens or 0

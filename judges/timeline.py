@@ -54,8 +54,9 @@ def timeline_of(window: Window) -> list[dict[str, Any]]:
         elif kind == "final_response":
             entry["text"] = _text(event.output)
         usage = getattr(event, "usage", None)
-        if usage is not None:
-            entry["usage"] = usage.model_dump(exclude_none=True)
+        if usage is not None:  # a model, or the dict a window read back from its records holds
+            given = usage if isinstance(usage, dict) else usage.model_dump()
+            entry["usage"] = {k: v for k, v in given.items() if v is not None}
         entries.append({k: v for k, v in entry.items() if v is not None})
     if len(events) > MAX_ENTRIES:
         entries.append({"type": "omitted", "text": f"{len(events) - MAX_ENTRIES} more events"})

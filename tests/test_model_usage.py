@@ -18,7 +18,7 @@ from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import Evaluation, Usage
 from tracejudge.streams.metrics import MAX_AGENT_LABELS, OTHER_AGENTS, AgentMetrics
 
-JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None)
+JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None, timelines=True)
 
 
 def run(usage: bool) -> list[dict[str, Any]]:
@@ -122,3 +122,18 @@ def test_agent_labels_are_bounded() -> None:
     assert "agent-0" in labels and f"agent-{MAX_AGENT_LABELS}" not in labels
     other = usage_metrics.tokens.labels(OTHER_AGENTS, "input")._value.get()
     assert other == 10 * 51  # the 50 past the cap and the unnamed one
+
+
+def test_the_timeline_keeps_each_steps_usage_and_counts_come_from_the_window_too() -> None:
+    parsed = [parse_event(e) for e in run(usage=True)]
+    records = [step_record(e, beyond_limit=False) for e in parsed]
+    closing = Closing("u1", "final_response", records, 3, 0, [], 1e9, None)  # no stats given
+    made = make_verdict(JUDGING, closing)
+    assert made.evaluation is not None and made.timeline is not None
+    assert Evaluation.model_validate_json(made.evaluation).usage is not None
+    timeline = json.loads(made.timeline)
+    assert [t["usage"]["model"] for t in timeline if "usage" in t] == [
+        "gpt-4o-mini",
+        "gpt-4o",
+        "gpt-4o-mini",
+    ]
