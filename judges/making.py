@@ -46,7 +46,9 @@ class Judging:
     policy: Policy
     version: str
     llm: LLMRouting | None  # None: the LLM judge is off
-    timelines: bool = False  # keep each request's masked timeline beside its evaluation
+    # which requests keep their masked timeline beside the evaluation: "all", "flagged" (not
+    # passed, not success, or incomplete: the ones people open; and every judged one) or "off"
+    timelines: str = "off"
 
 
 @dataclass(frozen=True)
@@ -77,9 +79,10 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
     rules = rules or RuleJudge(tool_call_budget=judging.tool_call_budget)
     verdict = rules.judge(window, closing.stats, closing.norms)
     facts = WindowFacts.of(window, judging.policy.max_iterations, closing.stats)
-    timeline = timeline_of(window) if judging.timelines else None
+    keep = judging.timelines
     llm = judging.llm
     if llm is not None and sampled(closing.request_id, llm.sample_rate):
+        timeline = timeline_of(window) if keep != "off" else None
         job = JudgeJob(
             facts=facts,
             rules=verdict,
@@ -91,4 +94,9 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
         return Made(closing.request_id, job=encode(job))
     outcome = SKIPPED if llm is not None else DISABLED
     verdict_made = conclude(facts, verdict, outcome, judging.policy, judging.version, closing.now)
-    return made_of(verdict_made, timeline)
+    e = verdict_made.evaluation
+    # masking a timeline costs about as much as the rules (~200 µs a request): by default only
+    # for the requests someone will look into
+    flagged = not e.passed or not e.success or e.incomplete
+    wanted = keep == "all" or (keep == "flagged" and flagged)
+    return made_of(verdict_made, timeline_of(window) if wanted else None)

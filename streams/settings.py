@@ -210,10 +210,12 @@ class RedisSettings(BaseModel):
         description="Redis URL for verdict look-ups; empty disables Redis.",
     )
     evaluation_ttl_s: int = Field(86400, ge=1, description="TTL of evaluations kept in Redis.")
-    timelines: bool = Field(
-        True,
-        description="Keep each request's steps (clipped to 300 characters and masked) in Redis "
-        "beside its evaluation, with the same TTL, for `tracejudge show` and the explorer.",
+    timelines: Literal["all", "flagged", "off"] = Field(
+        "flagged",
+        description="Which requests keep their steps (clipped to 300 characters and masked) in "
+        "Redis beside the evaluation, with the same TTL, for `tracejudge show`: all, flagged "
+        "(not passed, not success, or incomplete; and every judged one) or off. Masking them "
+        "costs about as much as the rules.",
     )
 
 

@@ -18,7 +18,7 @@ from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import Evaluation, Usage
 from tracejudge.streams.metrics import MAX_AGENT_LABELS, OTHER_AGENTS, AgentMetrics
 
-JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None, timelines=True)
+JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None, timelines="all")
 
 
 def run(usage: bool) -> list[dict[str, Any]]:
@@ -137,3 +137,15 @@ def test_the_timeline_keeps_each_steps_usage_and_counts_come_from_the_window_too
         "gpt-4o",
         "gpt-4o-mini",
     ]
+
+
+def test_flagged_keeps_the_timelines_of_the_requests_someone_will_open() -> None:
+    flagged = Judging(12, Policy(), "test", None, timelines="flagged")
+    good = [parse_event(e) for e in run(usage=False)]
+    failed = [*good[:-1], parse_event({**run(usage=False)[2], "success": False}), good[-1]]
+    kept = []
+    for events in (good, failed):
+        records = [step_record(e, beyond_limit=False) for e in events]
+        made = make_verdict(flagged, Closing("u1", "final_response", records, 3, 0, [], 1e9, None))
+        kept.append(made.timeline is not None)
+    assert kept == [False, True]

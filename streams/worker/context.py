@@ -122,7 +122,7 @@ class WorkerContext:
             version,
             llm,
             # kept only where there is a Redis to keep them in
-            timelines=settings.timelines and lookup.enabled,
+            timelines=settings.timelines if lookup.enabled else "off",
         )
         closer = WindowCloser(store, judging, publisher, channels.judge_requests, clock)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
