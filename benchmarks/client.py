@@ -29,7 +29,8 @@ from pathlib import Path
 
 from benchmarks.pipeline import pct
 from benchmarks.side_by_side import create
-from tests.realservices import ROOT, start_kafka
+from tests.integration.test_packaging import build_wheel
+from tests.realservices import start_kafka
 from tracejudge.client import Tracer
 
 EVENTS_PER_REQUEST = 5
@@ -64,13 +65,7 @@ CHECK_IMPORTS = (
 
 def fresh_install(workdir: Path) -> str:
     """The wheel of this repository alone in a new venv: packages, MB, worker modules loaded."""
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(workdir), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = workdir.glob("tracejudge-*.whl")
+    wheel = build_wheel(workdir)  # as the packaging test builds it
     venv = workdir / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")

@@ -7,7 +7,6 @@ decides the verdicts when it is valid and is blended into the score.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 from pydantic import BaseModel
@@ -29,6 +28,7 @@ from tracejudge.models.outputs import (
     ReflectionRequest,
     Usage,
 )
+from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.models.window import ClosedBy, Window
 
 __all__ = [
@@ -41,16 +41,6 @@ __all__ = [
     "evaluator_version",
     "stable_id",
 ]
-
-
-def _package_version() -> str:
-    try:
-        return metadata.version("tracejudge")
-    except metadata.PackageNotFoundError:  # running from a source tree without install
-        return "0+unknown"
-
-
-PACKAGE_VERSION = _package_version()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 from prometheus_client import (
@@ -29,6 +28,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from tracejudge.models.version import PACKAGE_VERSION
+
 # Seconds: a verdict is expected within milliseconds of the terminal event, a judged one within
 # the model's latency; the tail buckets show backlogs.
 VERDICT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -37,13 +38,6 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 MAX_AGENT_LABELS = 100
 OTHER_AGENTS = "(other)"
 NO_AGENT = "(none)"
-
-
-def _version() -> str:
-    try:
-        return metadata.version("tracejudge")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def quadrant(success: bool, incomplete: bool) -> str:
@@ -244,7 +238,7 @@ class Metrics:
         GCCollector(registry=r)
         PlatformCollector(registry=r)
         Info("tracejudge_build", "The running tracejudge's version.", registry=r).info(
-            {"version": _version()}
+            {"version": PACKAGE_VERSION}
         )
         r.register(_Readings(self.readings))
 

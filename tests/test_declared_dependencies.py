@@ -68,3 +68,13 @@ def test_the_integrations_frameworks_are_pinned_in_the_examples_extra() -> None:
     examples = declared("examples")
     for module, dists in distributions(imported("client/integrations") & FRAMEWORKS).items():
         assert dists & examples or module == "openai", module  # openai comes with openai-agents
+
+
+def test_the_command_knows_every_module_of_the_worker_extra() -> None:
+    """streams/cli/entry.py names them to tell a missing extra from a bug: it must not drift."""
+    from tracejudge.streams.cli.entry import WORKER_MODULES
+
+    core = declared()
+    code = imported("streams", "judges", "prompts", leave_out="streams/demo")
+    worker_only = {m for m, dists in distributions(code).items() if not dists & core}
+    assert worker_only <= WORKER_MODULES, sorted(worker_only - WORKER_MODULES)

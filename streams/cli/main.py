@@ -9,13 +9,13 @@ import json
 import sys
 import textwrap
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError, DependencyUnreachable
+from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.cli import exits
 from tracejudge.streams.logs import setup_logging
 from tracejudge.streams.settings import (
@@ -39,14 +39,6 @@ TAIL_KINDS = (
 
 
 KAFKA_COMMANDS = ("publish", "tail", "status", "otel", "show")
-
-
-def _version() -> str:
-    """From the installed package's metadata: pyproject.toml is the one place it is written."""
-    try:
-        return metadata.version("tracejudge")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _names(*fields: str) -> list[str]:
@@ -98,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         "setting: docs/configuration.md\n" + exits.HELP,
     )
     parser.add_argument("--config", metavar="FILE", help="settings file (dotenv syntax)")
-    parser.add_argument("--version", action="version", version=f"tracejudge {_version()}")
+    parser.add_argument("--version", action="version", version=f"tracejudge {PACKAGE_VERSION}")
     # --config after the command too (`tracejudge worker --config prod.env`)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(

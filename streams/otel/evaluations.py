@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from importlib import metadata
 from typing import Any
 
 import httpx
@@ -27,6 +26,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.settings import Settings
 
@@ -100,11 +100,7 @@ class EvaluationExporter:
         )
         self._task: asyncio.Task[None] | None = None
         self._warned_at = -WARN_EVERY_S
-        try:
-            version = metadata.version("tracejudge")
-        except metadata.PackageNotFoundError:
-            version = "0"
-        self._scope = InstrumentationScope(name="tracejudge", version=version)
+        self._scope = InstrumentationScope(name="tracejudge", version=PACKAGE_VERSION)
         self._resource = Resource(
             attributes=[KeyValue(key="service.name", value=_value("tracejudge"))]
         )
