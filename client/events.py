@@ -29,12 +29,14 @@ class Recorder:
         *,
         request_id: str | None = None,
         agent_name: str | None = None,
+        agent_version: str | None = None,
         session_key: str | None = None,
         planned_steps: list[str] | None = None,
         trace_id: str | None = None,
         span_id: str | None = None,
     ) -> None:
-        """`trace_id`/`span_id` (W3C hex): the OpenTelemetry span the request runs in, so its
+        """`agent_version`: the agent's build, prompt or config revision, so its verdicts can be
+        compared before and after a change. `trace_id`/`span_id` (W3C hex): the OpenTelemetry span the request runs in, so its
         evaluation can be exported linked to it; taken from the current span when the agent
         uses OpenTelemetry and none is given."""
         self.request_id = request_id or uuid.uuid4().hex
@@ -42,9 +44,12 @@ class Recorder:
             trace_id, span_id = current_span_ids()
         self.started_at = time.time()
         self._emit = emit
-        self._common = {
-            k: v for k, v in (("agent_name", agent_name), ("session_key", session_key)) if v
-        }
+        given = (
+            ("agent_name", agent_name),
+            ("agent_version", clip(agent_version, 128) if agent_version else None),
+            ("session_key", session_key),
+        )
+        self._common = {k: v for k, v in given if v}
         self._step = 0
         self.dropped = 0
         self.finished = False

@@ -78,9 +78,10 @@ def events_of(
     for key, name in (
         ("gen_ai.conversation.id", "session_key"),
         ("gen_ai.agent.name", "agent_name"),
+        ("gen_ai.agent.version", "agent_version"),
     ):
         if isinstance(a.get(key), str) and a[key]:
-            common[name] = a[key][:256]
+            common[name] = a[key][: 128 if name == "agent_version" else 256]
     step = span.start_ns // 1000
     op = span.operation
     if span.ends_request(request_end):

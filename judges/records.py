@@ -73,8 +73,9 @@ def step_record(
     }
     if event.ts is not None:
         stub["ts"] = event.ts  # the run's duration counts every step
-    if event.agent_name:
-        stub["agent_name"] = event.agent_name
+    for common in ("agent_name", "agent_version"):
+        if getattr(event, common):
+            stub[common] = getattr(event, common)
     usage = getattr(event, "usage", None)
     if usage is not None:  # token and cost totals count every step (norms.Tally)
         stub["usage"] = usage.model_dump(exclude_none=True)

@@ -72,6 +72,7 @@ class WindowFacts(BaseModel):
     request_id: str
     session_key: str | None = None
     agent_name: str | None = None
+    agent_version: str | None = None
     task_id: str | None = None
     goal: str = ""
     reflection_round: int = 0
@@ -108,6 +109,7 @@ class WindowFacts(BaseModel):
             request_id=window.request_id,
             session_key=window.first("session_key"),
             agent_name=window.first("agent_name"),
+            agent_version=window.first("agent_version"),
             task_id=window.first("task_id"),
             goal=window.task.goal if window.task else "",
             reflection_round=window.task.reflection_round if window.task else 0,
@@ -205,6 +207,7 @@ def conclude(
         request_id=facts.request_id,
         session_key=facts.session_key,
         agent_name=facts.agent_name,
+        agent_version=facts.agent_version,
         task_id=facts.task_id,
         overall_score=overall,
         rule_score=rules.rule_score,

@@ -46,6 +46,9 @@ class _Event(BaseModel):
     event_id: str | None = Field(default=None, min_length=1, max_length=512)
     session_key: str | None = Field(default=None, max_length=256)
     agent_name: str | None = Field(default=None, max_length=256)
+    # the agent's build, prompt or config revision: the explorer marks where it changed and
+    # compares the verdicts before and after
+    agent_version: str | None = Field(default=None, max_length=128)
     task_id: str | None = Field(default=None, max_length=256)
     ts: float | None = Field(default=None, description="Epoch seconds.")
     clipped: list[str] = Field(

@@ -95,6 +95,7 @@ class Evaluation(_Output):
     request_id: str
     session_key: str | None = None
     agent_name: str | None = None
+    agent_version: str | None = Field(default=None, description="As the request's events gave it.")
     task_id: str | None = None
     overall_score: Score = Field(ge=0, le=100)
     rule_score: Score = Field(ge=0, le=100)

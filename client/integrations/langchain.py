@@ -49,9 +49,16 @@ class _Run:
 class TracejudgeCallbackHandler(BaseCallbackHandler):
     raise_error = False
 
-    def __init__(self, tracer: Tracer | AsyncTracer, *, agent_name: str | None = None) -> None:
+    def __init__(
+        self,
+        tracer: Tracer | AsyncTracer,
+        *,
+        agent_name: str | None = None,
+        agent_version: str | None = None,
+    ) -> None:
         self.tracer = tracer
         self.agent_name = agent_name
+        self.agent_version = agent_version
         self.last_request_id: str | None = None
         self._runs: dict[UUID, _Run] = {}  # top-level run id -> its request
         self._root_of: dict[UUID, UUID] = {}  # any run id -> its top-level run id
@@ -76,6 +83,7 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             _text(inputs) or f"run of {name or 'a chain'}",
             request_id=f"lc-{run_id}",
             agent_name=self.agent_name or (str(name) if name else None),
+            agent_version=self.agent_version,
         )
         with self._lock:
             self._runs[run_id] = _Run(recorder)

@@ -51,9 +51,16 @@ class _Request:
 
 
 class TracejudgeProcessor(TracingProcessor):
-    def __init__(self, tracer: Tracer | AsyncTracer, *, agent_name: str | None = None) -> None:
+    def __init__(
+        self,
+        tracer: Tracer | AsyncTracer,
+        *,
+        agent_name: str | None = None,
+        agent_version: str | None = None,
+    ) -> None:
         self.tracer = tracer
         self.agent_name = agent_name
+        self.agent_version = agent_version
         self.last_request_id: str | None = None
         self._requests: dict[str, _Request] = {}
         self._lock = threading.Lock()
@@ -133,6 +140,7 @@ class TracejudgeProcessor(TracingProcessor):
                 goal or request.name,
                 request_id=f"oai-{trace_id}",
                 agent_name=self.agent_name or request.name,
+                agent_version=self.agent_version,
             )
             self.last_request_id = request.recorder.request_id
         return request.recorder
