@@ -36,9 +36,9 @@ class Recorder:
         span_id: str | None = None,
     ) -> None:
         """`agent_version`: the agent's build, prompt or config revision, so its verdicts can be
-        compared before and after a change. `trace_id`/`span_id` (W3C hex): the OpenTelemetry span the request runs in, so its
-        evaluation can be exported linked to it; taken from the current span when the agent
-        uses OpenTelemetry and none is given."""
+        compared before and after a change. `trace_id`/`span_id` (W3C hex): the OpenTelemetry
+        span the request runs in, so its evaluation can be exported linked to it; taken from the
+        current span when the agent uses OpenTelemetry and none is given."""
         self.request_id = request_id or uuid.uuid4().hex
         if trace_id is None:
             trace_id, span_id = current_span_ids()

@@ -129,6 +129,25 @@ class OperationSettings(BaseModel):
         "SDKs flag remote parents in OTLP) or only a span with no parent at all. A trace "
         "whose end never comes closes by the idle timeout.",
     )
+    ui_host: str = Field(
+        "127.0.0.1",
+        description="Address the verdict explorer (`tracejudge ui`) listens on; any address but "
+        "a loopback one needs TRACEJUDGE_UI_TOKEN.",
+    )
+    ui_port: int = Field(8090, description="Port of the verdict explorer.")
+    ui_token: SecretStr = Field(
+        SecretStr(""),
+        description="Access token of the verdict explorer: sent as `Authorization: Bearer`, or "
+        "once as `?token=` (then kept in a cookie). Empty: loopback only.",
+    )
+    ui_look_back_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="How far back the explorer reads verdicts from the topics when it starts.",
+    )
+    ui_max_verdicts: int = Field(
+        20000, ge=100, description="Verdicts the explorer holds in memory (the newest)."
+    )
     debug_endpoints: bool = Field(
         False, description="Serve /debug/tasks (every coroutine's stack) on the web port."
     )

@@ -1,4 +1,5 @@
-"""`tracejudge` command line: worker, judge, demo, status, show, tail, publish, replay, schema."""
+"""`tracejudge` command line: worker, judge, demo, status, show, ui, tail, publish, replay,
+schema."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ TAIL_KINDS = (
 )
 
 
-KAFKA_COMMANDS = ("publish", "tail", "status", "otel", "show")
+KAFKA_COMMANDS = ("publish", "tail", "status", "otel", "show", "ui")
 
 
 def _names(*fields: str) -> list[str]:
@@ -62,6 +63,8 @@ COMMAND_SETTINGS: dict[str, list[str]] = {
     + _names(*(f for f in Settings.model_fields if f.startswith("otel_")), *OUTPUT_SETTINGS),
     "demo": _names("kafka_bootstrap", "redis_url"),
     "show": _group(KafkaSettings) + _names("redis_url"),
+    "ui": _group(KafkaSettings)
+    + _names("redis_url", *(f for f in Settings.model_fields if f.startswith("ui_"))),
     "tail": _group(KafkaSettings),
     "status": _group(KafkaSettings) + _names("status_workers", "web_port"),
     "replay": _group(RuleSettings) + _group(JudgeSettings) + _group(KafkaSettings),
@@ -125,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     show = command("show", "a request's evaluation, findings and step timeline")
     show.add_argument("request_id", metavar="REQUEST_ID")
     show.add_argument("--json", action="store_true", help="print {evaluation, timeline} as JSON")
+    command("ui", "the verdict explorer: recent verdicts, requests, agents, in a browser")
     _readers(command)
     _offline(command)
     return parser
@@ -226,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
             return run_demo(settings, timeout_s=args.timeout, serve=args.serve)
         if args.command == "show":
             return _show(settings, args.request_id, args.json)
+        if args.command == "ui":
+            from tracejudge.streams.ui.server import serve as serve_ui
+
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(serve_ui(settings))
+            return 0
         if args.command == "tail":
             with contextlib.suppress(KeyboardInterrupt):
                 return asyncio.run(_tail(settings, args))

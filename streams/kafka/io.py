@@ -122,3 +122,43 @@ async def read_since(
         return [(r.key, r.value or b"") for r in taken]
     finally:
         await consumer.stop()
+
+
+async def follow_since(
+    settings: Settings, topics: list[str], since_s: float, wait_s: float = 5.0
+) -> AsyncIterator[ConsumerRecord]:
+    """Every record of `topics` from `since_s` seconds ago on, then each new one, until
+    cancelled. No group: nothing committed, the workers undisturbed. Topics that do not exist
+    yet are waited for (a reader may start before the first worker creates them)."""
+    from tracejudge.streams.kafka.admin import partition_counts
+
+    counts: dict[str, int] = {}
+    while not all(counts.get(t) for t in topics):
+        counts = await partition_counts(settings)
+        if not all(counts.get(t) for t in topics):
+            await asyncio.sleep(wait_s)
+    consumer = AIOKafkaConsumer(**client_options(settings), group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])]
+        consumer.assign(tps)
+        since = int((time.time() - since_s) * 1000)
+        try:
+            starts = await consumer.offsets_for_times({tp: since for tp in tps})
+        except Exception:  # a broker without time lookups (or a refusal): read it all
+            starts = {}
+        for tp in tps:
+            found = starts.get(tp)
+            if found is not None:
+                consumer.seek(tp, found.offset)
+            elif tp in starts:  # nothing that recent: start at the end
+                await consumer.seek_to_end(tp)
+            else:
+                await consumer.seek_to_beginning(tp)
+        while True:
+            batch = await consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                for record in records:
+                    yield record
+    finally:
+        await consumer.stop()

@@ -1,0 +1,1 @@
+"""`tracejudge ui`: the verdict explorer, server-rendered pages over the output topics."""

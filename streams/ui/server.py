@@ -1,0 +1,276 @@
+"""The explorer's web server: aiohttp (already the worker's web server) rendering Jinja2
+templates with autoescaping, so every text from a verdict reaches the page as text."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from tracejudge.models import names
+from tracejudge.models.errors import ConfigurationError
+from tracejudge.models.version import PACKAGE_VERSION
+from tracejudge.streams.kafka.io import follow_since
+from tracejudge.streams.outputs import redis_client
+from tracejudge.streams.settings import Settings
+from tracejudge.streams.ui.locate import locate
+from tracejudge.streams.ui.plots import plot
+from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore
+from tracejudge.streams.ui.trends import buckets, changes, figures
+
+log = logging.getLogger(__name__)
+
+COOKIE = "tracejudge_ui_token"
+PAGE_ROWS = 200
+SINCE = {"15m": 900, "1h": 3600, "24h": 86400, "7d": 7 * 86400}
+# pages hold no script; nothing from elsewhere, no framing
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+STORE = web.AppKey("store", VerdictStore)
+SETTINGS = web.AppKey("settings", Settings)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: Settings) -> None:
+    """Verdicts are masked, yet still the agents' business: off loopback only with a token."""
+    if not _loopback(settings.ui_host) and not settings.ui_token.get_secret_value():
+        raise ConfigurationError(
+            f"TRACEJUDGE_UI_HOST={settings.ui_host} is not a loopback address: set "
+            "TRACEJUDGE_UI_TOKEN too (or keep the explorer on 127.0.0.1)"
+        )
+
+
+def _token_middleware(token: str) -> Any:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == "/health":
+            return await handler(request)
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        given = given or request.cookies.get(COOKIE, "")
+        query = request.query.get("token", "")
+        if query and hmac.compare_digest(query.encode(), token.encode()):
+            # kept in a cookie, and the token taken out of the address bar and history
+            kept = request.rel_url.with_query(
+                {k: v for k, v in request.query.items() if k != "token"}
+            )
+            response = web.HTTPSeeOther(str(kept))
+            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict")
+            raise response
+        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+            raise web.HTTPUnauthorized(
+                text="tracejudge ui: give the access token (TRACEJUDGE_UI_TOKEN) as "
+                "`Authorization: Bearer TOKEN` or once as ?token=TOKEN",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return await handler(request)
+
+    return guard
+
+
+@web.middleware
+async def _headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    response = await handler(request)
+    response.headers.update(HEADERS)
+    return response
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=True,
+    )
+    env.filters["clock"] = lambda ts: (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "?"
+    )
+    env.filters["pct"] = lambda rate: f"{100 * rate:.0f}%"
+    env.globals["version"] = PACKAGE_VERSION
+    return env
+
+
+TEMPLATES = _environment()
+
+
+def _page(template: str, **context: Any) -> web.Response:
+    page = TEMPLATES.get_template(template).render(**context)
+    return web.Response(text=page, content_type="text/html")
+
+
+async def verdicts_page(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    q = request.query
+    since = SINCE.get(q.get("since", ""), 0)
+    filters = Filters(
+        agent=q.get("agent", ""),
+        quadrant=q.get("quadrant", ""),
+        passed=q.get("passed", ""),
+        judge_status=q.get("judge_status", ""),
+        since_ts=time.time() - since if since else 0.0,
+    )
+    chosen = list(store.newest(filters))
+    return _page(
+        "verdicts.html",
+        rows=chosen[:PAGE_ROWS],
+        matched=len(chosen),
+        held=len(store),
+        query=q,
+        agents=store.agents(),
+        quadrants=QUADRANTS,
+        statuses=store.judge_statuses(),
+        since_choices=list(SINCE),
+    )
+
+
+async def _kept(settings: Settings, request_id: str) -> tuple[dict[str, Any] | None, list[Any]]:
+    """The request's evaluation and timeline as Redis keeps them (None, [] without Redis)."""
+    redis = redis_client(settings.redis_url)
+    if redis is None:
+        return None, []
+    try:
+        raw, steps = await redis.mget(
+            [
+                names.REDIS_EVALUATION_KEY.format(request_id=request_id),
+                names.REDIS_TIMELINE_KEY.format(request_id=request_id),
+            ]
+        )
+        return (json.loads(raw) if raw else None), (json.loads(steps) if steps else [])
+    except (OSError, ValueError) as exc:
+        log.warning("explorer: Redis unavailable for %s: %s", request_id, exc)
+        return None, []
+    finally:
+        await redis.aclose()
+
+
+async def request_page(request: web.Request) -> web.Response:
+    rid = request.match_info["request_id"]
+    held = request.app[STORE].get(rid)
+    kept, timeline = await _kept(request.app[SETTINGS], rid)
+    evaluation = held.evaluation if held is not None else kept
+    if evaluation is None:
+        raise web.HTTPNotFound(text=f"no verdict for request {rid} (yet, or any more)")
+    marks = locate(evaluation, timeline)
+    return _page(
+        "request.html",
+        e=evaluation,
+        verdict=held,
+        timeline=timeline,
+        marks=marks,
+        redis=bool(request.app[SETTINGS].redis_url),
+    )
+
+
+async def agents_page(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    rows = [(name, figures(store.of_agent(name))) for name in store.agents()]
+    return _page("agents.html", rows=rows)
+
+
+async def agent_page(request: web.Request) -> web.Response:
+    name = request.match_info["agent"]
+    verdicts = request.app[STORE].of_agent(name)
+    if not verdicts:
+        raise web.HTTPNotFound(text=f"no verdicts of agent {name}")
+    found = changes(verdicts)
+    return _page(
+        "agent.html",
+        name=name,
+        overall=figures(verdicts),
+        changes=found,
+        plot=plot(buckets(verdicts), found),
+        latest=verdicts[-1],
+        recent=list(reversed(verdicts[-20:])),
+    )
+
+
+async def health(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    return web.json_response({"status": "ok", "verdicts": len(store), "read": store.read})
+
+
+async def feed(settings: Settings, store: VerdictStore) -> None:
+    """Fill the store from the three topics, and keep it current. A broker away for a while is
+    waited out by the consumer; anything else is logged and the read started again."""
+    topics = {settings.topic(k): k for k in (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS)}
+    while True:
+        try:
+            async for record in follow_since(settings, list(topics), settings.ui_look_back_s):
+                _take(store, topics[record.topic], record.value or b"")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("explorer: reading the topics failed; starting again in 5 s")
+            await asyncio.sleep(5)
+
+
+def _take(store: VerdictStore, kind: str, value: bytes) -> None:
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return  # not ours to judge here; the worker dead-letters what it cannot read
+    if not isinstance(record, dict) or not isinstance(record.get("request_id"), str):
+        return
+    if kind == names.EVALUATIONS:
+        store.add_evaluation(record)
+    else:
+        store.add_output(kind, record["request_id"])
+
+
+def make_app(settings: Settings, store: VerdictStore) -> web.Application:
+    middlewares = [_headers]
+    token = settings.ui_token.get_secret_value()
+    if token:
+        middlewares.append(_token_middleware(token))
+    app = web.Application(middlewares=middlewares)
+    app[STORE] = store
+    app[SETTINGS] = settings
+    app.add_routes(
+        [
+            web.get("/", verdicts_page),
+            web.get("/requests/{request_id:.+}", request_page),
+            web.get("/agents", agents_page),
+            web.get("/agents/{agent:.+}", agent_page),
+            web.get("/health", health),
+        ]
+    )
+    return app
+
+
+async def serve(settings: Settings) -> None:
+    check_exposure(settings)
+    store = VerdictStore(settings.ui_max_verdicts)
+    runner = web.AppRunner(make_app(settings, store), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.ui_host, settings.ui_port).start()
+    print(f"verdict explorer at http://{settings.ui_host}:{settings.ui_port}/", flush=True)
+    reading = asyncio.create_task(feed(settings, store))
+    try:
+        await asyncio.Event().wait()
+    finally:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        await runner.cleanup()
