@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the integration tests run for real, if missing:
 #   - Redis from Debian's redis-server package;
+#   - Chromium and its driver from Debian (the explorer's browser tests; browser builds are not
+#     downloaded);
 #   - Apache Kafka (pinned in scripts/kafka/pom.xml) as jars from Maven Central, run with the
 #     machine's Java; cached under ${TRACEJUDGE_CACHE:-~/.cache/tracejudge}.
 # Starting them is the tests' job (tests/realservices.py), on free loopback ports.
@@ -18,6 +20,8 @@ apt_install() {
 }
 
 command -v redis-server >/dev/null || { echo "installing redis-server"; apt_install redis-server; }
+command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+  || { echo "installing chromium and chromium-driver"; apt_install chromium chromium-driver; }
 command -v java >/dev/null || { echo "installing java"; apt_install openjdk-17-jre-headless; }
 command -v mvn >/dev/null || { echo "installing maven"; apt_install maven; }
 

@@ -93,6 +93,10 @@ def test_a_version_change_is_found_with_the_figures_before_and_after() -> None:
     assert change.before.pass_rate == 0.0 and change.after.pass_rate == 1.0
     assert change.after.mean_score > change.before.mean_score
     assert change.before.alert_rate > change.after.alert_rate == 0.0
+    # a canary: both versions side by side for a while; the flips between them are no changes
+    store.add_evaluation(judged("late-v1", fail=True, version="v1", ts=1e9 + 60 * 12)[0])
+    assert len(changes(store.of_agent("support"))) == 1
+    assert changes(store.of_agent("support"))[0].before.count == 7
     drawn = plot(buckets(verdicts), found)
     assert drawn.startswith("<svg") and drawn.count("<polyline") == 3
     assert 'class="version-change"' in drawn and ">v2</text>" in drawn

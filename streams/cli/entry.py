@@ -19,6 +19,7 @@ WORKER_MODULES = frozenset(
         "google",
         "grpc",
         "httpx",
+        "jinja2",
         "mode",
         "opencc",
         "opentelemetry",

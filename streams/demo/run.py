@@ -67,6 +67,9 @@ def _serve(children: list[Child]) -> None:
         f"'{_SERVING['prefix']}'; run an example in another shell:\n"
         f"  TRACEJUDGE_KAFKA_BOOTSTRAP={_SERVING['bootstrap']} "
         f"TRACEJUDGE_TOPIC_PREFIX={_SERVING['prefix']} .venv/bin/python -m examples.otel_agent\n"
+        "and look at the verdicts in a browser, at http://127.0.0.1:8090/ once it runs:\n"
+        f"  TRACEJUDGE_KAFKA_BOOTSTRAP={_SERVING['bootstrap']} "
+        f"TRACEJUDGE_TOPIC_PREFIX={_SERVING['prefix']} .venv/bin/tracejudge ui\n"
         "Ctrl-C stops the broker and the worker."
     )
     stop = threading.Event()

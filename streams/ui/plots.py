@@ -9,17 +9,18 @@ from html import escape
 
 from tracejudge.streams.ui.trends import Bucket, Change
 
-WIDTH, HEIGHT = 760, 260
-LEFT, RIGHT, TOP, BOTTOM = 44, 16, 16, 34
-SERIES: tuple[tuple[str, str, Callable[[Bucket], float]], ...] = (
-    ("score", "#2458b3", lambda b: b.mean_score),
-    ("alert rate %", "#c0392b", lambda b: 100 * b.alert_rate),
-    ("reflection rate %", "#d68910", lambda b: 100 * b.reflection_rate),
+WIDTH, HEIGHT = 760, 280
+LEFT, RIGHT, TOP, BOTTOM = 44, 16, 16, 50
+# name, colour, dashes (the two rates often coincide: both stay visible), value
+SERIES: tuple[tuple[str, str, str, Callable[[Bucket], float]], ...] = (
+    ("score", "#2458b3", "none", lambda b: b.mean_score),
+    ("alert rate %", "#c0392b", "none", lambda b: 100 * b.alert_rate),
+    ("reflection rate %", "#d68910", "6 4", lambda b: 100 * b.reflection_rate),
 )
 
 
 def _clock(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%m-%d %H:%M")
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%m-%d %H:%M:%S")
 
 
 def plot(points: Sequence[Bucket], changes: Sequence[Change]) -> str:
@@ -50,7 +51,8 @@ def plot(points: Sequence[Bucket], changes: Sequence[Change]) -> str:
         )
     for ts, anchor in ((t0, "start"), (t1, "end")):
         parts.append(
-            f'<text x="{x(ts):.1f}" y="{HEIGHT - 14}" text-anchor="{anchor}" font-size="11">'
+            f'<text x="{x(ts):.1f}" y="{TOP + inner_h + 16}" text-anchor="{anchor}" '
+            f'font-size="11">'
             f"{_clock(ts)} UTC</text>"
         )
     for change in changes:
@@ -61,12 +63,13 @@ def plot(points: Sequence[Bucket], changes: Sequence[Change]) -> str:
             f'<text x="{cx + 3:.1f}" y="{TOP + 10}" font-size="11">'
             f"{escape(change.after_version)}</text></g>"
         )
-    for name, colour, value in SERIES:
+    for name, colour, dashes, value in SERIES:
         mids = [((b.start + b.end) / 2, value(b), b) for b in points]
         path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v, _ in mids)
         parts.append(
             f'<g class="series" data-series="{escape(name)}">'
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>'
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+            f'stroke-dasharray="{dashes}" points="{path}"/>'
         )
         for t, v, b in mids:
             parts.append(
@@ -76,7 +79,7 @@ def plot(points: Sequence[Bucket], changes: Sequence[Change]) -> str:
             )
         parts.append("</g>")
     legend_x = LEFT
-    for name, colour, _ in SERIES:
+    for name, colour, _, _ in SERIES:
         parts.append(
             f'<rect x="{legend_x}" y="{HEIGHT - 10}" width="10" height="4" fill="{colour}"/>'
             f'<text x="{legend_x + 14}" y="{HEIGHT - 5}" font-size="11">{escape(name)}</text>'

@@ -89,24 +89,24 @@ def buckets(verdicts: Sequence[Verdict], max_buckets: int = MAX_BUCKETS) -> list
 
 
 def changes(verdicts: Sequence[Verdict]) -> list[Change]:
-    """Each point (oldest first) where the agent's version differs from the one before it,
-    with the figures of the stretch under the old version against the stretch under the new
-    one. Verdicts without a version belong to no stretch."""
-    stretches: list[tuple[str, list[Verdict]]] = []
+    """Each version's first verdict (oldest first) after the first version's, with the figures
+    of every verdict of the version in use before it against every verdict of the new one.
+
+    By version, not by stretch of time: a rollout or a canary runs both versions side by side
+    for a while, and each flip between them is not a change.
+    """
+    by_version: dict[str, list[Verdict]] = {}
     for v in verdicts:
-        if v.version is None:
-            continue
-        if stretches and stretches[-1][0] == v.version:
-            stretches[-1][1].append(v)
-        else:
-            stretches.append((v.version, [v]))
+        if v.version is not None:
+            by_version.setdefault(v.version, []).append(v)
+    order = sorted(by_version, key=lambda version: by_version[version][0].ts)
     return [
         Change(
-            ts=after[0].ts,
+            ts=by_version[new][0].ts,
             before_version=old,
             after_version=new,
-            before=figures(before),
-            after=figures(after),
+            before=figures(by_version[old]),
+            after=figures(by_version[new]),
         )
-        for (old, before), (new, after) in itertools.pairwise(stretches)
+        for old, new in itertools.pairwise(order)
     ]

@@ -1,5 +1,6 @@
 """`tracejudge demo --serve` on the embedded broker, then each example agent of examples/ run the
-way the README says, against it: each gets its verdict, and Ctrl-C stops the demo."""
+way the README says, against it: each gets its verdict; `tracejudge ui` on the demo's broker shows
+the demo's five verdicts in a browser; and Ctrl-C stops the demo."""
 
 from __future__ import annotations
 
@@ -11,15 +12,21 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
+from selenium.webdriver.common.by import By
 
+from tests.integration.browser import browser, explorer, screenshot, wait_until
 from tests.realservices import ROOT
 
 pytestmark = pytest.mark.integration
 
 
-def test_an_example_runs_against_the_serving_demo() -> None:
+DEMO_CASES = ("booked", "booked-unconfirmed", "refund-failed", "sms-failed", "went-quiet")
+
+
+def test_an_example_runs_against_the_serving_demo(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
     env["TRACEJUDGE_REDIS_URL"] = ""  # the embedded broker alone, as on a fresh machine
     demo = subprocess.Popen(
@@ -70,6 +77,21 @@ def test_an_example_runs_against_the_serving_demo() -> None:
             )
             assert ran.returncode == 0, example + ran.stderr[-2000:] + "".join(seen)
             assert ": score " in ran.stdout, example
+        demo_env = {
+            **env,
+            "TRACEJUDGE_KAFKA_BOOTSTRAP": serving[1],
+            "TRACEJUDGE_TOPIC_PREFIX": serving[2],
+        }
+        with explorer(demo_env, tmp_path / "explorer.log") as base, browser() as page:
+
+            def demo_rows() -> list[str]:
+                page.get(f"{base}/?agent=demo-agent")
+                rows = page.find_elements(By.CSS_SELECTOR, "tr.verdict")
+                return [str(r.get_attribute("data-request")).rsplit(":", 1)[-1] for r in rows]
+
+            wait_until(lambda: len(demo_rows()) == 5, 60, lambda: page.page_source)
+            assert sorted(demo_rows()) == sorted(DEMO_CASES)
+            screenshot(page, "demo-verdicts")
         demo.send_signal(signal.SIGINT)
         assert demo.wait(60) == 0
     finally:

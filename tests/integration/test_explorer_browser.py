@@ -1,0 +1,89 @@
+"""The verdict explorer in a real browser (Debian's Chromium, headless) against a real worker,
+Kafka and Redis: the verdicts list, a request's page with its findings marked on its steps, an
+agent's page with its plot and the version change; a screenshot of each page is saved."""
+
+from __future__ import annotations
+
+import urllib.parse
+import uuid
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.integration.browser import browser, explorer, screenshot, wait_until
+from tests.integration.harness import WorkerProcess
+from tracejudge.client import Tracer
+
+pytestmark = pytest.mark.integration
+
+
+def run_requests(worker: WorkerProcess, agent: str) -> tuple[list[str], list[str]]:
+    """Version v1 of the agent fails its refunds; v2 makes them. Returns both request lists."""
+    s = worker.settings
+    v1: list[str] = []
+    v2: list[str] = []
+    with Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix) as tracer:
+        for i in range(8):
+            version = "v1" if i < 4 else "v2"
+            with tracer.traced(
+                f"refund order {i} for jane.doe@example.com",
+                agent_name=agent,
+                agent_version=version,
+            ) as req:
+                req.tool_call("get_order", args={"id": i}, success=True, result="found, paid")
+                if version == "v1":
+                    req.tool_call("refund", args={"id": i}, success=False, error="gateway timeout")
+                    req.final(f"I could not refund order {i}.")
+                else:
+                    req.tool_call("refund", args={"id": i}, success=True, result="refunded")
+                    req.final(f"Refunded order {i}: 20 EUR back to your card.")
+            (v1 if version == "v1" else v2).append(req.request_id)
+        assert tracer.flush(10)
+        for rid in v1 + v2:
+            assert tracer.wait_for_evaluation(rid, timeout=60) is not None, rid
+    return v1, v2
+
+
+def test_the_explorer_shows_verdicts_findings_and_an_agents_plot(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    agent = f"explorer-{uuid.uuid4().hex[:6]}"
+    failed, passed = run_requests(pipeline_worker, agent)
+    log = pipeline_worker.log.with_name("explorer.log")
+    with explorer(pipeline_worker.env, log) as base, browser() as page:
+        listing = f"{base}/?agent={urllib.parse.quote(agent)}"
+
+        def listed() -> bool:
+            page.get(listing)
+            return len(page.find_elements(By.CSS_SELECTOR, "tr.verdict")) == 8
+
+        wait_until(listed, 60, lambda: page.page_source)
+        shown = {
+            r.get_attribute("data-request")
+            for r in page.find_elements(By.CSS_SELECTOR, "tr.verdict")
+        }
+        assert shown == set(failed + passed)
+        screenshot(page, "verdicts")
+
+        page.get(f"{listing}&passed=no")
+        assert len(page.find_elements(By.CSS_SELECTOR, "tr.verdict")) == 4
+
+        page.find_element(By.LINK_TEXT, failed[0]).click()
+        assert failed[0] in page.find_element(By.TAG_NAME, "h1").text
+        findings = page.find_element(By.ID, "findings").text
+        assert "unrecovered_failure" in findings
+        marked = page.find_elements(By.CSS_SELECTOR, "#timeline tr.marked")
+        assert marked and all("refund" in row.text for row in marked)
+        assert "failed step" in marked[0].text and "unrecovered_failure" in marked[0].text
+        assert "jane.doe@example.com" not in page.page_source  # masked before it was kept
+        screenshot(page, "request")
+
+        page.get(f"{base}/agents/{urllib.parse.quote(agent)}")
+        plot = page.find_element(By.CSS_SELECTOR, "svg.plot")
+        assert len(plot.find_elements(By.CSS_SELECTOR, "polyline")) == 3
+        assert plot.size["width"] > 300 and plot.size["height"] > 100  # drawn, not just there
+        change = plot.find_element(By.CSS_SELECTOR, "g.version-change")
+        assert "v2" in change.text
+        rows = page.find_element(By.ID, "changes").text
+        assert "before: v1" in rows and "after: v2" in rows
+        screenshot(page, "agent")
