@@ -18,3 +18,4 @@ fi
 # streams/, prompts/ are installed as tracejudge.*): give it the same names as links.
 mkdir -p build/typecheck/tracejudge
 for d in models judges streams prompts client; do ln -sfn "../../../$d" "build/typecheck/tracejudge/$d"; done
+ln -sfn ../../../entry/__main__.py build/typecheck/tracejudge/__main__.py

@@ -52,6 +52,8 @@ def test_the_wheel_has_only_tracejudge_at_top_level(tmp_path: Path) -> None:
         "tracejudge/prompts/generic_patterns.json",
         "tracejudge/streams/worker/app.py",
         "tracejudge/streams/cli/__main__.py",
+        "tracejudge/__main__.py",  # python -m tracejudge
+        "tracejudge/streams/ui/templates/request.html",
         "tracejudge/client/tracer.py",
         "tracejudge-0.1.0.dist-info/licenses/LICENSE",
     ):
@@ -99,3 +101,12 @@ def test_an_agent_with_its_own_models_package_uses_the_client(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["stop", "3"]
+    as_module = subprocess.run(
+        [sys.executable, "-m", "tracejudge", "--version"],
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert as_module.stdout.strip() == "tracejudge 0.1.0", as_module.stderr
