@@ -46,7 +46,7 @@ __all__ = [
 @dataclass(frozen=True)
 class Policy:
     warn_threshold: int = 60
-    enable_reflection: bool = True
+    reflection_enabled: bool = True
     max_reflection_rounds: int = 2
     rule_weight: float = 0.6
     # the length of an iterative loop whose events carry no max_iterations (the design's 5)
@@ -262,7 +262,7 @@ def _plan(
         )
     reflection = None
     round_ = facts.reflection_round
-    if policy.enable_reflection and evaluation.incomplete:
+    if policy.reflection_enabled and evaluation.incomplete:
         if round_ >= policy.max_reflection_rounds:
             alerts.append(
                 Alert.of(

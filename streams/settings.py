@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -23,6 +24,9 @@ CONFIG_FILE_ENV = "TRACEJUDGE_CONFIG_FILE"
 PREFIX = "TRACEJUDGE_"
 # TRACEJUDGE_ variables that are not settings: the CLI's config file, the scripts' download cache
 NOT_SETTINGS = frozenset({CONFIG_FILE_ENV, "TRACEJUDGE_CACHE"})
+# old name -> new name: the old one still works, with a deprecation line, when the new one is
+# not given (names follow one pattern: `<thing>_enabled`, as llm_judge_enabled)
+RENAMED = {"enable_reflection": "reflection_enabled"}
 
 
 class SettingsError(ValueError):
@@ -246,8 +250,8 @@ class RuleSettings(BaseModel):
     warn_threshold: int = Field(
         Policy.warn_threshold, ge=0, le=100, description="Scores below it raise an alert."
     )
-    enable_reflection: bool = Field(
-        Policy.enable_reflection, description="Emit reflection requests."
+    reflection_enabled: bool = Field(
+        Policy.reflection_enabled, description="Emit reflection requests."
     )
     max_reflection_rounds: int = Field(
         Policy.max_reflection_rounds, ge=0, description="Reflection rounds before giving up."
@@ -405,7 +409,7 @@ class Settings(
     def verdict_policy(self) -> Policy:
         return Policy(
             warn_threshold=self.warn_threshold,
-            enable_reflection=self.enable_reflection,
+            reflection_enabled=self.reflection_enabled,
             max_reflection_rounds=self.max_reflection_rounds,
             rule_weight=self.rule_weight,
             max_iterations=self.max_iterations,
@@ -446,10 +450,35 @@ def load_settings(config_file: str | None = None) -> Settings:
         problems += [f"{path}: {p}" for p in unknown_names(dotenv_values(path))]
     if problems:
         raise SettingsError(problems)
+    renamed = _renamed(path)
     try:
-        return Settings(_env_file=path) if path else Settings()  # type: ignore[call-arg]
+        if path:
+            return Settings(_env_file=path, **renamed)  # type: ignore[call-arg]
+        return Settings(**renamed)
     except ValidationError as exc:
         raise SettingsError([_bad_value(error) for error in exc.errors()]) from None
+
+
+def _renamed(path: str | None) -> dict[str, Any]:
+    """Values given under an old name, as the new name's: the environment's before the file's,
+    and none when the new name is given anywhere (the new name wins)."""
+
+    def full(key: str) -> str:
+        return key.upper() if key.upper().startswith(PREFIX) else PREFIX + key.upper()
+
+    sources = [("environment", {k.upper(): v for k, v in os.environ.items()})]
+    if path:
+        sources.append((path, {full(k): v or "" for k, v in dotenv_values(path).items()}))
+    values: dict[str, Any] = {}
+    for old, new in RENAMED.items():
+        old_name, new_name = full(old), full(new)
+        for where, given in sources:
+            if old_name not in given:
+                continue
+            sys.stderr.write(f"tracejudge: {old_name} ({where}) is deprecated: use {new_name}\n")
+            if not any(new_name in g for _, g in sources):
+                values.setdefault(new, given[old_name])
+    return values
 
 
 def unknown_names(keys: Iterable[str]) -> list[str]:
@@ -458,7 +487,7 @@ def unknown_names(keys: Iterable[str]) -> list[str]:
     problems = []
     for key in keys:
         name = key.upper() if key.upper().startswith(PREFIX) else PREFIX + key.upper()
-        if name in known or name in NOT_SETTINGS:
+        if name in known or name in NOT_SETTINGS or name[len(PREFIX) :].lower() in RENAMED:
             continue
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""

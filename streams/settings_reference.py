@@ -11,6 +11,7 @@ import sys
 from pydantic import BaseModel, SecretStr
 
 from tracejudge.streams.settings import (
+    RENAMED,
     JudgeSettings,
     KafkaSettings,
     OperationSettings,
@@ -59,6 +60,12 @@ def reference() -> str:
         for name, info in group.model_fields.items():
             meaning = " ".join((info.description or "").split()).replace("|", "\\|")
             parts.append(f"| `TRACEJUDGE_{name.upper()}` | {_default(info.default)} | {meaning} |")
+    parts.append(
+        "\n## Renamed\n\nThe old name still works, with a deprecation line on standard error, "
+        "unless the new one is given too (then the new one wins).\n\n| old | new |\n|---|---|"
+    )
+    for old, new in RENAMED.items():
+        parts.append(f"| `TRACEJUDGE_{old.upper()}` | `TRACEJUDGE_{new.upper()}` |")
     return "\n".join(parts) + "\n"
 
 

@@ -222,7 +222,7 @@ def test_reflection_limit_turns_into_an_alert() -> None:
     decision = rule_decision(window_of(events), Policy(max_reflection_rounds=2), 0.0)
     assert decision.reflection is None
     assert "reflection_exhausted" in [a.kind for a in decision.alerts]
-    disabled = rule_decision(window_of(events), Policy(enable_reflection=False), 0.0)
+    disabled = rule_decision(window_of(events), Policy(reflection_enabled=False), 0.0)
     assert disabled.reflection is None and not disabled.alerts
 
 

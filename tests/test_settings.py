@@ -131,3 +131,21 @@ def test_a_config_file_endpoint_switches_the_judge_on(tmp_path: Path) -> None:
     config = tmp_path / "judge.env"
     config.write_text("TRACEJUDGE_LLM_BASE_URL=http://127.0.0.1:8080/v1\n")
     assert load_settings(str(config)).llm_judge_enabled is True
+
+
+def test_an_old_setting_name_still_works_with_a_deprecation_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TRACEJUDGE_ENABLE_REFLECTION", "false")
+    assert load_settings().reflection_enabled is False
+    assert "TRACEJUDGE_ENABLE_REFLECTION (environment) is deprecated: use " in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setenv("TRACEJUDGE_REFLECTION_ENABLED", "true")  # the new name wins
+    assert load_settings().reflection_enabled is True
+    monkeypatch.delenv("TRACEJUDGE_ENABLE_REFLECTION")
+    monkeypatch.delenv("TRACEJUDGE_REFLECTION_ENABLED")
+    config = tmp_path / "old.env"
+    config.write_text("ENABLE_REFLECTION=false\n")
+    assert load_settings(str(config)).reflection_enabled is False
+    assert f"({config}) is deprecated" in capsys.readouterr().err

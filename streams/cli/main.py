@@ -119,7 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     command("topics", "create every topic (the worker also does it at start)")
     command("otel", "receive OTLP traces (gRPC :4317, HTTP :4318) as contract events")
     demo = command("demo", "run the demo on an embedded broker and print verdicts")
-    demo.add_argument("--timeout", type=float, default=180.0, help="give up after SECONDS")
+    demo.add_argument(
+        "--timeout", type=float, default=180.0, metavar="SECONDS", help="give up after SECONDS"
+    )
     demo.add_argument(
         "--serve",
         action="store_true",
@@ -140,10 +142,10 @@ Command = Callable[..., argparse.ArgumentParser]
 def _readers(command: Command) -> None:
     """The commands that read or write the cluster's topics for a person."""
     tail = command("tail", "print an output topic, one line per event")
-    tail.add_argument("kind", choices=TAIL_KINDS)
+    tail.add_argument("kind", choices=TAIL_KINDS, metavar="KIND", help=", ".join(TAIL_KINDS))
     tail.add_argument("--json", action="store_true", help="print the raw JSON values")
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest event")
-    tail.add_argument("--limit", type=int, default=None, help="stop after N events")
+    tail.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N events")
     tail.add_argument(
         "--idle-exit",
         type=float,
@@ -163,7 +165,7 @@ def _readers(command: Command) -> None:
     )
     status.add_argument("--json", action="store_true", help="print JSON")
     publish = command("publish", "send contract events from a JSONL file ('-': stdin)")
-    publish.add_argument("file")
+    publish.add_argument("file", metavar="FILE")
     publish.add_argument("--topic", default=None, help="topic (default: <prefix>events)")
 
 
@@ -175,7 +177,9 @@ def _offline(command: Command) -> None:
         "re-evaluate recorded events offline with the worker's code; compare two settings",
         config=False,
     )
-    replay.add_argument("file", nargs="?", help="recorded events, JSONL (as `publish` reads)")
+    replay.add_argument(
+        "file", nargs="?", metavar="FILE", help="recorded events, JSONL (as `publish` reads)"
+    )
     replay.add_argument("--config", dest="replay_config", metavar="A.env", help="settings A")
     replay.add_argument("--against", metavar="B.env", help="settings B: compare B with A")
     replay.add_argument("--labels", metavar="FILE", help="JSON: request_id -> ok/reward label")
@@ -183,7 +187,9 @@ def _offline(command: Command) -> None:
     replay.add_argument(
         "--from-topic", action="store_true", help="read the cluster's events topic instead"
     )
-    replay.add_argument("--since", default="1h", help="with --from-topic: 30m, 2h, 1d (1h)")
+    replay.add_argument(
+        "--since", default="1h", metavar="DURATION", help="with --from-topic: 30m, 2h, 1d (1h)"
+    )
     schema = command("schema", "print or write the JSON Schemas of the contract")
     schema.add_argument("--out", type=Path, default=None, help="write one file per schema here")
 
