@@ -144,6 +144,12 @@ class OperationSettings(BaseModel):
         description="Access token of the verdict explorer: sent as `Authorization: Bearer`, or "
         "once as `?token=` (then kept in a cookie). Empty: loopback only.",
     )
+    ui_open: bool = Field(
+        False,
+        description="Serve the explorer without a token on a non-loopback address: only where "
+        "something else limits who reaches it (compose publishes its port on the host's "
+        "loopback only).",
+    )
     ui_look_back_s: float = Field(
         7 * 86400.0,
         gt=0,

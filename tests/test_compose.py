@@ -8,6 +8,9 @@ from typing import Any
 
 import yaml
 
+from tracejudge.streams.settings import Settings, unknown_names
+from tracejudge.streams.ui.server import check_exposure
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -64,3 +67,22 @@ def test_the_worker_volume_is_created_by_the_image_for_the_workers_user() -> Non
     assert f"TRACEJUDGE_DATA_DIR={mount}" in dockerfile
     assert re.search(rf"mkdir -p {re.escape(mount)} && chown tracejudge:tracejudge", dockerfile)
     assert "USER tracejudge" in dockerfile
+
+
+def test_every_tracejudge_service_is_configured_with_known_settings_and_the_explorer_is_safe() -> (
+    None
+):
+    services = compose()
+    assert {"worker", "otel", "explorer"} <= set(services)
+    for name, service in services.items():
+        given = {k: v for k, v in env(service).items() if k.startswith("TRACEJUDGE_")}
+        if not given:
+            continue
+        assert unknown_names(given) == [], name
+        settings = Settings.model_validate(
+            {k[len("TRACEJUDGE_") :].lower(): v for k, v in given.items()}
+        )
+        if service.get("command") == ["tracejudge", "ui"]:
+            check_exposure(settings)  # raises when it would serve without a token in the open
+            ports = [str(p) for p in service["ports"]]
+            assert ports == [f"127.0.0.1:{settings.ui_port}:{settings.ui_port}"]

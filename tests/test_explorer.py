@@ -144,6 +144,7 @@ async def test_a_token_guards_every_page_but_health() -> None:
         check_exposure(settings(ui_host="0.0.0.0"))
     check_exposure(settings(ui_host="0.0.0.0", ui_token="s3cret"))
     check_exposure(settings(ui_host="::1"))
+    check_exposure(settings(ui_host="0.0.0.0", ui_open=True))  # compose: loopback-only port
     client = await client_for(VerdictStore(capacity=100), ui_token="s3cret")
     try:
         assert (await client.get("/")).status == 401

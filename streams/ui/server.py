@@ -58,7 +58,9 @@ def _loopback(host: str) -> bool:
 
 def check_exposure(settings: Settings) -> None:
     """Verdicts are masked, yet still the agents' business: off loopback only with a token."""
-    if not _loopback(settings.ui_host) and not settings.ui_token.get_secret_value():
+    if settings.ui_open or _loopback(settings.ui_host):
+        return
+    if not settings.ui_token.get_secret_value():
         raise ConfigurationError(
             f"TRACEJUDGE_UI_HOST={settings.ui_host} is not a loopback address: set "
             "TRACEJUDGE_UI_TOKEN too (or keep the explorer on 127.0.0.1)"
