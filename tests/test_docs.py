@@ -50,3 +50,56 @@ def test_every_link_resolves() -> None:
                 if anchor not in {slug(h) for h in headings}:
                     broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, broken
+
+
+# Every command of the README's shell blocks, and where it is run: a test file (or script) and
+# a text that file holds where it runs it. A new README command fails here until it is run.
+RUN_BY: dict[str, tuple[str, str]] = {
+    # the demo script is bootstrap.sh and `tracejudge demo`, which the demo test runs
+    "./scripts/demo.sh": ("scripts/demo.sh", "exec .venv/bin/tracejudge demo"),
+    "./scripts/test.sh": (".ci/run", "exec ./scripts/test.sh"),
+    "./scripts/bootstrap.sh": ("scripts/test.sh", "scripts/bootstrap.sh"),
+    ".venv/bin/tracejudge demo": ("tests/integration/test_demo_serve.py", '"demo", "--serve"'),
+    ".venv/bin/python -m": ("tests/integration/test_demo_serve.py", '"-m", f"examples.{example}"'),
+    "tracejudge ui": ("tests/integration/test_demo_serve.py", "with explorer(demo_env"),
+    "tracejudge tail": ("tests/integration/test_cli.py", '"tail", "evaluations"'),
+    "tracejudge show": ("tests/integration/test_show.py", '"show", *args'),
+    "pip install": ("scripts/bootstrap.sh", 'pip install -q -e ".[$extras]"'),
+    "export": ("tests/integration/harness.py", "env = {**os.environ, **self.env}"),
+    "tracejudge worker": ("tests/integration/harness.py", 'command: str = "worker"'),
+}
+
+
+def readme_commands() -> list[str]:
+    """The README's shell commands, continuation lines joined, comments and variables cut."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    commands = []
+    for line in lines:
+        for part in line.split("#", 1)[0].split("&&"):
+            words = [w for w in part.split() if not re.fullmatch(r"[A-Z_]+=\S*", w)]
+            if words:
+                commands.append(" ".join(words))
+    return commands
+
+
+def test_every_readme_command_is_run_by_a_test_or_the_ci() -> None:
+    commands = readme_commands()
+    assert len(commands) >= 8
+    for command in commands:
+        keys = [k for k in RUN_BY if command.startswith(k)]
+        assert keys, f"README command not run by any test: {command!r} (add it to RUN_BY)"
+        where, needle = RUN_BY[max(keys, key=len)]
+        assert needle in (ROOT / where).read_text(), f"{command!r}: {where} no longer runs it"
+
+
+def test_the_readme_demo_table_is_the_demos() -> None:
+    """The table the README shows is what the demo's sample traces are expected to give."""
+    from tracejudge.streams.demo.samples import sample_traces
+
+    text = (ROOT / "README.md").read_text()
+    for trace in sample_traces("readme"):
+        row = re.search(rf"^{re.escape(trace.name)}\s+\d+\s+\w+\s+(\w+)\s+(\w+)", text, re.M)
+        assert row is not None, trace.name
+        assert (row[1], row[2]) == (str(trace.expect_success), str(trace.expect_incomplete))
