@@ -11,6 +11,8 @@ import datetime
 import json
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from tracejudge.models import names
 from tracejudge.streams.kafka.io import read_since
 from tracejudge.streams.outputs import redis_client
@@ -35,7 +37,7 @@ async def fetch(settings: Settings, request_id: str) -> tuple[dict[str, Any] | N
             )
             evaluation = json.loads(raw) if raw else None
             timeline = json.loads(steps) if steps else []
-        except OSError:
+        except (OSError, RedisError):
             pass  # Redis away: the topic still has the evaluation
         finally:
             await redis.aclose()

@@ -132,6 +132,13 @@ async def test_pages_show_verdicts_and_escape_what_the_agent_wrote() -> None:
         request_page = await response.text()
         assert "unrecovered_failure" in request_page and evil not in request_page
         assert 'id="no-timeline"' in request_page  # no Redis here: said so
+    finally:
+        await client.close()
+    # a Redis that does not answer: the page still shows the verdict the topic gave
+    client = await client_for(store, redis_url="redis://127.0.0.1:9/0")
+    try:
+        response = await client.get("/requests/r/1")
+        assert response.status == 200 and "unrecovered_failure" in await response.text()
         assert (await client.get("/requests/nothing")).status == 404
         agent_page = await (await client.get("/agents/support")).text()
         assert "<svg" in agent_page and "No version change seen" in agent_page

@@ -16,6 +16,7 @@ from typing import Any
 
 import jinja2
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
@@ -160,7 +161,7 @@ async def _kept(settings: Settings, request_id: str) -> tuple[dict[str, Any] | N
             ]
         )
         return (json.loads(raw) if raw else None), (json.loads(steps) if steps else [])
-    except (OSError, ValueError) as exc:
+    except (OSError, RedisError, ValueError) as exc:
         log.warning("explorer: Redis unavailable for %s: %s", request_id, exc)
         return None, []
     finally:
