@@ -188,7 +188,7 @@ async def request_page(request: web.Request) -> web.Response:
 
 async def agents_page(request: web.Request) -> web.Response:
     store = request.app[STORE]
-    rows = [(name, figures(store.of_agent(name))) for name in store.agents()]
+    rows = [(name, figures(verdicts)) for name, verdicts in store.by_agent().items()]
     return _page("agents.html", rows=rows)
 
 
@@ -237,7 +237,7 @@ def _take(store: VerdictStore, kind: str, value: bytes) -> None:
     if not isinstance(record, dict) or not isinstance(record.get("request_id"), str):
         return
     if kind == names.EVALUATIONS:
-        store.add_evaluation(record)
+        store.add_evaluation(record, value)
     else:
         store.add_output(kind, record["request_id"])
 

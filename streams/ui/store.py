@@ -10,6 +10,7 @@ Redis with the evaluation's TTL and are read per request page.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -25,36 +26,52 @@ def quadrant_of(evaluation: dict[str, Any]) -> str:
     return quadrant(bool(evaluation.get("success")), bool(evaluation.get("incomplete")))
 
 
-@dataclass
+SUMMARY_CHARS = 160  # what the list shows; the request page reads the whole evaluation
+
+
+@dataclass(slots=True)
 class Verdict:
-    evaluation: dict[str, Any]
+    """What the list, the filters and the plots need, and the evaluation as it was read (its
+    JSON: a quarter of the memory of the parsed object, parsed again for a request's page)."""
+
+    request_id: str
+    evaluation_id: str
+    agent: str
+    version: str | None
+    ts: float
+    score: int
+    passed: bool
+    quadrant: str
+    judge_status: str
+    summary: str
+    raw: bytes
     alerts: int = 0
     reflections: int = 0
 
-    @property
-    def request_id(self) -> str:
-        return str(self.evaluation["request_id"])
+    @classmethod
+    def of(cls, evaluation: dict[str, Any], raw: bytes) -> Verdict:
+        version = evaluation.get("agent_version")
+        summary = str(evaluation.get("summary") or "")
+        return cls(
+            request_id=str(evaluation["request_id"]),
+            evaluation_id=str(evaluation.get("evaluation_id") or ""),
+            agent=str(evaluation.get("agent_name") or "-"),
+            version=str(version) if version else None,
+            ts=float(evaluation.get("ts") or 0.0),
+            score=int(evaluation.get("overall_score") or 0),
+            passed=bool(evaluation.get("passed")),
+            quadrant=quadrant_of(evaluation),
+            judge_status=str(evaluation.get("judge_status")),
+            summary=summary
+            if len(summary) <= SUMMARY_CHARS
+            else summary[: SUMMARY_CHARS - 1] + "…",
+            raw=raw,
+        )
 
     @property
-    def agent(self) -> str:
-        return str(self.evaluation.get("agent_name") or "-")
-
-    @property
-    def version(self) -> str | None:
-        value = self.evaluation.get("agent_version")
-        return str(value) if value else None
-
-    @property
-    def ts(self) -> float:
-        return float(self.evaluation.get("ts") or 0.0)
-
-    @property
-    def score(self) -> int:
-        return int(self.evaluation.get("overall_score") or 0)
-
-    @property
-    def quadrant(self) -> str:
-        return quadrant_of(self.evaluation)
+    def evaluation(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.raw)
+        return parsed
 
 
 @dataclass(frozen=True)
@@ -66,12 +83,11 @@ class Filters:
     since_ts: float = 0.0
 
     def admit(self, v: Verdict) -> bool:
-        e = v.evaluation
         return (
             (not self.agent or v.agent == self.agent)
             and (not self.quadrant or v.quadrant == self.quadrant)
-            and (not self.passed or bool(e.get("passed")) == (self.passed == "yes"))
-            and (not self.judge_status or e.get("judge_status") == self.judge_status)
+            and (not self.passed or v.passed == (self.passed == "yes"))
+            and (not self.judge_status or v.judge_status == self.judge_status)
             and v.ts >= self.since_ts
         )
 
@@ -90,17 +106,18 @@ class VerdictStore:
     def __len__(self) -> int:
         return len(self._verdicts)
 
-    def add_evaluation(self, evaluation: dict[str, Any]) -> None:
+    def add_evaluation(self, evaluation: dict[str, Any], raw: bytes | None = None) -> None:
+        """`raw`: the evaluation's JSON as read (encoded again when not given)."""
         rid = evaluation.get("request_id")
         if not isinstance(rid, str) or "overall_score" not in evaluation:
             return  # not an evaluation: the page shows what is there, never fails on it
         self.read += 1
+        verdict = Verdict.of(
+            evaluation, raw if raw is not None else json.dumps(evaluation).encode()
+        )
         old = self._verdicts.pop(rid, None)
-        early = self._early.pop(rid, [0, 0])
-        verdict = Verdict(evaluation, *early)
-        if old is not None and old.evaluation.get("evaluation_id") == evaluation.get(
-            "evaluation_id"
-        ):
+        verdict.alerts, verdict.reflections = self._early.pop(rid, [0, 0])
+        if old is not None and old.evaluation_id == verdict.evaluation_id:
             verdict.alerts, verdict.reflections = old.alerts, old.reflections  # a redelivery
         self._verdicts[rid] = verdict
         while len(self._verdicts) > self.capacity:
@@ -135,8 +152,15 @@ class VerdictStore:
         """Oldest first."""
         return sorted((v for v in self._verdicts.values() if v.agent == agent), key=lambda v: v.ts)
 
+    def by_agent(self) -> dict[str, list[Verdict]]:
+        """Every agent's verdicts, oldest first, in one pass."""
+        groups: dict[str, list[Verdict]] = {}
+        for v in self._verdicts.values():
+            groups.setdefault(v.agent, []).append(v)
+        return {agent: sorted(vs, key=lambda v: v.ts) for agent, vs in sorted(groups.items())}
+
     def agents(self) -> list[str]:
         return sorted({v.agent for v in self._verdicts.values()})
 
     def judge_statuses(self) -> list[str]:
-        return sorted({str(v.evaluation.get("judge_status")) for v in self._verdicts.values()})
+        return sorted({v.judge_status for v in self._verdicts.values()})

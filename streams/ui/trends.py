@@ -56,7 +56,7 @@ def figures(verdicts: Sequence[Verdict]) -> Figures:
         count=n,
         mean_score=statistics.fmean(scores),
         score_ci95=1.96 * spread / math.sqrt(n),
-        pass_rate=sum(bool(v.evaluation.get("passed")) for v in verdicts) / n,
+        pass_rate=sum(v.passed for v in verdicts) / n,
         alert_rate=sum(v.alerts > 0 for v in verdicts) / n,
         reflection_rate=sum(v.reflections > 0 for v in verdicts) / n,
     )
