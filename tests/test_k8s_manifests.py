@@ -14,7 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tracejudge.models.errors import ConfigurationError
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.ui.server import check_exposure
 
 K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.30.0"
@@ -32,8 +34,8 @@ def resources() -> list[dict[str, Any]]:
     return found
 
 
-def of_kind(kind: str) -> dict[str, Any]:
-    [found] = [r for r in resources() if r["kind"] == kind]
+def of_kind(kind: str, name: str = "tracejudge") -> dict[str, Any]:
+    [found] = [r for r in resources() if r["kind"] == kind and r["metadata"]["name"] == name]
     return found
 
 
@@ -172,3 +174,22 @@ def test_no_secret_with_placeholder_values_is_applied() -> None:
         values = secret.get("stringData", {})
         assert not any("change-me" in str(v) for v in values.values())
         assert not any(re.search("PASSWORD|TOKEN|KEY", k, re.I) for k in values)
+
+
+def test_the_explorer_is_guarded_by_the_token_and_reads_the_workers_settings() -> None:
+    pod = of_kind("Deployment", "tracejudge-explorer")["spec"]["template"]["spec"]
+    [explorer] = pod["containers"]
+    assert explorer["command"] == ["tracejudge", "ui"]
+    env = {e["name"]: e["value"] for e in explorer["env"]}
+    config = of_kind("ConfigMap")["data"]
+    settings = Settings.model_validate(
+        {k[len("TRACEJUDGE_") :].lower(): v for k, v in {**config, **env}.items()}
+    )
+    assert settings.ui_host == "0.0.0.0" and not settings.ui_open
+    with pytest.raises(ConfigurationError):  # started without the Secret's token: refused
+        check_exposure(settings)
+    example = yaml.safe_load((K8S / "secret.example.yaml").read_text())["stringData"]
+    assert "TRACEJUDGE_UI_TOKEN" in example
+    assert {"secretRef": {"name": "tracejudge"}} in explorer["envFrom"]
+    service = of_kind("Service", "tracejudge-explorer")["spec"]
+    assert service["ports"][0]["port"] == settings.ui_port
