@@ -140,7 +140,8 @@ def _run(settings: Settings, workdir: Path, children: list[Child], timeout_s: fl
     else:
         _say(
             "Next: point TRACEJUDGE_KAFKA_BOOTSTRAP at your Kafka, run `tracejudge worker`, "
-            "publish with `tracejudge publish FILE.jsonl`, watch `tracejudge tail evaluations`."
+            "publish with `tracejudge publish FILE.jsonl`, watch `tracejudge tail evaluations` "
+            "or the explorer, `tracejudge ui`. To browse these verdicts: the demo with --serve."
         )
     return 1 if wrong else 0
 
