@@ -124,6 +124,8 @@ async def test_pages_show_verdicts_and_escape_what_the_agent_wrote() -> None:
         page = await (await client.get("/")).text()
         assert page.count('class="verdict"') == 2 and evil not in page
         assert "&lt;script&gt;" in page
+        found = await (await client.get("/?request=r%2F")).text()
+        assert found.count('class="verdict"') == 1
         only_failed = await (await client.get("/?passed=no")).text()
         assert only_failed.count('class="verdict"') == 1 and "r/1" in only_failed
         response = await client.get("/requests/r/1")

@@ -133,6 +133,7 @@ async def verdicts_page(request: web.Request) -> web.Response:
         passed=q.get("passed", ""),
         judge_status=q.get("judge_status", ""),
         since_ts=time.time() - since if since else 0.0,
+        request=q.get("request", "").strip(),
     )
     chosen = list(store.newest(filters))
     return _page(

@@ -81,10 +81,12 @@ class Filters:
     passed: str = ""  # "", "yes", "no"
     judge_status: str = ""
     since_ts: float = 0.0
+    request: str = ""  # a part of the request id
 
     def admit(self, v: Verdict) -> bool:
         return (
             (not self.agent or v.agent == self.agent)
+            and (not self.request or self.request in v.request_id)
             and (not self.quadrant or v.quadrant == self.quadrant)
             and (not self.passed or v.passed == (self.passed == "yes"))
             and (not self.judge_status or v.judge_status == self.judge_status)
