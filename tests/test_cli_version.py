@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -20,3 +21,10 @@ def test_the_version_is_the_one_in_pyproject() -> None:
         check=True,
     )
     assert done.stdout.strip() == f"tracejudge {written}"
+
+
+def test_the_changelog_has_the_version_or_unreleased_changes_above_it() -> None:
+    written = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    sections = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    newest = sections[1:2] if sections[:1] == ["Unreleased"] else sections[:1]
+    assert newest == [written], f"CHANGELOG.md: {sections[:2]}, pyproject.toml: {written}"
