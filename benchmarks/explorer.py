@@ -27,7 +27,8 @@ from tracejudge.judges.verdicts import Policy
 from tracejudge.models import names
 from tracejudge.models.events import parse_event
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.server import _take, make_app
+from tracejudge.streams.ui.feed import take
+from tracejudge.streams.ui.server import make_app
 from tracejudge.streams.ui.store import VerdictStore
 
 JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="bench", llm=None)
@@ -102,7 +103,7 @@ def main() -> None:
     store = VerdictStore(args.verdicts)
     start = time.perf_counter()
     for value in values:
-        _take(store, names.EVALUATIONS, value)
+        take(store, names.EVALUATIONS, value)
     read_s = time.perf_counter() - start
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()

@@ -21,9 +21,9 @@ from redis.exceptions import RedisError
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.version import PACKAGE_VERSION
-from tracejudge.streams.kafka.io import follow_since
 from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.ui.feed import feed
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
 from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore
@@ -213,34 +213,6 @@ async def agent_page(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     store = request.app[STORE]
     return web.json_response({"status": "ok", "verdicts": len(store), "read": store.read})
-
-
-async def feed(settings: Settings, store: VerdictStore) -> None:
-    """Fill the store from the three topics, and keep it current. A broker away for a while is
-    waited out by the consumer; anything else is logged and the read started again."""
-    topics = {settings.topic(k): k for k in (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS)}
-    while True:
-        try:
-            async for record in follow_since(settings, list(topics), settings.ui_look_back_s):
-                _take(store, topics[record.topic], record.value or b"")
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("explorer: reading the topics failed; starting again in 5 s")
-            await asyncio.sleep(5)
-
-
-def _take(store: VerdictStore, kind: str, value: bytes) -> None:
-    try:
-        record = json.loads(value)
-    except ValueError:
-        return  # not ours to judge here; the worker dead-letters what it cannot read
-    if not isinstance(record, dict) or not isinstance(record.get("request_id"), str):
-        return
-    if kind == names.EVALUATIONS:
-        store.add_evaluation(record, value)
-    else:
-        store.add_output(kind, record["request_id"])
 
 
 def make_app(settings: Settings, store: VerdictStore) -> web.Application:
