@@ -67,6 +67,7 @@ ID_FIELDS = frozenset(
         "decision_id",
         "evaluator_version",
         "agent_name",
+        "agent_version",
         "agent",
         "judge_status",
         "judge_error",

@@ -117,6 +117,9 @@ async def test_pages_show_verdicts_and_escape_what_the_agent_wrote() -> None:
     evil = "<script>alert(1)</script>"
     evaluation, _, _ = judged("r/1", fail=True, goal=evil)
     evaluation["summary"] = f"{evil} {evaluation['summary']}"
+    # as if another producer wrote it unmasked: the explorer masks again before showing
+    evaluation["findings"].append({"rule": "foreign", "evidence": "mail bob.smith@example.org"})
+    evaluation["summary"] += " (call +44 20 7946 0958)"
     store.add_evaluation(evaluation)
     store.add_evaluation(judged("r2", fail=False, ts=1e9 + 1)[0])
     client = await client_for(store)
@@ -133,6 +136,8 @@ async def test_pages_show_verdicts_and_escape_what_the_agent_wrote() -> None:
         assert "script-src" not in response.headers["Content-Security-Policy"]  # none allowed
         request_page = await response.text()
         assert "unrecovered_failure" in request_page and evil not in request_page
+        assert "bob.smith@example.org" not in request_page and "[REDACTED:email]" in request_page
+        assert "7946 0958" not in page and "7946 0958" not in request_page
         assert 'id="no-timeline"' in request_page  # no Redis here: said so
     finally:
         await client.close()

@@ -18,6 +18,7 @@ import jinja2
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from tracejudge.judges.redact import ID_FIELDS, mask, mask_any
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.version import PACKAGE_VERSION
@@ -111,6 +112,7 @@ def _environment() -> jinja2.Environment:
         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "?"
     )
     env.filters["pct"] = lambda rate: f"{100 * rate:.0f}%"
+    env.filters["mask"] = mask  # the list's summaries, as the request page's texts
     env.globals["version"] = PACKAGE_VERSION
     return env
 
@@ -173,9 +175,13 @@ async def request_page(request: web.Request) -> web.Response:
     rid = request.match_info["request_id"]
     held = request.app[STORE].get(rid)
     kept, timeline = await _kept(request.app[SETTINGS], rid)
-    evaluation = held.evaluation if held is not None else kept
-    if evaluation is None:
+    found = held.evaluation if held is not None else kept
+    if found is None:
         raise web.HTTPNotFound(text=f"no verdict for request {rid} (yet, or any more)")
+    # the worker masked all of it before it was kept; masked again here, in case a record came
+    # from elsewhere (another producer, an older version): the page never shows a secret
+    evaluation = mask_any(found, ID_FIELDS)
+    timeline = mask_any(timeline, ID_FIELDS)
     marks = locate(evaluation, timeline)
     return _page(
         "request.html",
