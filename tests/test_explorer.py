@@ -129,6 +129,8 @@ async def test_pages_show_verdicts_and_escape_what_the_agent_wrote() -> None:
         assert "&lt;script&gt;" in page
         found = await (await client.get("/?request=r%2F")).text()
         assert found.count('class="verdict"') == 1
+        assert 'http-equiv="refresh"' not in page
+        assert 'http-equiv="refresh"' in await (await client.get("/?refresh=1")).text()
         only_failed = await (await client.get("/?passed=no")).text()
         assert only_failed.count('class="verdict"') == 1 and "r/1" in only_failed
         response = await client.get("/requests/r/1")

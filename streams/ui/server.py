@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 COOKIE = "tracejudge_ui_token"
 PAGE_ROWS = 200
+REFRESH_S = 15  # the verdicts page reloads itself when asked (no script: a meta refresh)
 SINCE = {"15m": 900, "1h": 3600, "24h": 86400, "7d": 7 * 86400}
 # pages hold no script; nothing from elsewhere, no framing
 HEADERS = {
@@ -120,8 +121,8 @@ def _environment() -> jinja2.Environment:
 TEMPLATES = _environment()
 
 
-def _page(template: str, **context: Any) -> web.Response:
-    page = TEMPLATES.get_template(template).render(**context)
+def _page(template: str, refresh: int | None = None, **context: Any) -> web.Response:
+    page = TEMPLATES.get_template(template).render(refresh=refresh, **context)
     return web.Response(text=page, content_type="text/html")
 
 
@@ -140,6 +141,7 @@ async def verdicts_page(request: web.Request) -> web.Response:
     chosen = list(store.newest(filters))
     return _page(
         "verdicts.html",
+        refresh=REFRESH_S if q.get("refresh") else None,
         rows=chosen[:PAGE_ROWS],
         matched=len(chosen),
         held=len(store),
