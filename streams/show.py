@@ -17,6 +17,7 @@ from tracejudge.models import names
 from tracejudge.streams.kafka.io import read_since
 from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.ui.locate import Marks, locate
 
 LOOK_BACK_S = 7 * 86400.0
 TEXT_WIDTH = 90
@@ -91,16 +92,24 @@ def render(evaluation: dict[str, Any], timeline: list[dict[str, Any]]) -> str:
             f"usage: {usage['model_calls']} model calls, {usage['input_tokens']} in / "
             f"{usage['output_tokens']} out tokens{cost}"
         )
-    lines.append(_timeline(timeline, {s.get("index") for s in e.get("failed_steps", [])}))
+    lines.append(_timeline(timeline, locate(e, timeline)))
     return "\n".join(lines) + "\n"
 
 
-def _timeline(timeline: list[dict[str, Any]], failed: set[Any]) -> str:
+def _timeline(timeline: list[dict[str, Any]], marks: Marks) -> str:
+    """The steps in order, each with the findings it concerns (as the explorer marks them)."""
     if not timeline:
-        return "timeline: not kept (no Redis, TRACEJUDGE_TIMELINES=false, or past its TTL)"
+        return (
+            "timeline: not kept (no Redis; a passed request, with TRACEJUDGE_TIMELINES=flagged; "
+            "TRACEJUDGE_TIMELINES=off; or past its TTL)"
+        )
     start = next((t["ts"] for t in timeline if "ts" in t), None)
     rows = [f"timeline ({len(timeline)} events, texts clipped and masked):"]
-    for entry in timeline:
+    if marks.request_wide:
+        rows.append(
+            "  about the whole request: " + ", ".join(f["rule"] for f in marks.request_wide)
+        )
+    for i, entry in enumerate(timeline):
         offset = f"+{entry['ts'] - start:.2f}s" if start is not None and "ts" in entry else ""
         what = entry.get("tool") or entry.get("phase") or ""
         if "success" in entry:
@@ -108,11 +117,8 @@ def _timeline(timeline: list[dict[str, Any]], failed: set[Any]) -> str:
         said = " → ".join(
             _short(entry[k]) for k in ("text", "result", "error") if entry.get(k) is not None
         )
-        mark = (
-            "  ← failed step"
-            if entry.get("step") in failed and entry.get("step") is not None
-            else ""
-        )
+        here = marks.by_entry.get(i)
+        mark = f"  ← {'; '.join(here)}" if here else ""
         rows.append(
             f"  {offset} #{entry.get('step', '-')!s:<4} {entry['type']:<15} {what:<18} {said}{mark}"
         )

@@ -15,6 +15,7 @@ from tracejudge.judges.verdicts import Policy
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.events import parse_event
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.show import render
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
 from tracejudge.streams.ui.server import check_exposure, make_app
@@ -54,6 +55,10 @@ def test_a_failed_step_and_its_finding_are_marked_on_the_step_they_concern() -> 
     assert "unrecovered_failure" in marks.by_entry[refund]
     assert 0 not in marks.by_entry  # the task itself concerns no finding
     assert "jane@example.com" not in json.dumps([evaluation, timeline])  # masked when made
+
+    shown = render(evaluation, timeline).splitlines()  # `tracejudge show` marks the same steps
+    [refund_row] = [row for row in shown if "refund" in row and "FAILED" in row]
+    assert refund_row.endswith("← failed step: payment gateway timeout; unrecovered_failure")
 
     passed, passed_timeline, _ = judged("r2", fail=False)
     assert locate(passed, passed_timeline).by_entry == {}
