@@ -14,6 +14,8 @@ from tracejudge.judges.records import step_record
 from tracejudge.judges.verdicts import Policy
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.events import parse_event
+from tracejudge.streams.cli import exits
+from tracejudge.streams.cli.main import main
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.show import render
 from tracejudge.streams.ui.locate import locate
@@ -178,3 +180,12 @@ async def test_a_token_guards_every_page_but_health() -> None:
         assert (await client.get("/agents")).status == 200  # the cookie it set
     finally:
         await client.close()
+
+
+def test_ui_refuses_an_open_address_without_a_token_before_connecting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TRACEJUDGE_KAFKA_BOOTSTRAP", "127.0.0.1:9")  # nothing listens there
+    assert main(["ui", "--host", "0.0.0.0"]) == exits.USAGE_OR_CONFIGURATION
+    assert "TRACEJUDGE_UI_TOKEN" in capsys.readouterr().err
+    assert main(["ui", "--port", "8091"]) == exits.UNREACHABLE  # loopback: on to the broker

@@ -130,7 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     show = command("show", "a request's evaluation, findings and step timeline")
     show.add_argument("request_id", metavar="REQUEST_ID")
     show.add_argument("--json", action="store_true", help="print {evaluation, timeline} as JSON")
-    command("ui", "the verdict explorer: recent verdicts, requests, agents, in a browser")
+    ui = command("ui", "the verdict explorer: recent verdicts, requests, agents, in a browser")
+    ui.add_argument("--host", metavar="ADDRESS", help="listen here (TRACEJUDGE_UI_HOST)")
+    ui.add_argument("--port", type=int, metavar="PORT", help="listen here (TRACEJUDGE_UI_PORT)")
     _readers(command)
     _offline(command)
     return parser
@@ -207,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return exits.USAGE_OR_CONFIGURATION
     setup_logging(settings.log_level, settings.log_format)
     try:
+        if args.command == "ui":  # its options, and its exposure, before any connection
+            settings = _ui_settings(settings, args)
         if args.command in KAFKA_COMMANDS or getattr(args, "from_topic", False):
             # one clear line for an unreachable, untrusted or credential-refusing broker
             from tracejudge.streams.kafka.security import check_connection
@@ -263,6 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tracejudge: {exc}", file=sys.stderr)
         return exits.USAGE_OR_CONFIGURATION
     return exits.USAGE_OR_CONFIGURATION
+
+
+def _ui_settings(settings: Settings, args: argparse.Namespace) -> Settings:
+    from tracejudge.streams.ui.server import check_exposure
+
+    given = {"ui_host": args.host, "ui_port": args.port}
+    chosen = settings.model_copy(update={k: v for k, v in given.items() if v is not None})
+    check_exposure(chosen)
+    return chosen
 
 
 def _show(settings: Settings, request_id: str, as_json: bool) -> int:
