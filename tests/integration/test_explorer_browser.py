@@ -18,30 +18,32 @@ pytestmark = pytest.mark.integration
 
 
 def run_requests(worker: WorkerProcess, agent: str) -> tuple[list[str], list[str]]:
-    """Version v1 of the agent fails its refunds; v2 makes them. Returns both request lists."""
+    """Version v1 of the agent fails its refunds; then v2, deployed once v1's verdicts are in
+    (as a release follows the traffic before it), makes them. Returns both request lists."""
     s = worker.settings
-    v1: list[str] = []
-    v2: list[str] = []
+    requests: dict[str, list[str]] = {"v1": [], "v2": []}
     with Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix) as tracer:
-        for i in range(8):
-            version = "v1" if i < 4 else "v2"
-            with tracer.traced(
-                f"refund order {i} for jane.doe@example.com",
-                agent_name=agent,
-                agent_version=version,
-            ) as req:
-                req.tool_call("get_order", args={"id": i}, success=True, result="found, paid")
-                if version == "v1":
-                    req.tool_call("refund", args={"id": i}, success=False, error="gateway timeout")
-                    req.final(f"I could not refund order {i}.")
-                else:
-                    req.tool_call("refund", args={"id": i}, success=True, result="refunded")
-                    req.final(f"Refunded order {i}: 20 EUR back to your card.")
-            (v1 if version == "v1" else v2).append(req.request_id)
-        assert tracer.flush(10)
-        for rid in v1 + v2:
-            assert tracer.wait_for_evaluation(rid, timeout=60) is not None, rid
-    return v1, v2
+        for version in ("v1", "v2"):
+            for i in range(4):
+                with tracer.traced(
+                    f"refund order {i} for jane.doe@example.com",
+                    agent_name=agent,
+                    agent_version=version,
+                ) as req:
+                    req.tool_call("get_order", args={"id": i}, success=True, result="found, paid")
+                    if version == "v1":
+                        req.tool_call(
+                            "refund", args={"id": i}, success=False, error="gateway timeout"
+                        )
+                        req.final(f"I could not refund order {i}.")
+                    else:
+                        req.tool_call("refund", args={"id": i}, success=True, result="refunded")
+                        req.final(f"Refunded order {i}: 20 EUR back to your card.")
+                requests[version].append(req.request_id)
+            assert tracer.flush(10)
+            for rid in requests[version]:
+                assert tracer.wait_for_evaluation(rid, timeout=60) is not None, rid
+    return requests["v1"], requests["v2"]
 
 
 def test_the_explorer_shows_verdicts_findings_and_an_agents_plot(
