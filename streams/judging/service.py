@@ -28,6 +28,7 @@ from tracejudge.streams.judging.stage import JudgeStage, judging_version
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import client_options
+from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.metrics import CONTENT_TYPE, Metrics
 from tracejudge.streams.otel.evaluations import evaluation_exporter
 from tracejudge.streams.outputs import Headers, RedisSink, VerdictPublisher, redis_client
@@ -82,6 +83,7 @@ def run_judge(settings: Settings) -> int:
         log.error("the LLM judge is off: set TRACEJUDGE_LLM_BASE_URL (or _API_KEY)")
         return 2
     log.info("settings: %s", settings.masked())
+    quiet_library_logs()  # aiokafka logs every reconnect attempt while the broker is away
     asyncio.run(_serve(settings))
     return 0
 

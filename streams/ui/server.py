@@ -22,6 +22,7 @@ from tracejudge.judges.redact import ID_FIELDS, mask, mask_any
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.version import PACKAGE_VERSION
+from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.ui.feed import feed
@@ -245,6 +246,7 @@ def make_app(settings: Settings, store: VerdictStore) -> web.Application:
 
 async def serve(settings: Settings) -> None:
     check_exposure(settings)
+    quiet_library_logs()  # aiokafka logs every reconnect attempt while the broker is away
     store = VerdictStore(settings.ui_max_verdicts)
     runner = web.AppRunner(make_app(settings, store), access_log=None)
     await runner.setup()

@@ -14,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from tests.integration.browser import explorer, wait_until
+from tests.realservices import start_kafka
 from tests.test_explorer import judged
 from tracejudge.models import names
 from tracejudge.streams.kafka.admin import ensure_topics
@@ -80,3 +81,26 @@ def test_it_waits_for_the_topics_and_follows_new_verdicts(
             asyncio.run(send(settings, names.EVALUATIONS, judged(f"new-{i}", fail=i == 0)[0]))
         wait_until(lambda: page(base).count('class="verdict"') == 3, 60, lambda: page(base))
         assert "new-0" in page(base, "/?passed=no") and "new-1" not in page(base, "/?passed=no")
+
+
+def test_it_rides_out_a_broker_outage(tmp_path: Path) -> None:
+    kafka = start_kafka(tmp_path / "kafka", reuse=False)
+    try:
+        settings, env = setup(kafka.address)
+        asyncio.run(ensure_topics(settings))
+        asyncio.run(send(settings, names.EVALUATIONS, judged("before", fail=True)[0]))
+        with explorer(env, tmp_path / "explorer.log") as base:
+            wait_until(lambda: "before" in page(base), 60, lambda: page(base))
+            log = tmp_path / "explorer.log"
+            lines_before = len(log.read_text(errors="replace").splitlines())
+            kafka.kill9()
+            time.sleep(10)  # pages keep answering from memory while the broker is away
+            assert "before" in page(base)
+            during = log.read_text(errors="replace").splitlines()[lines_before:]
+            assert len(during) <= 30, "\n".join(during[-40:])  # aiokafka's retries, quieted
+            kafka.restart()
+            asyncio.run(send(settings, names.EVALUATIONS, judged("after", fail=False)[0]))
+            wait_until(lambda: "after" in page(base), 90, lambda: log.read_text(errors="replace"))
+            assert page(base).count('class="verdict"') == 2
+    finally:
+        kafka.stop()
