@@ -223,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_judge(settings)
         if args.command == "otel":
+            from tracejudge.streams.logs import quiet_library_logs
             from tracejudge.streams.otel.receiver import serve
 
+            quiet_library_logs()  # aiokafka logs every retry while the broker is away
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(serve(settings))
             return 0
