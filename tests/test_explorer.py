@@ -68,11 +68,12 @@ def test_a_failed_step_and_its_finding_are_marked_on_the_step_they_concern() -> 
 
 def test_the_store_keeps_the_newest_and_counts_what_came_early() -> None:
     store = VerdictStore(capacity=3)
-    store.add_output("alerts", "r0")  # the alert read before its evaluation
+    store.add_output("alerts", "r0", "a0")  # the alert read before its evaluation
     for i in range(5):
         store.add_evaluation(judged(f"r{i}", fail=i % 2 == 0, ts=1e9 + i)[0])
     assert len(store) == 3 and store.get("r0") is None and store.get("r4") is not None
-    store.add_output("alerts", "r4")
+    store.add_output("alerts", "r4", "a4")
+    store.add_output("alerts", "r4", "a4")  # the same alert read again counts once
     store.add_evaluation(dict(store.get("r4").evaluation))  # type: ignore[union-attr]
     assert store.get("r4").alerts == 1  # type: ignore[union-attr]  # a redelivery keeps it
     assert [v.request_id for v in store.newest()] == ["r4", "r3", "r2"]
@@ -89,8 +90,8 @@ def test_a_version_change_is_found_with_the_figures_before_and_after() -> None:
         evaluation, _, alerts = judged(f"v{i}", fail=i < 6, version="v1" if i < 6 else "v2",
                                        ts=1e9 + 60 * i)  # fmt: skip
         store.add_evaluation(evaluation)
-        for _ in range(alerts):
-            store.add_output("alerts", f"v{i}")
+        for a in range(alerts):
+            store.add_output("alerts", f"v{i}", f"alert-{a}")
     verdicts = store.of_agent("support")
     found = changes(verdicts)
     assert [(c.before_version, c.after_version) for c in found] == [("v1", "v2")]

@@ -137,7 +137,14 @@ async def follow_since(
         counts = await partition_counts(settings)
         if not all(counts.get(t) for t in topics):
             await asyncio.sleep(wait_s)
-    consumer = AIOKafkaConsumer(**client_options(settings), group_id=None, enable_auto_commit=False)
+    # a position the broker no longer has (retention, a broker restored or restarting) moves
+    # to the oldest record, not the newest: read twice rather than skip (readers dedupe)
+    consumer = AIOKafkaConsumer(
+        **client_options(settings),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])]

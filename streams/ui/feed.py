@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 from tracejudge.models import names
 from tracejudge.streams.kafka.io import follow_since
@@ -21,7 +22,10 @@ async def feed(settings: Settings, store: VerdictStore) -> None:
     while True:
         try:
             async for record in follow_since(settings, list(topics), settings.ui_look_back_s):
-                take(store, topics[record.topic], record.value or b"")
+                if record.timestamp < (time.time() - settings.ui_look_back_s) * 1000:
+                    continue  # read again after a reset to the oldest: still only the look-back
+                where = f"{record.topic}:{record.partition}:{record.offset}"
+                take(store, topics[record.topic], record.value or b"", where)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -29,7 +33,9 @@ async def feed(settings: Settings, store: VerdictStore) -> None:
             await asyncio.sleep(5)
 
 
-def take(store: VerdictStore, kind: str, value: bytes) -> None:
+def take(store: VerdictStore, kind: str, value: bytes, where: str = "") -> None:
+    """One record of `kind`'s topic; `where` (topic, partition, offset) stands for an output's
+    id when it has none."""
     try:
         record = json.loads(value)
     except ValueError:
@@ -39,4 +45,5 @@ def take(store: VerdictStore, kind: str, value: bytes) -> None:
     if kind == names.EVALUATIONS:
         store.add_evaluation(record, value)
     else:
-        store.add_output(kind, record["request_id"])
+        output_id = record.get("alert_id") or record.get("reflection_id") or where
+        store.add_output(kind, record["request_id"], str(output_id))

@@ -45,8 +45,17 @@ class Verdict:
     judge_status: str
     summary: str
     raw: bytes
-    alerts: int = 0
-    reflections: int = 0
+    # the ids of the alerts and reflection requests read for it: a record read twice (a reset
+    # of the reader, a producer's retry) counts once
+    outputs: set[tuple[str, str]] | None = None
+
+    @property
+    def alerts(self) -> int:
+        return sum(kind == "alerts" for kind, _ in self.outputs or ())
+
+    @property
+    def reflections(self) -> int:
+        return sum(kind != "alerts" for kind, _ in self.outputs or ())
 
     @classmethod
     def of(cls, evaluation: dict[str, Any], raw: bytes) -> Verdict:
@@ -102,7 +111,7 @@ class VerdictStore:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._verdicts: OrderedDict[str, Verdict] = OrderedDict()
-        self._early: OrderedDict[str, list[int]] = OrderedDict()
+        self._early: OrderedDict[str, set[tuple[str, str]]] = OrderedDict()
         self.read = 0  # evaluations read, for the page footer and the tests
 
     def __len__(self) -> int:
@@ -118,25 +127,20 @@ class VerdictStore:
             evaluation, raw if raw is not None else json.dumps(evaluation).encode()
         )
         old = self._verdicts.pop(rid, None)
-        verdict.alerts, verdict.reflections = self._early.pop(rid, [0, 0])
+        verdict.outputs = self._early.pop(rid, None)
         if old is not None and old.evaluation_id == verdict.evaluation_id:
-            verdict.alerts, verdict.reflections = old.alerts, old.reflections  # a redelivery
+            verdict.outputs = old.outputs  # the same verdict again: what came with it stays
         self._verdicts[rid] = verdict
         while len(self._verdicts) > self.capacity:
             self._verdicts.popitem(last=False)
 
-    def add_output(self, kind: str, request_id: str) -> None:
-        """One alert or reflection request for `request_id`."""
-        at = 0 if kind == "alerts" else 1
+    def add_output(self, kind: str, request_id: str, output_id: str) -> None:
+        """One alert or reflection request (`kind`: the topic's name) for `request_id`."""
         verdict = self._verdicts.get(request_id)
         if verdict is not None:
-            if at == 0:
-                verdict.alerts += 1
-            else:
-                verdict.reflections += 1
+            verdict.outputs = (verdict.outputs or set()) | {(kind, output_id)}
             return
-        counts = self._early.setdefault(request_id, [0, 0])
-        counts[at] += 1
+        self._early.setdefault(request_id, set()).add((kind, output_id))
         while len(self._early) > self.capacity:
             self._early.popitem(last=False)
 
