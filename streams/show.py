@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -19,29 +20,36 @@ from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.ui.locate import Marks, locate
 
+log = logging.getLogger(__name__)
+
 LOOK_BACK_S = 7 * 86400.0
 TEXT_WIDTH = 90
 
 
+async def kept(settings: Settings, request_id: str) -> tuple[dict[str, Any] | None, list[Any]]:
+    """The request's evaluation and timeline as Redis keeps them: (None, []) without Redis, or
+    when it does not answer (logged; the topic still has the evaluation)."""
+    redis = redis_client(settings.redis_url)
+    if redis is None:
+        return None, []
+    try:
+        raw, steps = await redis.mget(
+            [
+                names.REDIS_EVALUATION_KEY.format(request_id=request_id),
+                names.REDIS_TIMELINE_KEY.format(request_id=request_id),
+            ]
+        )
+        return (json.loads(raw) if raw else None), (json.loads(steps) if steps else [])
+    except (OSError, RedisError, ValueError) as exc:
+        log.warning("Redis unavailable for %s: %s", request_id, exc)
+        return None, []
+    finally:
+        await redis.aclose()
+
+
 async def fetch(settings: Settings, request_id: str) -> tuple[dict[str, Any] | None, list[Any]]:
     """The request's latest evaluation and its timeline ([] when none was kept)."""
-    evaluation: dict[str, Any] | None = None
-    timeline: list[Any] = []
-    redis = redis_client(settings.redis_url)
-    if redis is not None:
-        try:
-            raw, steps = await redis.mget(
-                [
-                    names.REDIS_EVALUATION_KEY.format(request_id=request_id),
-                    names.REDIS_TIMELINE_KEY.format(request_id=request_id),
-                ]
-            )
-            evaluation = json.loads(raw) if raw else None
-            timeline = json.loads(steps) if steps else []
-        except (OSError, RedisError):
-            pass  # Redis away: the topic still has the evaluation
-        finally:
-            await redis.aclose()
+    evaluation, timeline = await kept(settings, request_id)
     if evaluation is None:
         records = await read_since(settings, settings.topic(names.EVALUATIONS), LOOK_BACK_S)
         for key, value in records:  # the last one wins, as in Redis

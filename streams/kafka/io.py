@@ -91,6 +91,21 @@ async def read_topic(
         await consumer.stop()
 
 
+async def _seek_since(
+    consumer: AIOKafkaConsumer,
+    tps: list[TopicPartition],
+    since_s: float,
+    ends: dict[TopicPartition, int],
+) -> None:
+    """Each partition at its first record of the last `since_s` seconds, or at its end when
+    it has none that recent."""
+    since = int((time.time() - since_s) * 1000)
+    starts = await consumer.offsets_for_times({tp: since for tp in tps})
+    for tp in tps:
+        found = starts.get(tp)
+        consumer.seek(tp, found.offset if found is not None else ends[tp])
+
+
 async def read_since(
     settings: Settings, topic: str, since_s: float
 ) -> list[tuple[bytes | None, bytes]]:
@@ -106,11 +121,7 @@ async def read_since(
         tps = [TopicPartition(topic, p) for p in range(count)]
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
-        since = int((time.time() - since_s) * 1000)
-        starts = await consumer.offsets_for_times({tp: since for tp in tps})
-        for tp in tps:
-            found = starts.get(tp)
-            consumer.seek(tp, found.offset if found is not None else ends[tp])
+        await _seek_since(consumer, tps, since_s, ends)
         taken: list[ConsumerRecord] = []
         remaining = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
         while remaining:
@@ -149,19 +160,10 @@ async def follow_since(
     try:
         tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])]
         consumer.assign(tps)
-        since = int((time.time() - since_s) * 1000)
         try:
-            starts = await consumer.offsets_for_times({tp: since for tp in tps})
+            await _seek_since(consumer, tps, since_s, await consumer.end_offsets(tps))
         except Exception:  # a broker without time lookups (or a refusal): read it all
-            starts = {}
-        for tp in tps:
-            found = starts.get(tp)
-            if found is not None:
-                consumer.seek(tp, found.offset)
-            elif tp in starts:  # nothing that recent: start at the end
-                await consumer.seek_to_end(tp)
-            else:
-                await consumer.seek_to_beginning(tp)
+            await consumer.seek_to_beginning(*tps)
         while True:
             batch = await consumer.getmany(timeout_ms=500)
             for records in batch.values():

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -16,15 +15,13 @@ from typing import Any
 
 import jinja2
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from tracejudge.judges.redact import ID_FIELDS, mask, mask_any
-from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.logs import quiet_library_logs
-from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.show import kept
 from tracejudge.streams.ui.feed import feed
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
@@ -154,31 +151,11 @@ async def verdicts_page(request: web.Request) -> web.Response:
     )
 
 
-async def _kept(settings: Settings, request_id: str) -> tuple[dict[str, Any] | None, list[Any]]:
-    """The request's evaluation and timeline as Redis keeps them (None, [] without Redis)."""
-    redis = redis_client(settings.redis_url)
-    if redis is None:
-        return None, []
-    try:
-        raw, steps = await redis.mget(
-            [
-                names.REDIS_EVALUATION_KEY.format(request_id=request_id),
-                names.REDIS_TIMELINE_KEY.format(request_id=request_id),
-            ]
-        )
-        return (json.loads(raw) if raw else None), (json.loads(steps) if steps else [])
-    except (OSError, RedisError, ValueError) as exc:
-        log.warning("explorer: Redis unavailable for %s: %s", request_id, exc)
-        return None, []
-    finally:
-        await redis.aclose()
-
-
 async def request_page(request: web.Request) -> web.Response:
     rid = request.match_info["request_id"]
     held = request.app[STORE].get(rid)
-    kept, timeline = await _kept(request.app[SETTINGS], rid)
-    found = held.evaluation if held is not None else kept
+    in_redis, timeline = await kept(request.app[SETTINGS], rid)
+    found = held.evaluation if held is not None else in_redis
     if found is None:
         raise web.HTTPNotFound(text=f"no verdict for request {rid} (yet, or any more)")
     # the worker masked all of it before it was kept; masked again here, in case a record came
