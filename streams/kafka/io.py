@@ -156,8 +156,8 @@ async def follow_since(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
     )
-    await consumer.start()
     try:
+        await consumer.start()  # inside: a failed start is stopped too (its connections closed)
         tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])]
         consumer.assign(tps)
         try:

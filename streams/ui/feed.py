@@ -7,6 +7,8 @@ import json
 import logging
 import time
 
+from aiokafka.errors import KafkaError
+
 from tracejudge.models import names
 from tracejudge.streams.kafka.io import follow_since
 from tracejudge.streams.settings import Settings
@@ -28,6 +30,9 @@ async def feed(settings: Settings, store: VerdictStore) -> None:
                 take(store, topics[record.topic], record.value or b"", where)
         except asyncio.CancelledError:
             raise
+        except KafkaError as exc:  # the broker away: one line, not a traceback every 5 s
+            log.warning("explorer: Kafka unavailable (%s); reading again in 5 s", exc)
+            await asyncio.sleep(5)
         except Exception:
             log.exception("explorer: reading the topics failed; starting again in 5 s")
             await asyncio.sleep(5)
