@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -109,8 +109,25 @@ class Held:
 # past the hole again, so the seek is repeated from a timer (`retry`) until the hole is read.
 # Offsets that hold no record (transaction markers of a transactional producer) are recognised
 # by reading the partition directly, and passed over.
+#
+# A hole at the end of a partition shows no later record. When traffic stops as a rebalance
+# starts, the records handled but not yet committed can be passed over on reassignment, all of
+# them or all but the first few (Faust drops fetched records below its read position, which a
+# record fetched before its seek can have moved past them), and nothing comes after:
+# the group's commit would stay behind the log end for good (lag that never drains, records read
+# again after the next restart). So the timer also watches each partition's next offset to
+# handle: unmoved for `STUCK_S` while the consumer's position is past it, the records in between
+# were passed over, and the consumer is sent back as for any hole (to the committed offset when
+# no record came since the assignment). A partition merely slow to deliver (its records behind a
+# backlog of others) is sent back too: a few records read twice, which duplicates by event id
+# make harmless, where a missed hole would leave the commit stuck.
 
 SEEK_RETRY_S = 2.0  # a seek not answered by the re-read within this long is sent again
+STUCK_S = 10.0  # a partition's next offset unmoved this long is checked for a hole behind it
+
+
+async def _position_unknown(tp: TopicPartition) -> int | None:
+    return None
 
 
 @dataclass
@@ -129,14 +146,26 @@ class OffsetGuard:
     metrics: Metrics
     # forget the consumer's own idea of the hole (see `forget_faust_gap`)
     forget_gap: Callable[[TopicPartition], None] = lambda tp: None
+    # the consumer's next fetch offset of a partition (None: not known)
+    position: Callable[[TopicPartition], Awaitable[int | None]] = _position_unknown
     clock: Callable[[], float] = time.monotonic
     expected: dict[TopicPartition, int] = field(default_factory=dict)
     pending: dict[TopicPartition, _Seek] = field(default_factory=dict)
+    # per owned partition: its next offset to handle as last seen (None: no record since the
+    # assignment), and since when it has not moved
+    progress: dict[TopicPartition, tuple[int | None, float]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Partitions were revoked: the next assignment starts from committed offsets again."""
         self.expected.clear()
         self.pending.clear()
+        self.progress.clear()
+
+    def assigned(self, tps: Iterable[TopicPartition]) -> None:
+        """Partitions are consumed from now on: watched for a hole no record reveals."""
+        now = self.clock()
+        for tp in tps:
+            self.progress.setdefault(tp, (self.expected.get(tp), now))
 
     async def admit(self, tp: TopicPartition, offset: int) -> bool:
         """Whether to handle the record at `offset` now."""
@@ -156,7 +185,6 @@ class OffsetGuard:
             return True
         self.expected[tp] = expected
         if tp not in self.pending:
-            self.metrics.counts["offset_skips_repaired"] += 1
             log.warning(
                 "%s[%d]: got offset %d, expected %d: %d record(s) skipped by the consumer; "
                 "seeking back",
@@ -165,13 +193,50 @@ class OffsetGuard:
                 expected,
                 offset - expected,
             )
-            self.pending[tp] = _Seek(expected, self.clock())
-            self.forget_gap(tp)
-            await self.seek(tp, expected)
+            await self._send_back(tp, expected)
         return False  # it comes again after the hole
 
+    async def _send_back(self, tp: TopicPartition, offset: int) -> None:
+        self.metrics.counts["offset_skips_repaired"] += 1
+        self.pending[tp] = _Seek(offset, self.clock())
+        self.forget_gap(tp)
+        await self.seek(tp, offset)
+
     async def retry(self) -> None:
-        """Seek again where the hole has not come back yet; pass over offsets with no record."""
+        """Seek again where the hole has not come back yet; pass over offsets with no record;
+        send the consumer back over a hole at the end of a partition."""
+        await self._repeat_seeks()
+        await self._check_stuck()
+
+    async def _check_stuck(self) -> None:
+        now = self.clock()
+        for tp, (seen, since) in list(self.progress.items()):
+            current = self.expected.get(tp)
+            if current != seen:
+                self.progress[tp] = (current, now)
+                continue
+            if tp in self.pending or now - since < STUCK_S:
+                continue
+            position = await self.position(tp)
+            target = current if current is not None else await self.committed(tp)
+            if self.progress.get(tp) != (seen, since) or self.expected.get(tp) != current:
+                continue  # a record or a revocation came meanwhile
+            self.progress[tp] = (current, now)  # looked at: next look in STUCK_S
+            if position is None or target is None or position <= target:
+                continue  # nothing passed over
+            log.warning(
+                "%s[%d]: the consumer is at offset %d but no record from %d was handled for "
+                "%.0fs: %d record(s) passed over; seeking back",
+                *tp,
+                position,
+                target,
+                now - since,
+                position - target,
+            )
+            self.expected[tp] = target
+            await self._send_back(tp, target)
+
+    async def _repeat_seeks(self) -> None:
         now = self.clock()
         for tp, seek in list(self.pending.items()):
             if now - seek.at < SEEK_RETRY_S:

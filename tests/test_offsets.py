@@ -8,7 +8,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from tests.realservices import free_port
-from tracejudge.streams.commit import SEEK_RETRY_S, OffsetGuard
+from tracejudge.streams.commit import SEEK_RETRY_S, STUCK_S, OffsetGuard
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker import watchdog
@@ -25,6 +25,10 @@ class Consumer:
         self.first = first
         self.seeks: list[int] = []
         self.now = 0.0
+        self.pos: int | None = None  # the next offset the consumer fetches
+
+    async def position(self, tp: tuple[str, int]) -> int | None:
+        return self.pos
 
     async def committed(self, tp: tuple[str, int]) -> int | None:
         return self.committed_offset
@@ -42,6 +46,7 @@ def guard(consumer: Consumer) -> OffsetGuard:
         consumer.seek,
         consumer.first_offset,
         Metrics(),
+        position=consumer.position,
         clock=lambda: consumer.now,
     )
 
@@ -104,6 +109,69 @@ async def test_no_commit_yet_starts_at_the_first_record_and_reset_reads_commits_
     c.committed_offset = 40
     assert not await g.admit(TP, 43)
     assert c.seeks == [40]
+
+
+async def test_a_hole_at_the_end_of_a_partition_with_no_record_since_assignment() -> None:
+    # traffic stopped as a rebalance began: the records handled but not committed before it
+    # were passed over on reassignment, and no later record comes to show the hole
+    c = Consumer(committed=20)
+    c.pos = 31
+    g = guard(c)
+    g.assigned([TP])
+    await g.retry()
+    c.now += STUCK_S - 1
+    await g.retry()
+    assert c.seeks == []  # records may still be on their way
+    c.now += 1
+    await g.retry()
+    assert c.seeks == [20] and g.metrics.counts["offset_skips_repaired"] == 1
+    assert g.processed() == {TP: 20}  # the watchdog sees nothing handled past the commit
+    handled = [o for o in range(20, 31) if await g.admit(TP, o)]
+    assert handled == list(range(20, 31)) and not g.pending
+
+
+async def test_a_hole_at_the_end_after_the_first_records_were_read_again() -> None:
+    c = Consumer(committed=20)
+    c.pos = 31
+    g = guard(c)
+    g.assigned([TP])
+    assert [await g.admit(TP, o) for o in (20, 21, 22)] == [True, True, True]
+    await g.retry()  # the next offset moved: watched from now
+    c.now += STUCK_S
+    await g.retry()
+    assert c.seeks == [23]
+    assert all([await g.admit(TP, o) for o in range(23, 31)]) and g.processed() == {TP: 31}
+
+
+async def test_a_caught_up_or_delivering_partition_is_left_alone() -> None:
+    c = Consumer(committed=20)
+    c.pos = 20  # at the commit: nothing passed over
+    g = guard(c)
+    g.assigned([TP])
+    for _ in range(3):
+        c.now += STUCK_S
+        await g.retry()
+    assert c.seeks == []
+    c.pos = 40  # records keep coming: the next offset moves between looks
+    for offset in (20, 25, 30):
+        assert all([await g.admit(TP, o) for o in range(offset, offset + 5)])
+        c.now += STUCK_S
+        await g.retry()
+    assert c.seeks == [] and g.processed() == {TP: 35}
+
+
+async def test_an_unknown_position_is_asked_again_and_a_revocation_forgets_progress() -> None:
+    c = Consumer(committed=20)
+    g = guard(c)
+    g.assigned([TP])
+    c.now += STUCK_S
+    await g.retry()
+    assert c.seeks == []  # position not known
+    g.reset()
+    c.pos = 30
+    c.now += STUCK_S
+    await g.retry()
+    assert c.seeks == [] and not g.progress
 
 
 def test_the_watchdog_fires_when_commits_stop_moving_behind_what_was_processed() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import faust
 from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from tracejudge.models import names
@@ -206,9 +207,23 @@ def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:
     def forget_gap(tp: tuple[str, int]) -> None:
         internals.forget_gap(app.consumer, TP(*tp))
 
+    async def position(tp: tuple[str, int]) -> int | None:
+        try:  # aiokafka waits for a position being reset; revoked meanwhile, it raises
+            return await asyncio.wait_for(app.consumer.position(TP(*tp)), POSITION_TIMEOUT_S)
+        except (TimeoutError, KafkaError):
+            return None
+
     return OffsetGuard(
-        group.committed, seek, group.first_offset, ctx.metrics, forget_gap=forget_gap
+        group.committed,
+        seek,
+        group.first_offset,
+        ctx.metrics,
+        forget_gap=forget_gap,
+        position=position,
     )
+
+
+POSITION_TIMEOUT_S = 2.0
 
 
 FETCH_MAX_WAIT_MS = 50
@@ -310,9 +325,14 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
 
         await watchdog.run(stalled)
 
+    inputs = {settings.topic(name) for name in names.INPUTS}
+
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _assigned(sender: Any, **_: Any) -> None:
         ctx.liveness.assigned = True
+        guard.assigned(
+            (tp.topic, tp.partition) for tp in app.consumer.assignment() if tp.topic in inputs
+        )
         _shorten_fetch_wait(app)
         record_handoff.install(app.consumer)
 

@@ -4,7 +4,11 @@ Faust can resume fetching before it seeks to the committed offsets after a rebal
 (faust-streaming #216, #221): records skipped that way used to be judged only after the next
 rebalance, or wrongly closed by the idle timer. Every request must be judged by its
 final_response, soon once the group is stable, once (one evaluation_id), and the group's
-commits must reach the log end.
+commits must reach the log end, also when the rebalance comes as the traffic ends and no later
+record shows the hole.
+
+A worker that exits on its own (its watchdog's way out of a stall) is started again, as its
+supervisor would.
 """
 
 from __future__ import annotations
@@ -73,6 +77,30 @@ async def commits_reach_the_end(
         await consumer.stop()
 
 
+async def supervise(workers: list[WorkerProcess], down: set[int], done: asyncio.Event) -> int:
+    """Until `done`, start again every worker that exited, except those taken down on purpose;
+    how many restarts."""
+    restarts = 0
+    while not done.is_set():
+        for i, worker in enumerate(workers):
+            if i not in down:
+                restarts += await asyncio.to_thread(worker.restart_if_exited)
+        await asyncio.sleep(0.5)
+    return restarts
+
+
+def what_happened(workers: list[WorkerProcess]) -> str:
+    """The workers' lines about holes, stalls and exits: what a failed assertion needs."""
+    marks = ("seeking back", "hole read", "passed over", "stalled", "CRITICAL", "==== start")
+    lines = [
+        f"worker{i}: {line.strip()[:200]}"
+        for i, worker in enumerate(workers)
+        for line in worker.log.read_text(errors="replace").splitlines()
+        if any(mark in line for mark in marks)
+    ]
+    return "\n".join(lines[-60:])
+
+
 async def test_kill_9_and_restart_five_times_skips_nothing(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
@@ -87,7 +115,7 @@ async def test_kill_9_and_restart_five_times_skips_nothing(
         for i, d in enumerate((tmp_path / "a", tmp_path / "b"))
     ]
     run = uuid.uuid4().hex[:6]
-    stop = asyncio.Event()
+    stop, supervising = asyncio.Event(), asyncio.Event()
     disruptions: list[tuple[float, float]] = []  # (killed at, group stable again at)
     try:
         for worker in workers:
@@ -103,6 +131,8 @@ async def test_kill_9_and_restart_five_times_skips_nothing(
             await asyncio.to_thread(victim.start, True, 180.0)
             await asyncio.to_thread(workers[(cycle + 1) % 2].wait_healthy, 120.0)
             disruptions.append((killed_at, time.time()))
+        # from now on a worker that exits is started again (the kills above are over)
+        supervisor = asyncio.create_task(supervise(workers, set(), supervising))
         await asyncio.sleep(4)
         stop.set()
         finals = await producing
@@ -114,8 +144,11 @@ async def test_kill_9_and_restart_five_times_skips_nothing(
             settle_s=3.0,
         )
         behind = await commits_reach_the_end(kafka_bootstrap, base["TRACEJUDGE_APP_ID"], topic, 60)
+        supervising.set()
+        restarts = await supervisor
     finally:
         stop.set()
+        supervising.set()
         for worker in workers:
             worker.stop()
     evaluations: dict[str, list[dict[str, object]]] = defaultdict(list)
@@ -141,6 +174,62 @@ async def test_kill_9_and_restart_five_times_skips_nothing(
         if float(es[0]["ts"]) > deadline(finals[rid])  # type: ignore[arg-type]
     }
     assert not late, f"evaluated too late (s after final_response): {list(late.items())[:5]}"
-    assert not any(behind.values()), f"commits behind the log end per partition: {behind}"
+    assert not any(behind.values()), (
+        f"commits behind the log end per partition: {behind}\n{what_happened(workers)}"
+    )
     repaired = [w.log.read_text().count("seeking back") for w in workers]
-    print(f"{len(finals)} requests, {CYCLES} kill -9 cycles; skips repaired per worker: {repaired}")
+    print(
+        f"{len(finals)} requests, {CYCLES} kill -9 cycles; skips repaired per worker: "
+        f"{repaired}; restarted by the supervisor: {restarts}"
+    )
+
+
+async def test_a_rebalance_as_traffic_ends_leaves_no_commit_behind(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    """One worker is lost for good just before the traffic stops: the other takes its
+    partitions over after the session timeout, when no record will come any more. The records
+    either worker handled but had not committed are then passed over by the consumer with
+    nothing after them to show it; the commits must still reach the log end."""
+    base = worker_env(
+        kafka_bootstrap, redis_url, tmp_path, "tail", partitions=PARTITIONS, idle_timeout_s=60
+    )
+    workers = [
+        WorkerProcess(
+            {**base, "TRACEJUDGE_WEB_PORT": str(free_port()), "TRACEJUDGE_DATA_DIR": str(d)},
+            tmp_path / f"worker{i}.log",
+        )
+        for i, d in enumerate((tmp_path / "a", tmp_path / "b"))
+    ]
+    stop, supervising = asyncio.Event(), asyncio.Event()
+    try:
+        for worker in workers:
+            worker.start(timeout_s=180)
+        topic = workers[0].topic("events")
+        producing = asyncio.create_task(traffic(kafka_bootstrap, topic, uuid.uuid4().hex, stop))
+        await asyncio.sleep(6)
+        workers[1].kill9()
+        supervisor = asyncio.create_task(supervise(workers, {1}, supervising))
+        # the session timeout is 10 s: the rebalance comes about a second after the last record
+        await asyncio.sleep(9)
+        stop.set()
+        finals = await producing
+        behind = await commits_reach_the_end(kafka_bootstrap, base["TRACEJUDGE_APP_ID"], topic, 60)
+        records = await consume(
+            kafka_bootstrap,
+            workers[0].topic("evaluations"),
+            until=lambda rs: {json.loads(r.value)["request_id"] for r in rs} >= set(finals),
+            timeout_s=30,
+        )
+        supervising.set()
+        await supervisor
+    finally:
+        stop.set()
+        supervising.set()
+        for worker in workers:
+            worker.stop()
+    assert not any(behind.values()), (
+        f"commits behind the log end per partition: {behind}\n{what_happened(workers)}"
+    )
+    evaluated = {json.loads(r.value)["request_id"] for r in records}
+    assert not set(finals) - evaluated, f"{len(set(finals) - evaluated)} requests never evaluated"
