@@ -217,8 +217,14 @@ class OffsetGuard:
                 continue
             if tp in self.pending or now - since < STUCK_S:
                 continue
-            position = await self.position(tp)
-            target = current if current is not None else await self.committed(tp)
+            try:
+                position = await self.position(tp)
+                target = current if current is not None else await self.committed(tp)
+            except Exception as exc:  # the broker away: the watchdog says so
+                log.debug("%s[%d]: cannot look for a hole at the end: %r", *tp, exc)
+                if self.progress.get(tp) == (seen, since):
+                    self.progress[tp] = (current, now)  # look again in STUCK_S
+                continue
             if self.progress.get(tp) != (seen, since) or self.expected.get(tp) != current:
                 continue  # a record or a revocation came meanwhile
             self.progress[tp] = (current, now)  # looked at: next look in STUCK_S

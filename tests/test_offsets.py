@@ -160,6 +160,29 @@ async def test_a_caught_up_or_delivering_partition_is_left_alone() -> None:
     assert c.seeks == [] and g.processed() == {TP: 35}
 
 
+async def test_a_broker_that_does_not_answer_is_asked_again_later() -> None:
+    c = Consumer(committed=20)
+    c.pos = 31
+    g = guard(c)
+    g.assigned([TP])
+    answers = c.committed
+
+    async def away(tp: tuple[str, int]) -> int | None:
+        raise RuntimeError("cannot read the committed offset")
+
+    g.committed = away
+    c.now += STUCK_S
+    await g.retry()  # nothing raised: the timer goes on
+    assert c.seeks == []
+    g.committed = answers
+    c.now += 1
+    await g.retry()
+    assert c.seeks == []  # not asked again at every tick
+    c.now += STUCK_S
+    await g.retry()
+    assert c.seeks == [20]
+
+
 async def test_an_unknown_position_is_asked_again_and_a_revocation_forgets_progress() -> None:
     c = Consumer(committed=20)
     g = guard(c)
