@@ -86,3 +86,36 @@ def test_the_worker_refuses_to_start_on_a_library_that_moved_its_internals(
     assert run_worker(Settings(kafka_bootstrap="127.0.0.1:9")) == 2
     assert "mode.worker:Worker._schedule_shutdown" in caplog.text
     assert "mode-streaming" in caplog.text
+
+
+def test_offsets_acknowledged_twice_are_committed_in_one_run_not_one_per_commit() -> None:
+    from collections import defaultdict
+    from types import MethodType, SimpleNamespace
+
+    from faust.transport.consumer import Consumer
+    from intervaltree import IntervalTree
+
+    def consumer() -> SimpleNamespace:
+        # the state faust's own `_new_offset` reads, with offsets 28..59 acknowledged twice
+        # (as after an acknowledgement that landed during a rebalance)
+        state = SimpleNamespace(
+            _acked=defaultdict(list),
+            _acked_index=defaultdict(set),
+            _gap=defaultdict(IntervalTree),
+            _committed_offset=defaultdict(lambda: None),
+        )
+        state._new_offset = MethodType(Consumer._new_offset, state)
+        state._acked["tp"] = sorted([*range(28, 60), *range(28, 60)])
+        state._acked_index["tp"] = set(range(28, 60))
+        state._committed_offset["tp"] = 28
+        return state
+
+    plain = consumer()
+    assert plain._new_offset("tp") == 29  # faust alone: one offset per commit
+    fixed = consumer()
+    internals.unique_acks(fixed)
+    internals.unique_acks(fixed)  # once per consumer
+    assert fixed._new_offset("tp") == 60 and fixed._acked["tp"] == []
+    fixed._committed_offset["tp"] = 60  # what faust's commit records
+    fixed._acked["tp"].extend([60, 61])
+    assert fixed._new_offset("tp") == 62

@@ -21,6 +21,7 @@ from importlib import metadata
 from typing import Any
 
 import faust
+from faust.types.tuples import ack_lock
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,21 @@ RELIANCES = (
         "faust.transport.consumer:Consumer",
         "_gap",
         "forget the gap Faust records when the worker seeks back over offsets it repairs",
+    ),
+    Reliance(
+        "faust.transport.consumer:Consumer",
+        "_new_offset",
+        "commit every acknowledged offset at once, never one per commit (unique_acks)",
+    ),
+    Reliance(
+        "faust.transport.consumer:Consumer",
+        "_acked",
+        "commit every acknowledged offset at once, never one per commit (unique_acks)",
+    ),
+    Reliance(
+        "faust.transport.consumer:Consumer",
+        "_acked_index",
+        "commit every acknowledged offset at once, never one per commit (unique_acks)",
     ),
     Reliance(
         "faust.transport.consumer:ThreadDelegateConsumer",
@@ -177,6 +193,31 @@ def forget_gap(consumer: Any, tp: Any) -> None:
     the gap left in place would make commits skip or (with the duplicates it adds to the
     acknowledged offsets) stick."""
     consumer._gap.pop(tp, None)
+
+
+def unique_acks(consumer: Any) -> None:
+    """faust-streaming computes the offset to commit from its list of acknowledged offsets, up
+    to the end of the first run of consecutive numbers: an offset listed twice ends that run,
+    so each commit then moves the offset by one (an acknowledgement landing during a rebalance,
+    after faust cleared its index of the partition, lists an offset twice once it is read and
+    acknowledged again: 30 records took 90 s to commit). Wrap `_new_offset` so that the list
+    holds each offset once. Once per consumer."""
+    if getattr(consumer, "_tracejudge_unique_acks", False):
+        return
+    original = consumer._new_offset
+
+    def new_offset(tp: Any) -> Any:
+        with ack_lock:  # what `Consumer.ack` holds while it adds to these
+            acked = consumer._acked[tp]
+            if len(acked) > 1:
+                unique = sorted(set(acked))
+                if len(unique) != len(acked):
+                    acked[:] = unique
+                    consumer._acked_index[tp].update(unique)
+            return original(tp)
+
+    consumer._new_offset = new_offset
+    consumer._tracejudge_unique_acks = True
 
 
 def set_fetch_max_wait(consumer: Any, wait_ms: int, prefetch_backoff_s: float) -> None:

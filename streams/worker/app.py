@@ -335,6 +335,7 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
         )
         _shorten_fetch_wait(app)
         record_handoff.install(app.consumer)
+        internals.unique_acks(app.consumer)
 
     if settings.debug_endpoints:  # stacks can show data in flight: off unless asked for
 

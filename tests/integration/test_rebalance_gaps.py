@@ -77,6 +77,21 @@ async def commits_reach_the_end(
         await consumer.stop()
 
 
+def two_workers(
+    kafka: str, redis: str, tmp_path: Path, name: str
+) -> tuple[dict[str, str], list[WorkerProcess]]:
+    """The settings both share, and two workers of one group, each with its own store."""
+    base = worker_env(kafka, redis, tmp_path, name, partitions=PARTITIONS, idle_timeout_s=60)
+    workers = [
+        WorkerProcess(
+            {**base, "TRACEJUDGE_WEB_PORT": str(free_port()), "TRACEJUDGE_DATA_DIR": str(d)},
+            tmp_path / f"worker{i}.log",
+        )
+        for i, d in enumerate((tmp_path / "a", tmp_path / "b"))
+    ]
+    return base, workers
+
+
 async def supervise(workers: list[WorkerProcess], down: set[int], done: asyncio.Event) -> int:
     """Until `done`, start again every worker that exited, except those taken down on purpose;
     how many restarts."""
@@ -104,16 +119,7 @@ def what_happened(workers: list[WorkerProcess]) -> str:
 async def test_kill_9_and_restart_five_times_skips_nothing(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
-    base = worker_env(
-        kafka_bootstrap, redis_url, tmp_path, "gaps", partitions=PARTITIONS, idle_timeout_s=60
-    )
-    workers = [
-        WorkerProcess(
-            {**base, "TRACEJUDGE_WEB_PORT": str(free_port()), "TRACEJUDGE_DATA_DIR": str(d)},
-            tmp_path / f"worker{i}.log",
-        )
-        for i, d in enumerate((tmp_path / "a", tmp_path / "b"))
-    ]
+    base, workers = two_workers(kafka_bootstrap, redis_url, tmp_path, "gaps")
     run = uuid.uuid4().hex[:6]
     stop, supervising = asyncio.Event(), asyncio.Event()
     disruptions: list[tuple[float, float]] = []  # (killed at, group stable again at)
@@ -191,16 +197,7 @@ async def test_a_rebalance_as_traffic_ends_leaves_no_commit_behind(
     partitions over after the session timeout, when no record will come any more. The records
     either worker handled but had not committed are then passed over by the consumer with
     nothing after them to show it; the commits must still reach the log end."""
-    base = worker_env(
-        kafka_bootstrap, redis_url, tmp_path, "tail", partitions=PARTITIONS, idle_timeout_s=60
-    )
-    workers = [
-        WorkerProcess(
-            {**base, "TRACEJUDGE_WEB_PORT": str(free_port()), "TRACEJUDGE_DATA_DIR": str(d)},
-            tmp_path / f"worker{i}.log",
-        )
-        for i, d in enumerate((tmp_path / "a", tmp_path / "b"))
-    ]
+    base, workers = two_workers(kafka_bootstrap, redis_url, tmp_path, "tail")
     stop, supervising = asyncio.Event(), asyncio.Event()
     try:
         for worker in workers:
