@@ -301,9 +301,10 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
             {tp.partition: off for tp, off in committed.items() if tp.topic == events},
         )
 
+    inputs = {settings.topic(name) for name in names.INPUTS}
     watchdog = StallWatchdog(
         settings,
-        [settings.topic(name) for name in names.INPUTS],
+        sorted(inputs),
         owned=lambda: {TopicPartition(tp.topic, tp.partition) for tp in app.consumer.assignment()},
         last_progress=lambda: ctx.liveness.last_progress,
         on_offsets=offsets_seen,
@@ -324,8 +325,6 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
             ctx.errors.exit(reason, RuntimeError("no progress on owned input partitions"))
 
         await watchdog.run(stalled)
-
-    inputs = {settings.topic(name) for name in names.INPUTS}
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def _assigned(sender: Any, **_: Any) -> None:
