@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from tracejudge.judges.outcomes import reads_only
+from tracejudge.judges.sentences import sentences
 from tracejudge.judges.text_kinds import prose
 from tracejudge.models.events import ReasoningStep, ToolCall, UserMessage
 from tracejudge.models.window import Window
@@ -146,11 +147,6 @@ _EXPLAINED = re.compile(
     r"not (?:possible|allowed|permitted|eligible|able|available))\b|无法|不能|不允许|抱歉",
     re.IGNORECASE,
 )
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
-
-
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
 
 
 def _is_question(sentence: str) -> bool:
@@ -161,8 +157,8 @@ def pending_action(text: str) -> str | None:
     """The sentence of a final answer that leaves the requested action pending, if any: an
     announced next action, a request for the user's go-ahead on an action, or a request for the
     inputs needed to proceed. Hand-off offers and conditional promises do not count."""
-    sentences = _sentences(text)
-    for i, sentence in enumerate(sentences):
+    parts = sentences(text)
+    for i, sentence in enumerate(parts):
         if _HANDOFF_WORDS.search(sentence):
             continue
         announced = _ANNOUNCED.search(sentence)
@@ -174,7 +170,7 @@ def pending_action(text: str) -> str | None:
             _is_question(sentence) or re.search(r"\bconfirm\b|确认", sentence, re.I)
         ):
             # "Would you like me to do that?" points back at the sentence before it
-            said = sentence + " " + (sentences[i - 1] if i else "")
+            said = sentence + " " + (parts[i - 1] if i else "")
             if _HANDOFF_WORDS.search(said):
                 continue
             if _ACTION.search(sentence):
@@ -218,11 +214,11 @@ def unmet_confirmation(window: Window) -> str | None:
 
 
 def _proposes_action(agent_turn: str) -> bool:
-    sentences = _sentences(agent_turn)
-    for i, sentence in enumerate(sentences):
+    parts = sentences(agent_turn)
+    for i, sentence in enumerate(parts):
         if not _ASKS_GO_AHEAD.search(sentence):
             continue
-        said = sentence + " " + (sentences[i - 1] if i else "")
+        said = sentence + " " + (parts[i - 1] if i else "")
         if _HANDOFF_WORDS.search(said):
             continue
         if _ACTION.search(said):

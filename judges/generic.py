@@ -30,6 +30,7 @@ from tracejudge.judges.answer_families import (
     vague_step,
 )
 from tracejudge.judges.prompt_kind import is_chinese, prompt_is_complex
+from tracejudge.judges.sentences import sentences
 
 ResponseType = Literal["generic", "clarification", "substantive"]
 # The generic/clarification design applies its phrase patterns to answers under 800 characters
@@ -38,7 +39,6 @@ PATTERN_LIMIT = 800
 # Sentences looked at for stock phrases: bounds the cost of an answer made of thousands of
 # tiny sentences (each is matched against every phrase) without changing any real verdict.
 PHRASE_SENTENCES = 64
-_BOUNDARY = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？])|(?<=…)(?=[\u3400-\u9fff])|\n")
 _YES_NO = re.compile(
     r"(?:^|[:：,，;]\s*)(?:is|are|was|were|do|does|did|can|could|should|would|will|has|have|had|"
     r"may|might|must)\b|\byes or no\b|吗[？?]?$|是否|是不是|能不能|可不可以|会不会|有没有|对不对",
@@ -97,11 +97,6 @@ def substance(text: str) -> int:
     size = len(CJK.findall(text)) * 3 + len(re.findall(r"[A-Za-z0-9]+", text)) * 5
     points += 2 if size >= 200 else 1 if size >= 60 else 0
     return points
-
-
-def sentences(text: str) -> list[str]:
-    """Sentences and lines; a full stop inside "tests/test_api.py" or "3.11" does not end one."""
-    return [s for s in _BOUNDARY.split(text) if s and s.strip()]
 
 
 @dataclass(frozen=True)

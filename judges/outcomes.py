@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tracejudge.judges.sentences import sentence_at, sentences
+
 # action family -> (English past participles, Chinese verbs, tool-name stems that perform it)
 ACTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "book": (
@@ -136,7 +138,6 @@ _NEGATED_EN = re.compile(
 )
 _NOTHING_AFTER = re.compile(r"^\s*(?:nothing|none|no\b|anything)", re.IGNORECASE)
 _NEGATED_ZH = re.compile(r"(?:未|没有?|尚未|无法|不能|失败)[^。！？\n]{0,6}$")
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
 
 
 @dataclass(frozen=True)
@@ -148,9 +149,8 @@ class Claim:
 def claimed_actions(text: str) -> list[Claim]:
     """Actions the text states as done, one per family, with the sentence that says so."""
     found: dict[str, Claim] = {}
-    for sentence in _SENTENCE.findall(text):
-        stripped = sentence.strip()
-        if not stripped or stripped.endswith(("?", "？")):
+    for stripped in sentences(text):
+        if stripped.endswith(("?", "？")):
             continue
         for match in _CLAIM_EN.finditer(stripped):
             # only the words just before and after matter (and a bounded look keeps a long
@@ -238,20 +238,14 @@ PLACEHOLDERS = frozenset(
 
 def admitted_failure(text: str) -> str | None:
     match = _ADMITTED.search(text)
-    return _around(text, match.start()) if match else None
+    return sentence_at(text, match.start()) if match else None
 
 
 def handoff(text: str) -> str | None:
     match = _HANDOFF.search(text)
-    return _around(text, match.start()) if match else None
+    return sentence_at(text, match.start()) if match else None
 
 
 def is_placeholder(text: str) -> bool:
     """An answer with nothing in it: empty, or a bare end marker ("TERMINATE", "Done.")."""
     return re.sub(r"[\W_]+", " ", text).strip().lower() in PLACEHOLDERS
-
-
-def _around(text: str, at: int, limit: int = 200) -> str:
-    start = max(text.rfind(c, 0, at) for c in ".\n。!?") + 1
-    ends = [i for i in (text.find(c, at) for c in ".\n。!?") if i >= 0]
-    return text[start : (min(ends) + 1 if ends else len(text))].strip()[:limit]

@@ -5,7 +5,6 @@ Pure and deterministic: the same window always gets the same verdict.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +14,8 @@ from tracejudge.judges.conversation import is_conversation, unconfirmed_changes
 from tracejudge.judges.generic import assess_answer
 from tracejudge.judges.norms import MEASURES, Norms, RunStats
 from tracejudge.judges.phrases import REMAINING_WORK_RE, first_match
+from tracejudge.judges.plans import failed_planned_steps, names_a_tool, norm, same_step
+from tracejudge.judges.sentences import sentence_at
 from tracejudge.judges.signals import (
     claim_contradicts_result,
     ended_on_error,
@@ -76,24 +77,9 @@ def _bound(value: float) -> float:
     return max(0.0, min(100.0, value))
 
 
-def _names_a_tool(step: str) -> bool:
-    """A planned step that is one identifier ("search_flights", "git.commit") names a tool;
-    anything with spaces describes a step in words."""
-    return re.fullmatch(r"[\w.:/-]+", step.strip()) is not None
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^0-9a-z\u4e00-\u9fff]+", " ", text.lower()).split())
-
-
-def _sentence_around(text: str, snippet: str, limit: int = 200) -> str:
+def _sentence_around(text: str, snippet: str) -> str:
     at = text.lower().find(snippet.lower())
-    if at < 0:
-        return snippet
-    start = max(text.rfind(".", 0, at), text.rfind("\n", 0, at), text.rfind("。", 0, at)) + 1
-    ends = [i for i in (text.find(c, at) for c in ".\n。") if i >= 0]
-    end = min(ends) + 1 if ends else len(text)
-    return text[start:end].strip()[:limit]
+    return snippet if at < 0 else sentence_at(text, at)
 
 
 # No absolute budget by default: how many calls is too many depends on the agent (a support
@@ -206,15 +192,21 @@ class RuleJudge:
 
     @staticmethod
     def _unrecovered_failures(window: Window) -> list[FailedStep]:
-        """The error the run ended on: its last call failed and nothing succeeded after. A call
-        that failed and was followed by work that succeeded is how agents correct themselves
-        (a lookup that found nothing, a command fixed and run again): it costs a little in
-        health, it does not make the run a failure."""
+        """Failures never made good. For any run, the error it ended on: its last call failed
+        and nothing succeeded after. A call that failed and was followed by work that succeeded
+        is how agents correct themselves when they work without a plan (a lookup that found
+        nothing, a command fixed and run again): it costs a little in health, it does not make
+        the run a failure. A run that declared its steps made a contract: a planned step whose
+        last attempt failed is a failed step wherever it came in the run (the design's
+        `success`: the executed steps succeeded), whatever succeeded after it."""
+        calls = {c.step_index: c for c in failed_planned_steps(window)}
         last = ended_on_error(window)
-        if last is None:
-            return []
-        reason = last.error or "tool reported failure"
-        return [FailedStep(index=last.step_index, tool=last.tool, reason=reason)]
+        if last is not None:
+            calls.setdefault(last.step_index, last)
+        return [
+            FailedStep(index=c.step_index, tool=c.tool, reason=c.error or "tool reported failure")
+            for _, c in sorted(calls.items())
+        ]
 
     @staticmethod
     def _missing_planned(window: Window, stats: RunStats) -> list[str]:
@@ -226,18 +218,16 @@ class RuleJudge:
             return []
         # attempted counts as executed: whether it succeeded is `success`'s business, and a step
         # that ran and failed is not work left undone (the seed's fourth quadrant)
-        done_tools = {_norm(c.tool) for c in window.tool_calls}
-        done_actions = {_norm(r.action) for r in window.reasoning if r.action}
+        done_tools = {norm(c.tool) for c in window.tool_calls}
+        done_actions = {norm(r.action) for r in window.reasoning if r.action}
         missing, described = [], []
         matched = 0
         for planned in window.task.planned_steps:
-            p = _norm(planned)
-            executed = p in done_actions or any(
-                t and (t == p or t in p or p in t) for t in done_tools
-            )
+            p = norm(planned)
+            executed = p in done_actions or any(same_step(p, t) for t in done_tools)
             if executed:
                 matched += 1
-            elif _names_a_tool(planned):
+            elif names_a_tool(planned):
                 missing.append(planned)
             else:
                 described.append(planned)

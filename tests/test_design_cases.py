@@ -121,6 +121,81 @@ SEED_000 = [
         incomplete=False,
         reflection=False,
     ),
+    *[
+        # a planned step that failed and was never made good is a failed step wherever it came;
+        # made good by a later successful attempt, it is how agents correct themselves
+        VerdictCase(
+            f"the {where} planned step failed{' and was retried' if retried else ''}, "
+            f"{'made good' if fixed else 'never made good'}, the rest succeeded, answer truthful",
+            run(PINGS, calls, answer),
+            success=fixed,
+            incomplete=False,
+            reflection=False,
+        )
+        for where, retried, fixed, calls, answer in [
+            (
+                "first",
+                False,
+                False,
+                [("ping_api", False), ("ping_web", True), ("ping_db", True)],
+                "api refused the connection; web answered 200 in 63 ms, db ok in 5 ms.",
+            ),
+            (
+                "middle",
+                False,
+                False,
+                [("ping_api", True), ("ping_web", False), ("ping_db", True)],
+                "api answered 200 in 41 ms; web refused the connection; db ok in 5 ms.",
+            ),
+            (
+                "last",
+                False,
+                False,
+                [("ping_api", True), ("ping_web", True), ("ping_db", False)],
+                "api answered 200 in 41 ms, web 200 in 63 ms; db refused the connection.",
+            ),
+            (
+                "middle",
+                True,
+                False,
+                [("ping_api", True), ("ping_web", False), ("ping_web", False), ("ping_db", True)],
+                "api answered 200 in 41 ms; web refused the connection twice; db ok in 5 ms.",
+            ),
+            (
+                "first",
+                True,
+                True,
+                [("ping_api", False), ("ping_api", True), ("ping_web", True), ("ping_db", True)],
+                "All three answered: api 200 on the second try, web 200 in 63 ms, db ok in 5 ms.",
+            ),
+            (
+                "middle",
+                True,
+                True,
+                [("ping_api", True), ("ping_web", False), ("ping_web", True), ("ping_db", True)],
+                "All three answered: api 200 in 41 ms, web 200 on the second try, db ok in 5 ms.",
+            ),
+            (
+                "last",
+                True,
+                True,
+                [("ping_api", True), ("ping_web", True), ("ping_db", False), ("ping_db", True)],
+                "All three answered: api 200 in 41 ms, web 200 in 63 ms, db ok on the second try.",
+            ),
+        ]
+    ],
+    VerdictCase(
+        "planned steps in words, the first attempt failed and no later call of its tool "
+        "succeeded: failed, complete",
+        run(
+            ["check the api service", "check the web front", "check the database"],
+            [("http_get_api", False), ("http_get_web", True), ("http_get_db", True)],
+            "The api refused the connection; the web front answered 200 and the database ok.",
+        ),
+        success=False,
+        incomplete=False,
+        reflection=False,
+    ),
     VerdictCase(
         "planned steps written in words, as many attempted as planned: complete",
         run(
