@@ -190,7 +190,10 @@ class FinalResponse(_Event):
     TEXT_LIMITS: ClassVar[dict[str, int]] = {"output": LONG_TEXT_LIMIT}
     type: Literal["final_response"]
     step_index: int | None = Field(default=None, ge=0)
-    output: str = ""
+    # required: without it a final_response that named its answer otherwise (`text`, `answer`:
+    # unknown fields are dropped) was judged as an empty answer; now it is dead-lettered with
+    # the reason. An answer that really is empty is sent as "".
+    output: str
     validation: Validation | None = None
     usage: ModelUsage | None = None
 

@@ -9,7 +9,14 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defaults of the judges' own settings are theirs: written there once, read here.
@@ -199,7 +206,10 @@ class OperationSettings(BaseModel):
 class KafkaSettings(BaseModel):
     """The broker: where it is, how to connect, the topics and the consumer group."""
 
-    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers.")
+    kafka_bootstrap: str = Field(
+        "127.0.0.1:9092",
+        description="Kafka bootstrap servers: host:port, several separated by commas.",
+    )
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT",
         description="How every Kafka client connects: PLAINTEXT, SSL, SASL_PLAINTEXT or "
@@ -229,6 +239,27 @@ class KafkaSettings(BaseModel):
         description="Producer request size limit; the broker's message.max.bytes (Kafka's "
         "default here), so that any record the broker accepted can be dead-lettered whole.",
     )
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        # Kafka's bootstrap.servers form; the port is required (as Java clients require it)
+        # rather than defaulted: a bare host was reported as an unreachable broker
+        for server in value.split(","):
+            host, colon, port = server.strip().rpartition(":")
+            bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
+            if (
+                not colon
+                or not host
+                or bare_ipv6
+                or not port.isdigit()
+                or not 0 < int(port) < 65536
+            ):
+                raise ValueError(
+                    f"{server.strip()!r} is not host:port (e.g. localhost:9092, [::1]:9092; "
+                    "several separated by commas)"
+                )
+        return value
 
 
 class RedisSettings(BaseModel):
@@ -309,10 +340,13 @@ class JudgeSettings(BaseModel):
         le=1,
         description="Weight w of the rule score: overall = w*rule + (1-w)*llm.",
     )
-    llm_judge_enabled: bool = Field(
-        False,
-        description="Judge closed requests with an LLM. Unset: on as soon as a judge endpoint "
-        "is configured (TRACEJUDGE_LLM_BASE_URL or TRACEJUDGE_LLM_API_KEY set), off otherwise.",
+    # None only until `Settings` reads it: its validator derives the default from the
+    # endpoint settings, so the documented default is "unset", never a false `false`
+    llm_judge_enabled: bool | None = Field(
+        None,
+        description="Judge closed requests with an LLM: true or false. Unset: on as soon as a "
+        "judge endpoint is configured (TRACEJUDGE_LLM_BASE_URL or TRACEJUDGE_LLM_API_KEY set), "
+        "off otherwise.",
     )
     worker_judges: bool = Field(
         True,
@@ -445,6 +479,21 @@ class Settings(
         }
 
 
+def changed_settings(settings: Settings, width: int = 80) -> str:
+    """The settings that differ from their defaults, masked, each value clipped to `width`:
+    what a start logs. Every setting, masked, made a 3,000-character first line that hid the
+    few that mattered; `tracejudge status` still shows them all."""
+    parts = []
+    for name, value in settings.masked().items():
+        if getattr(settings, name) == type(settings).model_fields[name].get_default(
+            call_default_factory=True
+        ):
+            continue
+        shown = repr(value)
+        parts.append(f"{name}={shown[: width - 1] + '…' if len(shown) > width else shown}")
+    return ", ".join(parts) or "(all defaults)"
+
+
 def load_settings(config_file: str | None = None) -> Settings:
     """Environment wins over the file (dotenv syntax), which wins over defaults. An unknown
     TRACEJUDGE_ variable or file key, or a bad value, is a SettingsError naming it."""
@@ -517,6 +566,7 @@ def describe_settings() -> str:
             if isinstance(info.default, SecretStr)
             else (info.default)
         )
-        shown = "(secret)" if name.endswith("api_key") else repr(default)
+        shown = repr(default) if default is not None else "unset"
+        shown = "(secret)" if name.endswith("api_key") else shown
         lines.append(f"  TRACEJUDGE_{name.upper():<28} {info.description} Default: {shown}")
     return "\n".join(lines)

@@ -31,10 +31,9 @@ def test_tool_call_round_trip_and_derived_event_id() -> None:
     )
     assert isinstance(event, ToolCall)
     assert event.resolved_event_id() == "r1:tool_call:3"
-    assert parse_event({"type": "final_response", "request_id": "r1"}).resolved_event_id() == (
-        "r1:final_response:-"
-    )
-    given = parse_event({"type": "final_response", "request_id": "r1", "event_id": "e9"})
+    final = {"type": "final_response", "request_id": "r1", "output": ""}
+    assert parse_event(final).resolved_event_id() == "r1:final_response:-"
+    given = parse_event({**final, "event_id": "e9"})
     assert given.resolved_event_id() == "e9"
 
 
@@ -119,6 +118,12 @@ def test_long_texts_are_clipped_and_flagged() -> None:
             "confidence",
         ),
         (b'{"type": "final_response", "request_id": ""}', "invalid_fields", "request_id"),
+        # an answer sent under another name is refused, not judged as an empty answer
+        (
+            b'{"type": "final_response", "request_id": "r", "text": "done"}',
+            "invalid_fields",
+            "output: Field required",
+        ),
         (
             b'{"type": "final_response", "request_id": "r", "validation": {"verdict": "maybe"}}',
             "invalid_fields",
@@ -134,9 +139,9 @@ def test_bad_input_says_why(raw: bytes, code: str, mentions: str) -> None:
 
 
 def test_request_id_length_limit() -> None:
-    parse_event({"type": "final_response", "request_id": "r" * 256})
+    parse_event({"type": "final_response", "request_id": "r" * 256, "output": ""})
     with pytest.raises(InvalidEvent):
-        parse_event({"type": "final_response", "request_id": "r" * 257})
+        parse_event({"type": "final_response", "request_id": "r" * 257, "output": ""})
 
 
 @pytest.mark.parametrize(

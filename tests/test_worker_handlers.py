@@ -124,6 +124,8 @@ async def test_the_same_request_judged_twice_keeps_its_evaluation_id() -> None:
         ({"request_id": RID}, "missing_type"),
         ({"type": "nope", "request_id": RID}, "unknown_type"),
         ({"type": "tool_call", "request_id": RID, "step_index": "1"}, "invalid_fields"),
+        # the answer under another name: dead-lettered, not judged as an empty answer
+        ({"type": "final_response", "request_id": RID, "text": "done"}, "invalid_fields"),
     ],
 )
 async def test_bad_input_is_dead_lettered_whole_and_the_worker_goes_on(

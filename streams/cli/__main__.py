@@ -2,6 +2,6 @@
 
 import sys
 
-from tracejudge.streams.cli.main import main
+from tracejudge.streams.cli.entry import main
 
 sys.exit(main())

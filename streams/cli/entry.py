@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 
 USAGE_OR_CONFIGURATION = 2
+# not on a package index: installed from a clone (or a git URL) with the extra
+WORKER_EXTRA = "pip install '/path/to/tracejudge[worker]' (the worker extra)"
 # top-level modules of the `worker` extra (pyproject.toml): missing one means the extra is
 WORKER_MODULES = frozenset(
     {
@@ -45,6 +47,6 @@ def main() -> int:
             raise
         sys.stderr.write(
             f"tracejudge: the command needs the worker's dependencies ({exc.name} is not "
-            "installed): pip install 'tracejudge[worker]'\n"
+            f"installed): {WORKER_EXTRA}\n"
         )
         return USAGE_OR_CONFIGURATION

@@ -9,8 +9,10 @@ import contextlib
 import json
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -18,16 +20,14 @@ from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError, DependencyUnreachable
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.cli import exits
-from tracejudge.streams.logs import setup_logging
-from tracejudge.streams.settings import (
-    JudgeSettings,
-    KafkaSettings,
-    RedisSettings,
-    RuleSettings,
-    Settings,
-    SettingsError,
-    load_settings,
-)
+from tracejudge.streams.cli.entry import WORKER_EXTRA
+
+# The parser (--help, --version, usage errors) needs nothing of the worker extra: the settings
+# and logging modules, which do, are imported once a command runs, so that the client-only
+# install (`pip install tracejudge`) gets help and a one-line "install the extra", not a
+# traceback (streams/cli/entry.py).
+if TYPE_CHECKING:
+    from tracejudge.streams.settings import Settings
 
 TAIL_KINDS = (
     names.EVALUATIONS,
@@ -40,6 +40,7 @@ TAIL_KINDS = (
 
 
 KAFKA_COMMANDS = ("publish", "tail", "status", "otel", "show", "ui")
+TOPIC_POLL_S = 2.0  # `tail --wait`: how often the topic's existence is asked
 
 
 def _names(*fields: str) -> list[str]:
@@ -51,31 +52,46 @@ def _group(group: type[BaseModel]) -> list[str]:
 
 
 OUTPUT_SETTINGS = ("log_level", "log_format")
-# the settings each command reads (the worker reads them all)
-COMMAND_SETTINGS: dict[str, list[str]] = {
-    "worker": _names(*Settings.model_fields),
-    "judge": _group(KafkaSettings)
-    + _group(RedisSettings)
-    + _group(JudgeSettings)
-    + _names("web_host", "web_port", "stop_timeout_s", *OUTPUT_SETTINGS),
-    "topics": _group(KafkaSettings),
-    "otel": _group(KafkaSettings)
-    + _names(*(f for f in Settings.model_fields if f.startswith("otel_")), *OUTPUT_SETTINGS),
-    "demo": _names("kafka_bootstrap", "redis_url"),
-    "show": _group(KafkaSettings) + _names("redis_url"),
-    "ui": _group(KafkaSettings)
-    + _names("redis_url", *(f for f in Settings.model_fields if f.startswith("ui_"))),
-    "tail": _group(KafkaSettings),
-    "status": _group(KafkaSettings) + _names("status_workers", "web_port"),
-    "replay": _group(RuleSettings) + _group(JudgeSettings) + _group(KafkaSettings),
-    "publish": _group(KafkaSettings) + _names("max_event_bytes"),
-    "schema": [],
-}
+
+
+def command_settings() -> dict[str, list[str]]:
+    """The settings each command reads (the worker reads them all)."""
+    from tracejudge.streams.settings import (
+        JudgeSettings,
+        KafkaSettings,
+        RedisSettings,
+        RuleSettings,
+        Settings,
+    )
+
+    return {
+        "worker": _names(*Settings.model_fields),
+        "judge": _group(KafkaSettings)
+        + _group(RedisSettings)
+        + _group(JudgeSettings)
+        + _names("web_host", "web_port", "stop_timeout_s", *OUTPUT_SETTINGS),
+        "topics": _group(KafkaSettings),
+        "otel": _group(KafkaSettings)
+        + _names(*(f for f in Settings.model_fields if f.startswith("otel_")), *OUTPUT_SETTINGS),
+        "demo": _names("kafka_bootstrap", "redis_url") + _group(JudgeSettings),
+        "show": _group(KafkaSettings) + _names("redis_url"),
+        "ui": _group(KafkaSettings)
+        + _names("redis_url", *(f for f in Settings.model_fields if f.startswith("ui_"))),
+        "tail": _group(KafkaSettings),
+        "status": _group(KafkaSettings) + _names("status_workers", "web_port"),
+        "replay": _group(RuleSettings) + _group(JudgeSettings) + _group(KafkaSettings),
+        "publish": _group(KafkaSettings) + _names("max_event_bytes"),
+        "schema": [],
+    }
 
 
 def _epilog(command: str) -> str:
-    names = COMMAND_SETTINGS[command]
     lines = []
+    try:
+        names = command_settings()[command]
+    except ModuleNotFoundError:  # the client-only install: no settings to list, and no command
+        names = []
+        lines.append(f"needs the worker's dependencies: {WORKER_EXTRA}")
     if names:
         lines.append("settings (environment, or KEY=VALUE lines in --config FILE):")
         lines += textwrap.wrap(", ".join(names), 96, initial_indent="  ", subsequent_indent="  ")
@@ -99,7 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--config", metavar="FILE", default=argparse.SUPPRESS, help="settings file (dotenv syntax)"
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # not `required=True`: argparse would then print only "the following arguments are
+    # required: COMMAND", and a newcomer typing `tracejudge` wants the list of commands
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, text: str, config: bool = True) -> argparse.ArgumentParser:
         return sub.add_parser(
@@ -149,6 +167,11 @@ def _readers(command: Command) -> None:
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest event")
     tail.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N events")
     tail.add_argument(
+        "--wait",
+        action="store_true",
+        help="if the topic does not exist yet, wait for it (default: say so and exit 1)",
+    )
+    tail.add_argument(
         "--idle-exit",
         type=float,
         default=None,
@@ -169,6 +192,12 @@ def _readers(command: Command) -> None:
     publish = command("publish", "send contract events from a JSONL file ('-': stdin)")
     publish.add_argument("file", metavar="FILE")
     publish.add_argument("--topic", default=None, help="topic (default: <prefix>events)")
+    publish.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="send the lines that are valid events and name the others (default: any invalid "
+        "line and nothing is sent, exit 1)",
+    )
 
 
 def _offline(command: Command) -> None:
@@ -197,20 +226,25 @@ def _offline(command: Command) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        settings = load_settings(args.config)
-    except SettingsError as exc:
-        for problem in exc.problems:
-            print(f"tracejudge: bad configuration: {problem}", file=sys.stderr)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        # a usage error, as argparse treats a missing argument (exit 2), with the whole help
+        # (every command) on stderr rather than one line naming COMMAND
+        parser.print_help(sys.stderr)
         return exits.USAGE_OR_CONFIGURATION
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"tracejudge: bad configuration: {exc}", file=sys.stderr)
+    settings = _settings(args.config)
+    if settings is None:
         return exits.USAGE_OR_CONFIGURATION
-    setup_logging(settings.log_level, settings.log_format)
     try:
         if args.command == "ui":  # its options, and its exposure, before any connection
             settings = _ui_settings(settings, args)
+        taken = _taken_port(settings, args.command)
+        if taken is not None:  # before Kafka is reached: one line, not a server's traceback
+            print(f"tracejudge: {taken}", file=sys.stderr)
+            return exits.USAGE_OR_CONFIGURATION
+        if args.command == "publish":  # the file is checked before the broker is
+            return _publish(settings, args.file, args.topic, args.skip_invalid)
         if args.command in KAFKA_COMMANDS or getattr(args, "from_topic", False):
             # one clear line for an unreachable, untrusted or credential-refusing broker
             from tracejudge.streams.kafka.security import check_connection
@@ -258,8 +292,6 @@ def main(argv: list[str] | None = None) -> int:
             return run_replay(settings, args)
         if args.command == "status":
             return _status(settings, args.worker, args.json)
-        if args.command == "publish":
-            return _publish(settings, args.file, args.topic)
         if args.command == "schema":
             return _schema(args.out)
     except DependencyUnreachable as exc:
@@ -271,6 +303,24 @@ def main(argv: list[str] | None = None) -> int:
     return exits.USAGE_OR_CONFIGURATION
 
 
+def _settings(config: str | None) -> Settings | None:
+    """The settings, logging set up by them; None once each problem is a line on stderr."""
+    from tracejudge.streams.logs import setup_logging
+    from tracejudge.streams.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(config)
+    except SettingsError as exc:
+        for problem in exc.problems:
+            print(f"tracejudge: bad configuration: {problem}", file=sys.stderr)
+        return None
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"tracejudge: bad configuration: {exc}", file=sys.stderr)
+        return None
+    setup_logging(settings.log_level, settings.log_format)
+    return settings
+
+
 def _ui_settings(settings: Settings, args: argparse.Namespace) -> Settings:
     from tracejudge.streams.ui.server import check_exposure
 
@@ -280,17 +330,39 @@ def _ui_settings(settings: Settings, args: argparse.Namespace) -> Settings:
     return chosen
 
 
+def _taken_port(settings: Settings, command: str) -> str | None:
+    """The first port the command would listen on that it cannot, as one line."""
+    from tracejudge.streams.cli.ports import Listener, try_listen
+
+    web = Listener(settings.web_host, settings.web_port, "TRACEJUDGE_WEB_PORT")
+    listeners = {
+        "worker": [web],
+        "judge": [web],
+        "ui": [Listener(settings.ui_host, settings.ui_port, "TRACEJUDGE_UI_PORT", "--port")],
+        "otel": [
+            Listener(settings.otel_host, settings.otel_grpc_port, "TRACEJUDGE_OTEL_GRPC_PORT"),
+            Listener(settings.otel_host, settings.otel_http_port, "TRACEJUDGE_OTEL_HTTP_PORT"),
+        ],
+    }
+    for listener in listeners.get(command, []):
+        problem = try_listen(listener)
+        if problem is not None:
+            return problem
+    return None
+
+
 def _show(settings: Settings, request_id: str, as_json: bool) -> int:
     from tracejudge.streams.show import fetch, render
 
-    evaluation, timeline = asyncio.run(fetch(settings, request_id))
-    if evaluation is None:
+    found = asyncio.run(fetch(settings, request_id))
+    if found.evaluation is None:
         print(f"tracejudge: no evaluation of {request_id} found", file=sys.stderr)
         return exits.FAILED
     if as_json:
-        print(json.dumps({"evaluation": evaluation, "timeline": timeline}, indent=2))
+        shown = {"evaluation": found.evaluation, "timeline": found.timeline}
+        print(json.dumps({**shown, "no_timeline": found.no_timeline}, indent=2))
     else:
-        sys.stdout.write(render(evaluation, timeline))
+        sys.stdout.write(render(found.evaluation, found.timeline, found.no_timeline))
     return 0
 
 
@@ -300,14 +372,43 @@ def _worker(settings: Settings) -> int:
     return run_worker(settings)
 
 
+async def _topic_exists(settings: Settings, topic: str) -> bool:
+    from tracejudge.streams.kafka.admin import partition_counts
+
+    return topic in await partition_counts(settings)
+
+
+def _no_topic(settings: Settings, topic: str) -> str:
+    return (
+        f"topic {topic} does not exist at {settings.kafka_bootstrap} (a worker creates the "
+        "topics at start, `tracejudge topics` without one; is TRACEJUDGE_TOPIC_PREFIX right?)"
+    )
+
+
 async def _tail(settings: Settings, args: argparse.Namespace) -> int:
     from tracejudge.streams.cli.render import render
     from tracejudge.streams.kafka.io import read_topic
 
+    topic = settings.topic(args.kind)
+    where = f"{topic} at {settings.kafka_bootstrap}"
+    if not await _topic_exists(settings, topic):
+        if not args.wait:
+            print(f"tracejudge: {_no_topic(settings, topic)}; --wait waits for it", file=sys.stderr)
+            return exits.FAILED
+        print(f"tracejudge: waiting for topic {where} to exist; Ctrl-C to stop", file=sys.stderr)
+        # bounded by --idle-exit when given; otherwise until the topic exists or Ctrl-C
+        started = time.monotonic()
+        while not await _topic_exists(settings, topic):
+            if args.idle_exit is not None and time.monotonic() - started > args.idle_exit:
+                return exits.FAILED
+            await asyncio.sleep(TOPIC_POLL_S)
+    # on stderr: the hint never mixes with the events a script reads from stdout
+    what = "every event from the oldest" if args.from_beginning else f"new {args.kind}"
+    print(f"tracejudge: printing {what} on {where}; Ctrl-C to stop", file=sys.stderr, flush=True)
     count = 0
     async for record in read_topic(
         settings,
-        settings.topic(args.kind),
+        topic,
         from_beginning=args.from_beginning,
         idle_timeout_s=args.idle_exit,
     ):
@@ -347,8 +448,10 @@ def _status(settings: Settings, workers: list[str] | None, as_json: bool) -> int
     return exits.OK if all(w.code == 200 for w in status.workers) else exits.NOT_READY
 
 
-def _publish(settings: Settings, file: str, topic: str | None) -> int:
+def _publish(settings: Settings, file: str, topic: str | None, skip_invalid: bool) -> int:
+    from tracejudge.streams.cli.publish import check_lines, line_ranges, report
     from tracejudge.streams.kafka.io import publish_lines
+    from tracejudge.streams.kafka.security import check_connection
 
     target = topic or settings.topic(names.EVENTS)
     if file == "-":
@@ -358,10 +461,31 @@ def _publish(settings: Settings, file: str, topic: str | None) -> int:
             lines = Path(file).read_bytes().splitlines()
         except OSError as exc:
             print(f"tracejudge: cannot read {file}: {exc.strerror}", file=sys.stderr)
-            return 1
-    report = asyncio.run(publish_lines(settings, target, lines))
-    print(f"sent {report.sent} events to {report.topic} ({report.skipped} blank lines skipped)")
-    return 0
+            return exits.FAILED
+    checked = check_lines(lines, settings.max_event_bytes)
+    for text in report(sorted(checked.warnings + checked.bad, key=lambda p: p.line)):
+        print(text, file=sys.stderr)
+    if checked.bad and not skip_invalid:
+        print(
+            f"tracejudge: {len(checked.bad)} of {len(checked.bad) + len(checked.good)} lines "
+            "are not valid events: nothing sent (--skip-invalid sends the valid ones)",
+            file=sys.stderr,
+        )
+        return exits.FAILED
+    asyncio.run(check_connection(settings))
+    if not asyncio.run(_topic_exists(settings, target)):
+        # else aiokafka logs an error line ten times a second for a minute, then a traceback
+        print(f"tracejudge: {_no_topic(settings, target)}", file=sys.stderr)
+        return exits.FAILED
+    sent = asyncio.run(publish_lines(settings, target, checked.good))
+    print(f"sent {sent.sent} events to {sent.topic} ({checked.blank} blank lines skipped)")
+    if checked.bad:
+        numbers = [p.line for p in checked.bad]
+        print(
+            f"tracejudge: skipped {len(numbers)} invalid lines: {line_ranges(numbers)}",
+            file=sys.stderr,
+        )
+    return exits.OK
 
 
 def _schema(out: Path | None) -> int:

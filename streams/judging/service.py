@@ -32,7 +32,7 @@ from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.metrics import CONTENT_TYPE, Metrics
 from tracejudge.streams.otel.evaluations import evaluation_exporter
 from tracejudge.streams.outputs import Headers, RedisSink, VerdictPublisher, redis_client
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.settings import Settings, changed_settings
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def run_judge(settings: Settings) -> int:
     if not settings.llm_judge_enabled:
         log.error("the LLM judge is off: set TRACEJUDGE_LLM_BASE_URL (or _API_KEY)")
         return 2
-    log.info("settings: %s", settings.masked())
+    log.info("settings other than the defaults: %s", changed_settings(settings))
     quiet_library_logs()  # aiokafka logs every reconnect attempt while the broker is away
     asyncio.run(_serve(settings))
     return 0

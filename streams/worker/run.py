@@ -8,7 +8,7 @@ import logging
 from tracejudge.streams.kafka import internals
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.logs import quiet_library_logs, worker_logging_config
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.settings import Settings, changed_settings
 from tracejudge.streams.worker.app import create_app
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ def run_worker(settings: Settings) -> int:
     except internals.InternalsChanged as exc:
         log.error("%s", exc)
         return 2
-    log.info("settings: %s", settings.masked())
+    log.info("settings other than the defaults: %s", changed_settings(settings))
     log.info("connecting to Kafka at %s", settings.kafka_bootstrap)
     created = asyncio.run(ensure_topics(settings))
     log.info("topics ok (%d created)", len(created))

@@ -81,11 +81,13 @@ async def test_publish_then_tail_every_output(
     )
 
 
-async def test_tail_dlq_shows_the_reason(pipeline_worker: WorkerProcess, tmp_path: Path) -> None:
+async def test_tail_dlq_shows_the_reason(pipeline_worker: WorkerProcess) -> None:
     marker = uuid.uuid4().hex
-    path = tmp_path / "bad.jsonl"
-    path.write_text(f'{{"type": "tool_call", "request_id": "{marker}"}}\n')
-    assert (await asyncio.to_thread(cli, pipeline_worker, "publish", str(path))).returncode == 0
+    # sent by a producer of its own: `publish` refuses a line that is not a valid event
+    bad = {"type": "tool_call", "request_id": marker}
+    await produce_events(
+        pipeline_worker.settings.kafka_bootstrap, pipeline_worker.topic("events"), [bad]
+    )
     for _ in range(10):
         tailed = await asyncio.to_thread(
             cli, pipeline_worker, "tail", "dlq", "--from-beginning", "--idle-exit", "2"

@@ -7,12 +7,15 @@ import os
 import subprocess
 import sys
 import time
+import venv
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import redis
 
+from tests.test_client_install import closure
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
 
@@ -110,3 +113,57 @@ def test_an_agent_with_its_own_models_package_uses_the_client(
         timeout=60,
     )
     assert as_module.stdout.strip() == "tracejudge 0.1.0", as_module.stderr
+
+
+def client_only_venv(root: Path) -> Path:
+    """A fresh venv holding the wheel and only what `pip install tracejudge` (no extras) pulls
+    in: the very distributions of this environment, linked in, so that the test needs no index
+    and sees none of the worker extra (no faust, no opencc, no pydantic-settings)."""
+    venv.create(root / "venv", with_pip=False)
+    python = root / "venv" / "bin" / "python"
+    subprocess.run(
+        [*PIP, "--python", str(python), "install", "--no-deps", str(build_wheel(root / "wheel"))],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    deps = root / "deps"
+    deps.mkdir()
+    for name in closure("tracejudge") - {"tracejudge"}:
+        dist = metadata.distribution(name)
+        for top in {Path(str(f)).parts[0] for f in dist.files or []} - {".."}:
+            source = Path(str(dist.locate_file(top)))
+            if source.exists() and not (deps / top).exists():
+                (deps / top).symlink_to(source)
+    (site,) = (root / "venv" / "lib").glob("python3*/site-packages")
+    (site / "client_deps.pth").write_text(f"{deps}\n")
+    return python
+
+
+def test_the_client_only_install_has_a_working_command(tmp_path: Path) -> None:
+    python = client_only_venv(tmp_path)
+    command = str(python.parent / "tracejudge")
+    missing = subprocess.run(
+        [str(python), "-c", "import faust"], capture_output=True, timeout=60, check=False
+    )
+    assert missing.returncode != 0, "the client-only venv must not see the worker extra"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            args, capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path
+        )
+
+    for args in ([command, "--version"], [str(python), "-m", "tracejudge", "--version"]):
+        done = run(*args)
+        assert (done.returncode, done.stdout.strip()) == (0, "tracejudge 0.1.0"), done.stderr
+    for args in ([command, "--help"], [command, "publish", "--help"]):
+        done = run(*args)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert "usage: tracejudge" in done.stdout
+    bare = run(command)  # no command: the usage with every command, a usage error
+    assert bare.returncode == 2 and "worker" in bare.stderr and "publish" in bare.stderr
+    # a command that needs the worker extra: one line saying what to install
+    needs = run(command, "worker")
+    assert needs.returncode == 2 and "Traceback" not in needs.stderr, needs.stderr
+    assert needs.stderr.strip().count("\n") == 0
+    assert "tracejudge[worker]" in needs.stderr
