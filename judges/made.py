@@ -47,8 +47,13 @@ def encode(model: Any) -> bytes:
     return masked_json(model).encode("utf-8")
 
 
-def made_of(verdict: Verdict, timeline: list[dict[str, Any]] | None = None) -> Made:
-    evaluation = verdict.evaluation
+def made_of(
+    verdict: Verdict, timeline: list[dict[str, Any]] | None = None, not_kept: str = "off"
+) -> Made:
+    """`not_kept`: why there is no timeline when `timeline` is None (the evaluation's
+    `timeline` field says it, for `tracejudge show` and the explorer)."""
+    kept = "kept" if timeline is not None else not_kept
+    evaluation = verdict.evaluation.model_copy(update={"timeline": kept})
     summary = Summary(
         evaluation.request_id,
         evaluation.judge_status,

@@ -47,7 +47,8 @@ class Judging:
     version: str
     llm: LLMRouting | None  # None: the LLM judge is off
     # which requests keep their masked timeline beside the evaluation: "all", "flagged" (not
-    # passed, not success, or incomplete: the ones people open; and every judged one) or "off"
+    # passed, not success, or incomplete: the ones people open; and every judged one), "off",
+    # or "no_redis" (off because there is no Redis to keep them in: the evaluation says which)
     timelines: str = "off"
 
 
@@ -80,9 +81,11 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
     verdict = rules.judge(window, closing.stats, closing.norms)
     facts = WindowFacts.of(window, judging.policy.max_iterations, closing.stats)
     keep = judging.timelines
+    kept_at_all = keep in ("all", "flagged")
+    not_kept = "no_redis" if keep == "no_redis" else "off"
     llm = judging.llm
     if llm is not None and sampled(closing.request_id, llm.sample_rate):
-        timeline = timeline_of(window) if keep != "off" else None
+        timeline = timeline_of(window) if kept_at_all else None
         job = JudgeJob(
             facts=facts,
             rules=verdict,
@@ -90,6 +93,7 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
             closed_at=closing.now,
             terminal_at=closing.terminal_at,
             timeline=timeline,
+            timeline_not_kept=not_kept,
         )
         return Made(closing.request_id, job=encode(job))
     outcome = SKIPPED if llm is not None else DISABLED
@@ -99,4 +103,5 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
     # for the requests someone will look into
     flagged = not e.passed or not e.success or e.incomplete
     wanted = keep == "all" or (keep == "flagged" and flagged)
-    return made_of(verdict_made, timeline_of(window) if wanted else None)
+    why_not = "not_flagged" if keep == "flagged" else not_kept
+    return made_of(verdict_made, timeline_of(window) if wanted else None, why_not)

@@ -7,7 +7,7 @@ decides the verdicts when it is valid and is blended into the score.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -131,6 +131,7 @@ class JudgeJob(BaseModel):
     closed_at: float
     terminal_at: float | None = None  # the terminal event's broker timestamp: verdict latency
     timeline: list[dict[str, Any]] | None = None  # masked (judges/timeline.py), when kept
+    timeline_not_kept: Literal["off", "no_redis"] = "off"  # else why not (Evaluation.timeline)
 
 
 @dataclass(frozen=True)

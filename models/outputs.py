@@ -31,7 +31,11 @@ JudgeErrorCode = Literal[
 
 
 class _Output(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Readers ignore fields they do not know: a consumer on an older client must still read an
+    # evaluation from a newer worker that added a field (additive changes are not breaking).
+    # What we produce stays the schema: an ignored field is not stored, so never dumped, and
+    # the mypy plugin's init_forbid_extra (pyproject.toml) rejects one passed by name.
+    model_config = ConfigDict(extra="ignore")
 
 
 class FailedStep(_Output):
@@ -131,6 +135,13 @@ class Evaluation(_Output):
     )
     trace_id: str | None = Field(default=None, description="The request's OpenTelemetry trace.")
     span_id: str | None = Field(default=None, description="The request's OpenTelemetry span.")
+    timeline: Literal["kept", "not_flagged", "off", "no_redis"] | None = Field(
+        default=None,
+        description="Whether the worker kept the request's step timeline in Redis beside this "
+        "evaluation (kept, for the evaluation's TTL), or why not: not_flagged (passed, "
+        "succeeded, complete, with TRACEJUDGE_TIMELINES=flagged), off "
+        "(TRACEJUDGE_TIMELINES=off), no_redis (the worker had no Redis). None: not recorded.",
+    )
     ts: float
 
 
@@ -163,9 +174,19 @@ class Alert(_Output):
 
     @classmethod
     def of(
-        cls, kind: str, basis: str, severity: str, message: str, ts: float, **ids: str | None
+        cls,
+        kind: str,
+        basis: str,
+        severity: str,
+        message: str,
+        ts: float,
+        *,
+        request_id: str | None,
+        evaluation_id: str | None = None,
+        session_id: str | None = None,
     ) -> Alert:
-        """An alert whose id is derived from its kind and what it is about (`basis`)."""
+        """An alert whose id is derived from its kind and what it is about (`basis`). The ids
+        are named: a misspelt one is an error here, not a field the model would ignore."""
         return cls.model_validate(
             {
                 "alert_id": stable_id("alert", kind, basis),
@@ -173,7 +194,9 @@ class Alert(_Output):
                 "severity": severity,
                 "message": message,
                 "ts": ts,
-                **ids,
+                "request_id": request_id,
+                "evaluation_id": evaluation_id,
+                "session_id": session_id,
             }
         )
 

@@ -485,9 +485,11 @@ def changed_settings(settings: Settings, width: int = 80) -> str:
     few that mattered; `tracejudge status` still shows them all."""
     parts = []
     for name, value in settings.masked().items():
-        if getattr(settings, name) == type(settings).model_fields[name].get_default(
-            call_default_factory=True
-        ):
+        default = type(settings).model_fields[name].get_default(call_default_factory=True)
+        given = getattr(settings, name)
+        # a None default means "decided from other settings" (the judge is off when no
+        # endpoint is configured): a false value there is that decision, not a change
+        if given == default or (default is None and not given):
             continue
         shown = repr(value)
         parts.append(f"{name}={shown[: width - 1] + '…' if len(shown) > width else shown}")

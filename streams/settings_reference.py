@@ -46,7 +46,9 @@ it is stale.
 def _default(value: object) -> str:
     if isinstance(value, SecretStr):
         return "(secret)" if value.get_secret_value() else "empty"
-    if value == "" or value is None:
+    if value is None:  # derived from other settings when not given: the meaning says how
+        return "unset"
+    if value == "":
         return "empty"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"

@@ -10,10 +10,13 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-from typing import Any
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from redis.exceptions import RedisError
 
+from tracejudge.judges.redact import mask
 from tracejudge.models import names
 from tracejudge.streams.kafka.io import read_since
 from tracejudge.streams.outputs import redis_client
@@ -26,12 +29,22 @@ LOOK_BACK_S = 7 * 86400.0
 TEXT_WIDTH = 90
 
 
-async def kept(settings: Settings, request_id: str) -> tuple[dict[str, Any] | None, list[Any]]:
-    """The request's evaluation and timeline as Redis keeps them: (None, []) without Redis, or
-    when it does not answer (logged; the topic still has the evaluation)."""
+@dataclass(frozen=True)
+class Kept:
+    """What Redis holds for a request, and whether Redis could be asked at all: the facts that
+    say why a timeline is missing."""
+
+    evaluation: dict[str, Any] | None = None
+    timeline: list[Any] = field(default_factory=list)
+    redis: Literal["off", "down", "up"] = "off"  # no URL; no answer; answered
+
+
+async def look_up(settings: Settings, request_id: str) -> Kept:
+    """The request's evaluation and timeline as Redis keeps them: none without Redis, or when
+    it does not answer (logged; the topic still has the evaluation)."""
     redis = redis_client(settings.redis_url)
     if redis is None:
-        return None, []
+        return Kept()
     try:
         raw, steps = await redis.mget(
             [
@@ -39,23 +52,102 @@ async def kept(settings: Settings, request_id: str) -> tuple[dict[str, Any] | No
                 names.REDIS_TIMELINE_KEY.format(request_id=request_id),
             ]
         )
-        return (json.loads(raw) if raw else None), (json.loads(steps) if steps else [])
+        return Kept(json.loads(raw) if raw else None, json.loads(steps) if steps else [], "up")
     except (OSError, RedisError, ValueError) as exc:
         log.warning("Redis unavailable for %s: %s", request_id, exc)
-        return None, []
+        return Kept(redis="down")
     finally:
         await redis.aclose()
 
 
-async def fetch(settings: Settings, request_id: str) -> tuple[dict[str, Any] | None, list[Any]]:
-    """The request's latest evaluation and its timeline ([] when none was kept)."""
-    evaluation, timeline = await kept(settings, request_id)
+async def kept(settings: Settings, request_id: str) -> tuple[dict[str, Any] | None, list[Any]]:
+    """(evaluation, timeline) as Redis keeps them; (None, []) without Redis."""
+    found = await look_up(settings, request_id)
+    return found.evaluation, found.timeline
+
+
+def no_timeline(
+    evaluation: dict[str, Any], found: Kept, settings: Settings, now: float | None = None
+) -> str:
+    """Why a request has no timeline to show, the one reason the facts give: what the worker
+    recorded in the evaluation (`timeline`: kept, or why not), whether this reader has a
+    Redis and it answered, and the evaluation's age against its TTL."""
+    recorded = evaluation.get("timeline")
+    if recorded is None and found.evaluation is not None:
+        # a worker that did not record it, but wrote the evaluation and not the timeline to
+        # this Redis: its TRACEJUDGE_TIMELINES left this one out
+        recorded = "off" if _flagged(evaluation) else "not_flagged"
+    if recorded == "not_flagged":
+        return (
+            "not kept: the request passed, succeeded and is complete, and the worker keeps "
+            "the timelines of flagged requests only (TRACEJUDGE_TIMELINES=flagged; =all keeps "
+            "every one)"
+        )
+    if recorded == "off":
+        return "not kept: the worker that judged it has TRACEJUDGE_TIMELINES=off"
+    if recorded == "no_redis":
+        return (
+            "not kept: the worker that judged it had no Redis (TRACEJUDGE_REDIS_URL), where "
+            "timelines are kept"
+        )
+    if found.redis == "off":
+        return (
+            "not looked up: TRACEJUDGE_REDIS_URL is empty here, and timelines are kept in the "
+            "worker's Redis"
+        )
+    if found.redis == "down":
+        return f"not looked up: the Redis at {mask(settings.redis_url)} does not answer"
+    age = (now if now is not None else time.time()) - float(evaluation.get("ts") or 0)
+    if age > settings.evaluation_ttl_s:
+        return (
+            f"expired: judged {_duration(age)} ago, and timelines are kept for "
+            f"TRACEJUDGE_EVALUATION_TTL_S={settings.evaluation_ttl_s}s"
+        )
+    return (
+        f"not in the Redis at {mask(settings.redis_url)}: the worker that judged it keeps its "
+        "verdicts and timelines in another one"
+    )
+
+
+def _flagged(e: dict[str, Any]) -> bool:
+    # as judges/making.py decides which timelines TRACEJUDGE_TIMELINES=flagged keeps
+    return (
+        not e.get("passed")
+        or not e.get("success")
+        or bool(e.get("incomplete"))
+        or e.get("judge_status") == "ok"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.0f} minutes"
+
+
+@dataclass(frozen=True)
+class Found:
+    evaluation: dict[str, Any] | None
+    timeline: list[Any]
+    no_timeline: str | None  # why there is no timeline (None: there is one)
+
+
+async def fetch(settings: Settings, request_id: str) -> Found:
+    """The request's latest evaluation, its timeline ([] when none was kept) and, without one,
+    why."""
+    found = await look_up(settings, request_id)
+    evaluation = found.evaluation
     if evaluation is None:
         records = await read_since(settings, settings.topic(names.EVALUATIONS), LOOK_BACK_S)
         for key, value in records:  # the last one wins, as in Redis
             if key == request_id.encode():
                 evaluation = json.loads(value)
-    return evaluation, timeline
+    reason = None
+    if evaluation is not None and not found.timeline:
+        reason = no_timeline(evaluation, found, settings)
+    return Found(evaluation, found.timeline, reason)
 
 
 def _clock(ts: float | None) -> str:
@@ -69,7 +161,10 @@ def _short(text: Any) -> str:
     return flat if len(flat) <= TEXT_WIDTH else flat[: TEXT_WIDTH - 1] + "…"
 
 
-def render(evaluation: dict[str, Any], timeline: list[dict[str, Any]]) -> str:
+def render(
+    evaluation: dict[str, Any], timeline: list[dict[str, Any]], no_timeline: str | None = None
+) -> str:
+    """`no_timeline`: why there is none, when there is none."""
     e = evaluation
     lines = [
         f"request {e['request_id']}  agent {e.get('agent_name') or '-'}  "
@@ -100,17 +195,14 @@ def render(evaluation: dict[str, Any], timeline: list[dict[str, Any]]) -> str:
             f"usage: {usage['model_calls']} model calls, {usage['input_tokens']} in / "
             f"{usage['output_tokens']} out tokens{cost}"
         )
-    lines.append(_timeline(timeline, locate(e, timeline)))
+    lines.append(_timeline(timeline, locate(e, timeline), no_timeline))
     return "\n".join(lines) + "\n"
 
 
-def _timeline(timeline: list[dict[str, Any]], marks: Marks) -> str:
+def _timeline(timeline: list[dict[str, Any]], marks: Marks, no_timeline: str | None) -> str:
     """The steps in order, each with the findings it concerns (as the explorer marks them)."""
     if not timeline:
-        return (
-            "timeline: not kept (no Redis; a passed request, with TRACEJUDGE_TIMELINES=flagged; "
-            "TRACEJUDGE_TIMELINES=off; or past its TTL)"
-        )
+        return f"timeline: {no_timeline or 'none'}"
     start = next((t["ts"] for t in timeline if "ts" in t), None)
     rows = [f"timeline ({len(timeline)} events, texts clipped and masked):"]
     if marks.request_wide:

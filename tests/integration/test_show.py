@@ -67,7 +67,11 @@ def test_show_puts_the_verdict_next_to_the_masked_steps(pipeline_worker: WorkerP
 
     without_redis = show(pipeline_worker, rid, redis=False)
     assert without_redis.returncode == 0, without_redis.stderr
-    assert "success False" in without_redis.stdout and "timeline: not kept" in without_redis.stdout
+    # the one reason that holds: this command has no Redis (the worker kept the timeline)
+    assert "success False" in without_redis.stdout
+    assert "timeline: not looked up: TRACEJUDGE_REDIS_URL is empty here" in without_redis.stdout
+    assert "TIMELINES" not in without_redis.stdout and "TTL" not in without_redis.stdout
+    assert found["evaluation"]["timeline"] == "kept" and found["no_timeline"] is None
 
     missing = show(pipeline_worker, f"never-{uuid.uuid4().hex[:6]}")
     assert missing.returncode == 1 and "no evaluation" in missing.stderr
