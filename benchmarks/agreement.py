@@ -1,4 +1,5 @@
-"""How the verdicts agree with ground truth, on every labelled set under ../shared/data.
+"""How the verdicts agree with ground truth, on every labelled set under ../shared/data
+(benchmarks/data.py; `--data` for another folder of sets).
 
     python -m benchmarks.agreement [--data DIR] [--set NAME] [--max-trace-steps N]
 
@@ -23,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.data import SHARED_DATA, require
 from tracejudge.judges.agreement import auc, label_ok
 from tracejudge.models.events import STEP_TYPES, parse_event
 from tracejudge.models.window import Window, assemble_window
 from tracejudge.streams.replay.engine import lines_of, replay
 from tracejudge.streams.settings import Settings
 
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 # Done-when bars of issue 27, printed beside the figures
 OK_ALERTED_MAX = 0.15
 OK_REFLECTED_MAX = 0.10
@@ -171,10 +172,11 @@ def labelled_sets(root: Path) -> list[Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data", type=Path, default=DATA, help="folder of labelled sets")
+    parser.add_argument("--data", type=Path, default=SHARED_DATA, help="folder of labelled sets")
     parser.add_argument("--set", action="append", help="only these sets (folder names)")
     parser.add_argument("--max-trace-steps", type=int, default=None)
     args = parser.parse_args()
+    require(args.data, "pass --data tests/data for the 40-run subset")
     logging.getLogger("tracejudge.streams.worker").setLevel(logging.WARNING)
     overrides: dict[str, Any] = {"llm_judge_enabled": False, "redis_url": ""}
     if args.max_trace_steps is not None:

@@ -21,7 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from tests.conftest import SHARED_DATA
+from benchmarks.data import TAU_AIRLINE, require
 from tests.integration.harness import (
     WorkerProcess,
     key_value_lines,
@@ -187,6 +187,6 @@ async def main(events: Path) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--events", type=Path, default=SHARED_DATA / "events.jsonl")
+    parser.add_argument("--events", type=Path, default=TAU_AIRLINE / "events.jsonl")
     args = parser.parse_args()
-    asyncio.run(main(args.events))
+    asyncio.run(main(require(args.events, "pass --events tests/data/tau_airline/events.jsonl")))

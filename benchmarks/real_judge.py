@@ -1,7 +1,7 @@
 """The LLM judge with a real (tiny) model: llama.cpp's server with SmolLM2-135M-Instruct
 (tests/llm_server.py) on tau-bench runs; seconds per verdict and agreement with the labels.
 
-    python -m benchmarks.real_judge [--runs 20] [--mode json_schema|tools]
+    python -m benchmarks.real_judge [--runs 20] [--mode json_schema|tools] [--data DIR]
 
 A 135M model is not the judge anyone would deploy: this measures the path (request, server,
 parsing, timing on this machine), and reports its agreement honestly.
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from benchmarks.agreement import windows
-from tests.conftest import SHARED_DATA
+from benchmarks.data import TAU_AIRLINE, require
 from tests.llm_server import MODEL_ALIAS, start_llm_server
 from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
@@ -28,9 +28,9 @@ from tracejudge.prompts import final_judge_prompt
 MAX_INPUT_CHARS = 6000
 
 
-async def main(runs: int, mode: str) -> None:
-    labels = json.loads((SHARED_DATA / "labels.json").read_text())
-    chosen = list(windows(SHARED_DATA / "events.jsonl").items())[:runs]
+async def main(runs: int, mode: str, data: Path) -> None:
+    labels = json.loads((data / "labels.json").read_text())
+    chosen = list(windows(data / "events.jsonl").items())[:runs]
     server = start_llm_server(Path(tempfile.mkdtemp(prefix="tracejudge-llm-")) / "server.log")
     config = LLMConfig(
         base_url=server.address,
@@ -77,5 +77,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--mode", default="json_schema", choices=["json_schema", "tools"])
+    parser.add_argument(
+        "--data", type=Path, default=TAU_AIRLINE, help="a folder with events.jsonl, labels.json"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.mode))
+    data = require(args.data, "pass --data tests/data/tau_airline for the 40-run subset")
+    asyncio.run(main(args.runs, args.mode, data))

@@ -13,6 +13,9 @@ function spans are tool calls (failed when the span has an error), handoffs are 
 steps, and the trace's end is the final response (the last model output). The goal is the
 user's first message, read from the first model call's input: the SDK leaves inputs out of its
 spans when `trace_include_sensitive_data` is off, and the goal is then the trace's name.
+The agent's name is the outermost agent span's (the agent `Runner.run` was given), or the
+trace's workflow name when the caller set one; never the SDK's default "Agent workflow", which
+every run without a `RunConfig(workflow_name=...)` has.
 Callbacks hand events to the tracer's buffer and return; nothing here raises into the agent.
 """
 
@@ -24,7 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agents import RunConfig
 from agents.tracing import (
+    AgentSpanData,
     FunctionSpanData,
     GenerationSpanData,
     HandoffSpanData,
@@ -41,10 +46,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tracejudge.client")
 
+# the trace name of every run whose caller named no workflow: it names no agent
+DEFAULT_WORKFLOW_NAME: str = RunConfig().workflow_name
+
 
 @dataclass
 class _Request:
     name: str
+    agent: str | None = None  # the outermost agent span's name
     recorder: Recorder | None = None
     last_output: str = ""
     errors: list[str] = field(default_factory=list)
@@ -84,7 +93,15 @@ class TracejudgeProcessor(TracingProcessor):
             log.exception("tracejudge: could not record the end of trace %s", trace.trace_id)
 
     def on_span_start(self, span: Span[Any]) -> None:
-        return None
+        # the agent span starts before its model calls, where the recorder is made; the first
+        # to start is the outermost (a handoff's agent span comes later and keeps the name)
+        data = span.span_data
+        if not isinstance(data, AgentSpanData) or not data.name:
+            return
+        with self._lock:
+            request = self._requests.get(span.trace_id)
+            if request is not None and request.agent is None:
+                request.agent = data.name
 
     def on_span_end(self, span: Span[Any]) -> None:
         try:
@@ -139,11 +156,16 @@ class TracejudgeProcessor(TracingProcessor):
             request.recorder = self.tracer.request(
                 goal or request.name,
                 request_id=f"oai-{trace_id}",
-                agent_name=self.agent_name or request.name,
+                agent_name=self.agent_name or request.agent or _workflow(request.name),
                 agent_version=self.agent_version,
             )
             self.last_request_id = request.recorder.request_id
         return request.recorder
+
+
+def _workflow(name: str) -> str | None:
+    """The trace's name when the caller chose it."""
+    return None if not name or name == DEFAULT_WORKFLOW_NAME else name
 
 
 def _error(span: Span[Any]) -> str | None:

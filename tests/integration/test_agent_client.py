@@ -15,13 +15,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import murmur2
 
-from tests.integration.harness import WorkerProcess, consume
+from tests.integration.harness import WorkerProcess, consume, produce
 from tests.realservices import start_kafka
+from tests.test_contract_files import with_newer_fields
 from tracejudge.client import AsyncTracer, Tracer
 from tracejudge.client.events import model_usage
+from tracejudge.models.names import REDIS_CONTROL_KEY, REDIS_EVALUATION_KEY
+from tracejudge.models.outputs import EarlyStopDecision
 
 pytestmark = pytest.mark.integration
 
@@ -202,3 +206,43 @@ def test_model_calls_are_summed_in_the_evaluation_and_counted_per_agent(
     text = httpx.get(url, timeout=5).text
     assert f'tracejudge_model_tokens_total{{agent="{agent}",kind="input"}} 1900.0' in text
     assert f'tracejudge_model_calls_total{{agent="{agent}"}} 2.0' in text
+
+
+async def test_a_client_reads_verdicts_from_a_newer_worker_with_added_fields(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    # a consumer on an older client must not lose verdicts when the worker adds a field:
+    # from Redis, from the topic (where one it cannot read is skipped) and the early stop
+    s = pipeline_worker.settings
+    async with AsyncTracer(s.kafka_bootstrap, topic_prefix=s.topic_prefix) as tracer:
+        async with tracer.traced("refund order 3") as req:
+            req.tool_call("refund", args={"id": 3}, success=True)
+            req.final("Refunded order 3: 23 EUR back to the card.")
+        assert await tracer.flush(10)
+        assert await tracer.wait_for_evaluation(req.request_id, timeout=30) is not None
+        redis = aioredis.from_url(s.redis_url)
+        try:
+            raw = await redis.get(REDIS_EVALUATION_KEY.format(request_id=req.request_id))
+            assert raw is not None
+            newer_rid = f"newer-{uuid.uuid4().hex[:6]}"
+            published = {**json.loads(raw), "request_id": newer_rid}
+            newer = json.dumps(with_newer_fields(published)).encode()
+            await produce(s.kafka_bootstrap, pipeline_worker.topic("evaluations"), [(None, newer)])
+            from_topic = await tracer.wait_for_evaluation(newer_rid, timeout=30)
+            await redis.set(REDIS_EVALUATION_KEY.format(request_id=newer_rid), newer)
+            decision = EarlyStopDecision(
+                decision_id="d", request_id=newer_rid, iteration=2, action="stop",
+                reason="conclusion", evidence="CONCLUSION: done", ts=1.0,
+            ).model_dump(mode="json")  # fmt: skip
+            await redis.set(
+                REDIS_CONTROL_KEY.format(request_id=newer_rid),
+                json.dumps(with_newer_fields(decision)),
+            )
+        finally:
+            await redis.aclose()
+    assert from_topic is not None and from_topic.model_dump(mode="json") == published
+    with Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix) as synced:
+        from_redis = synced.wait_for_evaluation(newer_rid, timeout=10)
+        stop = synced.early_stop(newer_rid)
+    assert from_redis is not None and from_redis.model_dump(mode="json") == published
+    assert stop is not None and stop.model_dump(mode="json") == decision

@@ -29,7 +29,9 @@ async def test_kill_9_mid_replay_then_restart(
     ).start()
     messages = key_value_lines(tau_events)
     expected = {json.loads(v)["request_id"] for _, v in messages if v}
-    chunks = [messages[i : i + 250] for i in range(0, len(messages), 250)]
+    # eight chunks: killed after the fourth, the other four are sent while it is down
+    size = -(-len(messages) // 8)
+    chunks = [messages[i : i + size] for i in range(0, len(messages), size)]
     killed_at = None
     try:
         for n, chunk in enumerate(chunks):

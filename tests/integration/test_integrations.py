@@ -12,7 +12,14 @@ import uuid
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, function_tool, set_trace_processors
+from agents import (
+    Agent,
+    Runner,
+    function_tool,
+    generation_span,
+    set_trace_processors,
+    trace,
+)
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
@@ -31,7 +38,10 @@ from tests.integration.harness import WorkerProcess, consume, values
 from tests.realservices import ROOT
 from tracejudge.client import Tracer
 from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
-from tracejudge.client.integrations.openai_agents import TracejudgeProcessor
+from tracejudge.client.integrations.openai_agents import (
+    DEFAULT_WORKFLOW_NAME,
+    TracejudgeProcessor,
+)
 from tracejudge.client.integrations.otel import TracejudgeSpanProcessor
 
 pytestmark = pytest.mark.integration
@@ -220,10 +230,43 @@ async def test_an_openai_agents_sdk_run_is_judged_through_its_tracing_processor(
     assert events[0]["goal"] == "Is order 7 paid?"
     assert events[2]["tool"] == "get_order" and events[2]["success"] is True
     assert events[-1]["output"] == answer
+    # the agent's own name, not the SDK's default workflow name every run has
+    assert {e["agent_name"] for e in events} == {agent_name}
     evaluation = tracer.wait_for_evaluation(rid, timeout=30)
     tracer.close()
     assert evaluation is not None and evaluation.success and not evaluation.incomplete
+    assert evaluation.agent_name == agent_name
     assert evaluation.usage is not None and evaluation.usage.input_tokens == 360
+
+
+async def test_an_openai_agents_sdk_trace_without_an_agent_is_named_by_its_workflow(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    # model calls traced by hand, with no Runner and so no agent span: the trace's workflow
+    # name is the agent's when the caller chose it, and no name at all when it is the default
+    tracer = tracer_for(pipeline_worker)
+    processor = TracejudgeProcessor(tracer)
+    set_trace_processors([processor])
+    workflow = f"nightly-digest-{uuid.uuid4().hex[:6]}"
+    rids = []
+    for name in (workflow, DEFAULT_WORKFLOW_NAME):
+        with (
+            trace(name),
+            generation_span(
+                input=[{"role": "user", "content": "Summarise the night's incidents."}],
+                output=[{"role": "assistant", "content": "No incident overnight."}],
+                model="scripted-gpt",
+            ),
+        ):
+            pass
+        rids.append(processor.last_request_id)
+    assert None not in rids and len(set(rids)) == 2 and tracer.flush(10)
+    named, unnamed = [await events_of_request(pipeline_worker, str(r), 3) for r in rids]
+    tracer.close()
+    assert DEFAULT_WORKFLOW_NAME == "Agent workflow"  # the SDK's, read from its RunConfig
+    assert {e["agent_name"] for e in named} == {workflow}
+    assert {e.get("agent_name") for e in unnamed} <= {None, ""}
+    assert [e["type"] for e in unnamed] == ["task_started", "reasoning_step", "final_response"]
 
 
 @pytest.mark.parametrize("example", ["otel_agent", "langgraph_agent", "openai_agents_agent"])

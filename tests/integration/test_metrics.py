@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import SHARED_DATA
+from tests.conftest import TAU_DATA
 from tests.integration.harness import WorkerProcess, grouped, produce, worker_env
 from tracejudge.streams.kafka.io import read_since
 from tracejudge.streams.replay.engine import replay
@@ -47,7 +47,7 @@ def total(
 def tau_runs(n: int) -> list[dict[str, Any]]:
     """The first n runs, up to each run's final response (later events would be late)."""
     runs: dict[str, list[dict[str, Any]]] = {}
-    for line in (SHARED_DATA / "events.jsonl").read_text().splitlines():
+    for line in (TAU_DATA / "events.jsonl").read_text().splitlines():
         event = json.loads(line)
         rid = event["request_id"]
         if rid not in runs and len(runs) == n:

@@ -1,4 +1,5 @@
-"""Replay the 200 real tau-bench airline runs through a worker on the real broker."""
+"""Replay real tau-bench airline runs (tests/data/tau_airline) through a worker on the real
+broker."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ async def test_replay_gives_one_valid_evaluation_per_run_also_in_redis(
     ).start()
     try:
         expected = request_ids(tau_events)
-        assert len(expected) == 200
+        assert len(expected) >= 20  # the vendored subset: 40 whole runs
         await produce(kafka_bootstrap, worker.topic("events"), key_value_lines(tau_events))
         records = await consume(
             kafka_bootstrap,
@@ -46,9 +47,9 @@ async def test_replay_gives_one_valid_evaluation_per_run_also_in_redis(
     finally:
         worker.stop()
     evaluations: list[dict[str, Any]] = [json.loads(r.value) for r in records]
-    assert len(evaluations) == 200
+    assert len(evaluations) == len(expected)
     assert {e["request_id"] for e in evaluations} == expected
-    assert len({e["evaluation_id"] for e in evaluations}) == 200
+    assert len({e["evaluation_id"] for e in evaluations}) == len(expected)
     schema = json.loads((SCHEMA_DIR / "evaluation.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
     for evaluation in evaluations:
