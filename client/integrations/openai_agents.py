@@ -12,7 +12,8 @@ model calls (generation and response spans) are reasoning steps with their usage
 function spans are tool calls (failed when the span has an error), handoffs are reasoning
 steps, and the trace's end is the final response (the last model output). The goal is the
 user's first message, read from the first model call's input: the SDK leaves inputs out of its
-spans when `trace_include_sensitive_data` is off, and the goal is then the trace's name.
+spans when `trace_include_sensitive_data` is off, and the goal is then the trace's name when
+the caller chose it (empty for the SDK's default).
 The agent's name is the outermost agent span's (the agent `Runner.run` was given), or the
 trace's workflow name when the caller set one; never the SDK's default "Agent workflow", which
 every run without a `RunConfig(workflow_name=...)` has.
@@ -154,7 +155,8 @@ class TracejudgeProcessor(TracingProcessor):
         call's input."""
         if request.recorder is None:
             request.recorder = self.tracer.request(
-                goal or request.name,
+                # the SDK's default trace name says nothing of the goal: none is better
+                goal or _workflow(request.name) or "",
                 request_id=f"oai-{trace_id}",
                 agent_name=self.agent_name or request.agent or _workflow(request.name),
                 agent_version=self.agent_version,
