@@ -8,7 +8,9 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import math
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,17 +23,17 @@ from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.show import kept
+from tracejudge.streams.show import look_up, no_timeline
 from tracejudge.streams.ui.feed import feed
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
-from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore
-from tracejudge.streams.ui.trends import buckets, changes, figures
+from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore, agent_label
+from tracejudge.streams.ui.trends import Figures, bins, changes, figures
 
 log = logging.getLogger(__name__)
 
 COOKIE = "tracejudge_ui_token"
-PAGE_ROWS = 200
+PAGE_ROWS = 100  # verdicts on one page of the list; ?page=N for the older ones
 REFRESH_S = 15  # the verdicts page reloads itself when asked (no script: a meta refresh)
 SINCE = {"15m": 900, "1h": 3600, "24h": 86400, "7d": 7 * 86400}
 # pages hold no script; nothing from elsewhere, no framing
@@ -112,8 +114,26 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["pct"] = lambda rate: f"{100 * rate:.0f}%"
     env.filters["mask"] = mask  # the list's summaries, as the request page's texts
+    env.filters["score_ci"] = _score_ci
+    env.filters["rate_ci"] = _rate_ci
+    env.globals["agent_label"] = agent_label
     env.globals["version"] = PACKAGE_VERSION
     return env
+
+
+def _score_ci(f: Figures) -> str:
+    """The mean score's interval as shown: never "± 0.0" (the interval is not zero wide, or
+    there is none: one verdict, or every score the same)."""
+    if f.score_ci95 is None:
+        return "(n too small)" if f.count < 2 else f"(all {f.count} equal)"
+    return "± <0.1" if f.score_ci95 < 0.05 else f"± {f.score_ci95:.1f}"
+
+
+def _rate_ci(interval: tuple[float, float] | None) -> str:
+    if interval is None:
+        return ""
+    low, high = interval
+    return f"({100 * low:.0f}–{100 * high:.0f}%)"
 
 
 TEMPLATES = _environment()
@@ -137,10 +157,27 @@ async def verdicts_page(request: web.Request) -> web.Response:
         request=q.get("request", "").strip(),
     )
     chosen = list(store.newest(filters))
+    page, pages = _page_number(q.get("page", "1")), max(1, math.ceil(len(chosen) / PAGE_ROWS))
+    page = min(page, pages)  # past the end (the list shrank since): its last page
+    first = (page - 1) * PAGE_ROWS
+    # by offset, newest first: verdicts that arrive meanwhile move the older ones down a little,
+    # as on any list that grows at the top; the filters go along with every page's link
+    kept = [(k, v) for k, v in q.items() if k != "page" and v]
+
+    def link(number: int) -> str:
+        return "/?" + urllib.parse.urlencode([*kept, ("page", str(number))])
+
     return _page(
         "verdicts.html",
         refresh=REFRESH_S if q.get("refresh") else None,
-        rows=chosen[:PAGE_ROWS],
+        rows=chosen[first : first + PAGE_ROWS],
+        first=first + 1,
+        page=page,
+        pages=pages,
+        newer=link(page - 1) if page > 1 else None,
+        older=link(page + 1) if page < pages else None,
+        newest=link(1) if page > 2 else None,
+        oldest=link(pages) if page < pages - 1 else None,
         matched=len(chosen),
         held=len(store),
         query=q,
@@ -151,17 +188,28 @@ async def verdicts_page(request: web.Request) -> web.Response:
     )
 
 
+def _page_number(given: str) -> int:
+    try:
+        number = int(given)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise web.HTTPBadRequest(text=f"page={given!r}: give a page number, 1 or more")
+    return number
+
+
 async def request_page(request: web.Request) -> web.Response:
     rid = request.match_info["request_id"]
     held = request.app[STORE].get(rid)
-    in_redis, timeline = await kept(request.app[SETTINGS], rid)
-    found = held.evaluation if held is not None else in_redis
+    settings = request.app[SETTINGS]
+    in_redis = await look_up(settings, rid)
+    found = held.evaluation if held is not None else in_redis.evaluation
     if found is None:
         raise web.HTTPNotFound(text=f"no verdict for request {rid} (yet, or any more)")
     # the worker masked all of it before it was kept; masked again here, in case a record came
     # from elsewhere (another producer, an older version): the page never shows a secret
     evaluation = mask_any(found, ID_FIELDS)
-    timeline = mask_any(timeline, ID_FIELDS)
+    timeline = mask_any(in_redis.timeline, ID_FIELDS)
     marks = locate(evaluation, timeline)
     return _page(
         "request.html",
@@ -169,7 +217,7 @@ async def request_page(request: web.Request) -> web.Response:
         verdict=held,
         timeline=timeline,
         marks=marks,
-        redis=bool(request.app[SETTINGS].redis_url),
+        no_timeline=None if timeline else no_timeline(found, in_redis, settings),
     )
 
 
@@ -190,7 +238,7 @@ async def agent_page(request: web.Request) -> web.Response:
         name=name,
         overall=figures(verdicts),
         changes=found,
-        plot=plot(buckets(verdicts), found),
+        plot=plot(bins(verdicts), found),
         latest=verdicts[-1],
         recent=list(reversed(verdicts[-20:])),
     )

@@ -27,6 +27,15 @@ def quadrant_of(evaluation: dict[str, Any]) -> str:
 
 
 SUMMARY_CHARS = 160  # what the list shows; the request page reads the whole evaluation
+# the agent of verdicts whose events named none (agent_name is optional): one group with a
+# name that reads as what it is, and works in a link and a filter ("" means "any agent" there)
+NO_AGENT = "(no agent name)"
+
+
+def agent_label(name: object) -> str:
+    """The name the explorer lists an agent under."""
+    text = str(name or "")
+    return text if text.strip() else NO_AGENT
 
 
 @dataclass(slots=True)
@@ -64,7 +73,7 @@ class Verdict:
         return cls(
             request_id=str(evaluation["request_id"]),
             evaluation_id=str(evaluation.get("evaluation_id") or ""),
-            agent=str(evaluation.get("agent_name") or "-"),
+            agent=agent_label(evaluation.get("agent_name")),
             version=str(version) if version else None,
             ts=float(evaluation.get("ts") or 0.0),
             score=int(evaluation.get("overall_score") or 0),
