@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import tempfile
 import time
@@ -36,7 +35,7 @@ from aiokafka import AIOKafkaProducer
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from tests.integration.browser import browser, explorer, wait_until
+from tests.integration.browser import browser, capture_page, explorer, wait_until
 from tests.integration.harness import WorkerProcess, wait_counter, worker_env
 from tests.realservices import ROOT, start_kafka, start_redis
 
@@ -79,19 +78,10 @@ async def send_paced(
 
 def save(driver: WebDriver, path: Path, whole: bool) -> None:
     """The window, or the whole page (through the DevTools protocol)."""
-    if not whole:
+    if whole:
+        capture_page(driver, path)
+    else:
         driver.save_screenshot(str(path))
-        return
-    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]  # type: ignore[attr-defined]
-    shot = driver.execute_cdp_cmd(  # type: ignore[attr-defined]
-        "Page.captureScreenshot",
-        {
-            "format": "png",
-            "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
-        },
-    )
-    path.write_bytes(base64.b64decode(shot["data"]))
 
 
 def held(base: str) -> int:

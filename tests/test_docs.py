@@ -59,7 +59,7 @@ RUN_BY: dict[str, tuple[str, str]] = {
     "./scripts/demo.sh": ("scripts/demo.sh", "exec .venv/bin/tracejudge demo"),
     "./scripts/test.sh": (".ci/run", "exec ./scripts/test.sh"),
     "./scripts/bootstrap.sh": ("scripts/test.sh", "scripts/bootstrap.sh"),
-    ".venv/bin/tracejudge demo": ("tests/integration/test_demo_serve.py", '"demo", "--serve"'),
+    ".venv/bin/tracejudge demo": ("tests/integration/serving_demo.py", '"demo", "--serve"'),
     ".venv/bin/python -m": ("tests/integration/test_demo_serve.py", '"-m", f"examples.{example}"'),
     "tracejudge ui": ("tests/integration/test_demo_serve.py", "with explorer(demo_env"),
     "tracejudge tail": ("tests/integration/test_cli.py", '"tail", "evaluations"'),

@@ -61,9 +61,16 @@ def browser() -> Iterator[WebDriver]:
 
 
 def screenshot(driver: WebDriver, name: str) -> Path:
-    """The whole page, not only the window (through the DevTools protocol)."""
+    """The whole page, not only the window, under build/screenshots/."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
+    capture_page(driver, path)
+    assert path.stat().st_size > 10_000, f"{path}: a blank page?"
+    return path
+
+
+def capture_page(driver: WebDriver, path: Path) -> None:
+    """The whole page, beyond the window, through the DevTools protocol."""
     size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]  # type: ignore[attr-defined]
     shot = driver.execute_cdp_cmd(  # type: ignore[attr-defined]
         "Page.captureScreenshot",
@@ -74,8 +81,6 @@ def screenshot(driver: WebDriver, name: str) -> Path:
         },
     )
     path.write_bytes(base64.b64decode(shot["data"]))
-    assert path.stat().st_size > 10_000, f"{path}: a blank page?"
-    return path
 
 
 @contextmanager

@@ -5,19 +5,17 @@ the demo's five verdicts in a browser; and Ctrl-C stops the demo."""
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
 
 from tests.integration.browser import browser, explorer, screenshot, wait_until
+from tests.integration.serving_demo import serving_demo
 from tests.realservices import ROOT
 
 pytestmark = pytest.mark.integration
@@ -29,38 +27,11 @@ DEMO_CASES = ("booked", "booked-unconfirmed", "refund-failed", "sms-failed", "we
 def test_an_example_runs_against_the_serving_demo(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
     env["TRACEJUDGE_REDIS_URL"] = ""  # the embedded broker alone, as on a fresh machine
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "tracejudge.streams.cli", "demo", "--serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    out = demo.stdout
-    assert out is not None
-
-    def read() -> None:
-        for line in out:
-            lines.put(line)
-
-    threading.Thread(target=read, daemon=True).start()
-    seen: list[str] = []
-    try:
-        deadline = time.monotonic() + 180
-        serving = None
-        while serving is None and time.monotonic() < deadline:
-            try:
-                line = lines.get(timeout=1)
-            except queue.Empty:
-                assert demo.poll() is None, "".join(seen)
-                continue
-            seen.append(line)
-            serving = re.search(
-                r"TRACEJUDGE_KAFKA_BOOTSTRAP=(\S+) TRACEJUDGE_TOPIC_PREFIX=(\S+)", line
-            )
-        assert serving is not None, "".join(seen)
+    with serving_demo(env) as demo:
+        serving = demo.wait_for(
+            re.compile(r"TRACEJUDGE_KAFKA_BOOTSTRAP=(\S+) TRACEJUDGE_TOPIC_PREFIX=(\S+)").search,
+            180,
+        )
         for example in ("otel_agent", "langgraph_agent", "openai_agents_agent"):
             ran = subprocess.run(
                 [sys.executable, "-m", f"examples.{example}"],
@@ -75,7 +46,7 @@ def test_an_example_runs_against_the_serving_demo(tmp_path: Path) -> None:
                 timeout=120,
                 check=False,
             )
-            assert ran.returncode == 0, example + ran.stderr[-2000:] + "".join(seen)
+            assert ran.returncode == 0, example + ran.stderr[-2000:] + demo.output
             assert ": score " in ran.stdout, example
         demo_env = {
             **env,
@@ -92,9 +63,5 @@ def test_an_example_runs_against_the_serving_demo(tmp_path: Path) -> None:
             wait_until(lambda: len(demo_rows()) == 5, 60, lambda: page.page_source)
             assert sorted(demo_rows()) == sorted(DEMO_CASES)
             screenshot(page, "demo-verdicts")
-        demo.send_signal(signal.SIGINT)
-        assert demo.wait(60) == 0
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait(10)
+        demo.process.send_signal(signal.SIGINT)
+        assert demo.process.wait(60) == 0

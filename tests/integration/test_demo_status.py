@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from tests.fake_llm import FakeLLM, tool_call_reply, verdict
+from tests.integration.serving_demo import serving_demo
 from tests.realservices import ROOT, free_port
 from tracejudge.streams.demo.embedded import start_tansu
 from tracejudge.streams.kafka.status import collect_status
@@ -90,33 +89,10 @@ def test_the_serving_demo_prints_a_status_command_that_reaches_its_worker_and_ke
     tmpdir.mkdir()
     # a configured Redis that does not answer (as on a fresh machine): the demo starts one
     env = clean_env(tmpdir, TRACEJUDGE_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tracejudge.streams.cli", "demo", "--serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    out = process.stdout
-    assert out is not None
-
-    def read() -> None:
-        for line in out:
-            lines.put(line)
-
-    threading.Thread(target=read, daemon=True).start()
-    seen: list[str] = []
-    try:
-        deadline = time.monotonic() + 150
-        while not any("tracejudge status" in line for line in seen):
-            assert time.monotonic() < deadline and process.poll() is None, "".join(seen)
-            try:
-                seen.append(lines.get(timeout=1))
-            except queue.Empty:
-                continue
-        text = "".join(seen)
+    with serving_demo(env) as demo:
+        demo.wait_for(lambda line: "tracejudge status" in line, 150)
+        seen = demo.seen
+        text = demo.output
         assert "started a Redis for verdicts and step timelines" in text, text
         status_line = next(line for line in seen if "tracejudge status" in line)
         words = shlex.split(status_line.replace(".venv/bin/tracejudge", "tracejudge"))
@@ -161,12 +137,8 @@ def test_the_serving_demo_prints_a_status_command_that_reaches_its_worker_and_ke
         # the passed case: the one real reason, not every possible one
         assert "timeline: not kept: the request passed" in shown[booked], shown[booked]
         assert "TTL" not in shown[booked] and "TIMELINES=off" not in shown[booked]
-        process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        demo.process.send_signal(signal.SIGINT)
+        assert demo.process.wait(60) == 0
     assert list(tmpdir.iterdir()) == []  # the broker's, the worker's and Redis' files: gone
 
 
