@@ -60,12 +60,6 @@ async def look_up(settings: Settings, request_id: str) -> Kept:
         await redis.aclose()
 
 
-async def kept(settings: Settings, request_id: str) -> tuple[dict[str, Any] | None, list[Any]]:
-    """(evaluation, timeline) as Redis keeps them; (None, []) without Redis."""
-    found = await look_up(settings, request_id)
-    return found.evaluation, found.timeline
-
-
 def no_timeline(
     evaluation: dict[str, Any], found: Kept, settings: Settings, now: float | None = None
 ) -> str:

@@ -8,31 +8,19 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
+from tests.cli import clean_env, run_cli
 from tracejudge.models.errors import DependencyUnreachable
 from tracejudge.streams.cli.publish import check_lines, line_ranges, report
 from tracejudge.streams.settings import Settings, SettingsError, changed_settings, load_settings
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "tracejudge", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=60,
-        check=False,
-    )
+    return run_cli(*args, env=clean_env(**env), timeout_s=60)
 
 
 def test_the_bare_command_lists_every_command() -> None:

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +9,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
+from tests.cli import run_cli
 from tracejudge.models.json_schemas import SCHEMA_DIR, contract_schemas, render_schema
 from tracejudge.models.outputs import (
     Alert,
@@ -47,16 +46,6 @@ def test_sample_events_validate_against_the_published_event_schema() -> None:
         "success": True,
     }
     assert list(validator.iter_errors(bad))
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tracejudge.streams.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
 
 
 def test_every_setting_is_in_the_help_of_a_command_that_reads_it() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import sys
 import textwrap
@@ -27,6 +28,7 @@ from tracejudge.streams.cli.entry import WORKER_EXTRA
 # install (`pip install tracejudge`) gets help and a one-line "install the extra", not a
 # traceback (streams/cli/entry.py).
 if TYPE_CHECKING:
+    from tracejudge.streams.kafka.io import PublishReport
     from tracejudge.streams.settings import Settings
 
 TAIL_KINDS = (
@@ -54,6 +56,7 @@ def _group(group: type[BaseModel]) -> list[str]:
 OUTPUT_SETTINGS = ("log_level", "log_format")
 
 
+@functools.cache  # one table for the parser, not one per command's epilog
 def command_settings() -> dict[str, list[str]]:
     """The settings each command reads (the worker reads them all)."""
     from tracejudge.streams.settings import (
@@ -450,8 +453,6 @@ def _status(settings: Settings, workers: list[str] | None, as_json: bool) -> int
 
 def _publish(settings: Settings, file: str, topic: str | None, skip_invalid: bool) -> int:
     from tracejudge.streams.cli.publish import check_lines, line_ranges, report
-    from tracejudge.streams.kafka.io import publish_lines
-    from tracejudge.streams.kafka.security import check_connection
 
     target = topic or settings.topic(names.EVENTS)
     if file == "-":
@@ -472,12 +473,10 @@ def _publish(settings: Settings, file: str, topic: str | None, skip_invalid: boo
             file=sys.stderr,
         )
         return exits.FAILED
-    asyncio.run(check_connection(settings))
-    if not asyncio.run(_topic_exists(settings, target)):
-        # else aiokafka logs an error line ten times a second for a minute, then a traceback
+    sent = asyncio.run(_send(settings, target, checked.good))
+    if sent is None:
         print(f"tracejudge: {_no_topic(settings, target)}", file=sys.stderr)
         return exits.FAILED
-    sent = asyncio.run(publish_lines(settings, target, checked.good))
     print(f"sent {sent.sent} events to {sent.topic} ({checked.blank} blank lines skipped)")
     if checked.bad:
         numbers = [p.line for p in checked.bad]
@@ -486,6 +485,18 @@ def _publish(settings: Settings, file: str, topic: str | None, skip_invalid: boo
             file=sys.stderr,
         )
     return exits.OK
+
+
+async def _send(settings: Settings, topic: str, lines: list[bytes]) -> PublishReport | None:
+    """The lines sent, once the broker answers; None when the topic does not exist (else
+    aiokafka logs an error line ten times a second for a minute, then a traceback)."""
+    from tracejudge.streams.kafka.io import publish_lines
+    from tracejudge.streams.kafka.security import check_connection
+
+    await check_connection(settings)
+    if not await _topic_exists(settings, topic):
+        return None
+    return await publish_lines(settings, topic, lines)
 
 
 def _schema(out: Path | None) -> int:

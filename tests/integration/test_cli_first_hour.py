@@ -5,58 +5,36 @@ waits for."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tests.realservices import ROOT
+from tests.cli import clean_env, run_cli
+from tests.integration.harness import create_topic
 
 pytestmark = pytest.mark.integration
+PARTITIONS = 2  # of the topics made here; `records_in` counts them all
 
 
 @pytest.fixture
 def env(kafka_bootstrap: str) -> Iterator[dict[str, str]]:
     prefix = f"it-first-{uuid.uuid4().hex[:6]}."
-    yield {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")},
-        "TRACEJUDGE_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "TRACEJUDGE_TOPIC_PREFIX": prefix,
-    }
+    yield clean_env(TRACEJUDGE_KAFKA_BOOTSTRAP=kafka_bootstrap, TRACEJUDGE_TOPIC_PREFIX=prefix)
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tracejudge", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-
-
-async def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
-    finally:
-        await admin.close()
+    return run_cli(*args, env=env)
 
 
 async def records_in(bootstrap: str, topic: str) -> int:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(2)]
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         return sum((await consumer.end_offsets(tps)).values())
     finally:
         await consumer.stop()
@@ -83,7 +61,7 @@ async def test_publish_sends_nothing_from_a_file_with_bad_lines(
     assert no_topic.returncode == 1 and no_topic.stderr.count("\n") == 1, no_topic.stderr
     assert f"topic {topic} does not exist" in no_topic.stderr
 
-    await create_topic(kafka_bootstrap, topic)
+    await create_topic(kafka_bootstrap, topic, PARTITIONS)
     path = tmp_path / "mixed.jsonl"
     path.write_text("\n".join([json.dumps(GOOD[0]), *BAD, json.dumps(GOOD[1])]) + "\n")
 
@@ -115,7 +93,7 @@ async def test_tail_says_what_it_waits_for_and_when_the_topic_is_missing(
     assert missing.stderr.count("\n") == 1 and topic in missing.stderr
     assert "does not exist" in missing.stderr and kafka_bootstrap in missing.stderr
 
-    await create_topic(kafka_bootstrap, topic)
+    await create_topic(kafka_bootstrap, topic, PARTITIONS)
     waiting = cli(env, "tail", "evaluations", "--idle-exit", "1")
     assert waiting.returncode == 0, waiting.stderr
     assert waiting.stdout == ""  # the hint is on stderr, never among the events

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from tests.cli import clean_env, run_cli
 from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tests.integration.serving_demo import serving_demo
 from tests.realservices import ROOT, free_port
@@ -29,24 +30,15 @@ from tracejudge.streams.settings import Settings
 pytestmark = pytest.mark.integration
 
 
-def clean_env(tmpdir: Path, **given: str) -> dict[str, str]:
+def fresh_env(tmpdir: Path, **given: str) -> dict[str, str]:
     """A fresh user's environment (no TRACEJUDGE_ setting) with a private TMPDIR."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
-    return {**env, "TMPDIR": str(tmpdir), **given}
+    return clean_env(TMPDIR=str(tmpdir), **given)
 
 
 def demo(
     env: dict[str, str], *args: str, timeout_s: float = 150
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tracejudge.streams.cli", "demo", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    return run_cli("demo", *args, env=env, timeout_s=timeout_s)
 
 
 async def test_status_lag_on_the_embedded_broker_counts_records_not_batches(
@@ -88,7 +80,7 @@ def test_the_serving_demo_prints_a_status_command_that_reaches_its_worker_and_ke
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     # a configured Redis that does not answer (as on a fresh machine): the demo starts one
-    env = clean_env(tmpdir, TRACEJUDGE_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    env = fresh_env(tmpdir, TRACEJUDGE_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     with serving_demo(env) as demo:
         demo.wait_for(lambda line: "tracejudge status" in line, 150)
         seen = demo.seen
@@ -98,15 +90,7 @@ def test_the_serving_demo_prints_a_status_command_that_reaches_its_worker_and_ke
         words = shlex.split(status_line.replace(".venv/bin/tracejudge", "tracejudge"))
         given = dict(w.split("=", 1) for w in words if w.startswith("TRACEJUDGE_"))
         command = [w for w in words if not w.startswith("TRACEJUDGE_")][1:]
-        ran = subprocess.run(
-            [sys.executable, "-m", "tracejudge.streams.cli", *command, "--json"],
-            cwd=ROOT,
-            env={**env, **given},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        ran = run_cli(*command, "--json", env={**env, **given}, timeout_s=60)
         assert ran.returncode == 0, ran.stdout + ran.stderr
         found = json.loads(ran.stdout)
         assert [w["status"] for w in found["workers"]] == ["ok"]
@@ -117,21 +101,18 @@ def test_the_serving_demo_prints_a_status_command_that_reaches_its_worker_and_ke
         run_id = re.search(r"TRACEJUDGE_TOPIC_PREFIX=(\S+)", ui_line)
         assert run_id is not None
         # the flagged case's request id: the evaluations topic has it
-        tail = subprocess.run(
-            [sys.executable, "-m", "tracejudge.streams.cli", "tail", "evaluations", "--json",
-             "--from-beginning", "--idle-exit", "3"],
-            cwd=ROOT, env={**env, **given}, capture_output=True, text=True, timeout=60,
-            check=False,
+        tail = run_cli(
+            "tail", "evaluations", "--json", "--from-beginning", "--idle-exit", "3",
+            env={**env, **given}, timeout_s=60,
         )  # fmt: skip
         rids = [json.loads(line)["request_id"] for line in tail.stdout.splitlines()]
         refund = next(r for r in rids if r.endswith(":refund-failed"))
         booked = next(r for r in rids if r.endswith(":booked"))
         shown = {}
         for rid in (refund, booked):
-            shown[rid] = subprocess.run(
-                [sys.executable, "-m", "tracejudge.streams.cli", "show", rid],
-                cwd=ROOT, env={**env, **given, "TRACEJUDGE_REDIS_URL": redis_url[1]},
-                capture_output=True, text=True, timeout=60, check=False,
+            shown[rid] = run_cli(
+                "show", rid, env={**env, **given, "TRACEJUDGE_REDIS_URL": redis_url[1]},
+                timeout_s=60,
             ).stdout  # fmt: skip
         assert "timeline (4 events" in shown[refund], shown[refund]
         # the passed case: the one real reason, not every possible one
@@ -150,7 +131,7 @@ def test_a_configured_judge_gets_a_column_and_an_unreachable_one_a_line_at_once(
     # the judge disagrees with the rules on every case: reported, not a failed demo
     with FakeLLM(lambda body, n: tool_call_reply(verdict(False, True, score=40))) as llm:
         judged = demo(
-            clean_env(
+            fresh_env(
                 tmpdir,
                 TRACEJUDGE_LLM_JUDGE_ENABLED="true",
                 TRACEJUDGE_LLM_BASE_URL=llm.base_url,
@@ -172,7 +153,7 @@ def test_a_configured_judge_gets_a_column_and_an_unreachable_one_a_line_at_once(
 
     started = time.monotonic()
     unreachable = demo(
-        clean_env(
+        fresh_env(
             tmpdir,
             TRACEJUDGE_LLM_BASE_URL=f"http://127.0.0.1:{free_port()}/v1",
             TRACEJUDGE_REDIS_URL="",

@@ -1,0 +1,30 @@
+"""The `tracejudge` command run as a user runs it: a child process started from the clone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def clean_env(**given: str) -> dict[str, str]:
+    """A fresh user's environment: this one without any TRACEJUDGE_ setting, plus `given`."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}, **given}
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout_s: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """`python -m tracejudge ARGS` (`env`: None inherits this one), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "tracejudge", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
