@@ -9,7 +9,9 @@ quadratic on long adversarial input (measured by `benchmarks/adversarial.py`).
 
 from __future__ import annotations
 
+import binascii
 import re
+from base64 import b64decode
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
@@ -109,14 +111,60 @@ def _ric(text: str) -> bool:
     return "10X98765432"[total % 11] == check
 
 
+def _basic(text: str) -> bool:
+    """RFC 7617: the credentials are base64 of `user:password`, so "basic authentication" or
+    "basic commands" in prose and comments, which do not decode to that, stay."""
+    try:
+        decoded = b64decode(text, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    return ":" in decoded and decoded.isprintable()
+
+
+# What follows a secret's keyword in code and issue text without being a secret: a value
+# computed by a call or an index (detect-secrets' `is_indirect_reference`, anchored at the
+# value rather than anywhere on the line), a template or a variable reference, an empty query
+# parameter (the `&` starts the next one), or the keyword's own name as a placeholder
+# (`user=user, password=password`). A value cut short by a clipper (`x...[+900 chars]`,
+# `x…`) only shows what precedes the ellipsis, which must be long enough on its own.
+_COMPUTED = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*[(\[]")
+_CLIPPED = re.compile(r"(.*?)(?:\.\.\.|…)(?:[\[(].*)?")
+_KEYWORD_VALUE_MIN = 6
+
+
+def _keyword_value_is_code(match: re.Match[str]) -> bool:
+    key, value = match.group(1), match.group(2)
+    if key == "PWD":
+        # the shell's working directory (`PWD=/repo` in `env`), never a password: a keyword
+        # written in capitals otherwise (PASSWORD=...) still counts
+        return True
+    quoted = match.string[match.start(2) - 1 : match.start(2)] in "\"'"
+    clipped = _CLIPPED.fullmatch(value)
+    return (
+        value[0] in "$&{<"
+        or (clipped is not None and len(clipped.group(1)) < _KEYWORD_VALUE_MIN)
+        or value.lower() == key.lower()
+        or (not quoted and _COMPUTED.match(value) is not None)
+    )
+
+
 def _ssn(text: str) -> bool:
     return ssn.is_valid(text)
 
 
+_INTERNATIONAL_MIN_DIGITS = 7
+
+
 def _phone(text: str) -> bool:
-    """An explicit country code with a plausible length for it, or a valid national number."""
+    """An explicit country code with a plausible length for it, or a valid national number.
+
+    With a country code, at least 7 digits in all (the shortest numbers in use, e.g. +290 and
+    +683 with 4-digit subscribers): some plans count 2-3 digits as possible, which would take
+    a diff's hunk range (`@@ -120,7 +4991,8 @@`) or a signed number for a phone."""
     try:
         if text.startswith("+"):
+            if sum(c.isdigit() for c in text) < _INTERNATIONAL_MIN_DIGITS:
+                return False
             return phonenumbers.is_possible_number(phonenumbers.parse(text, None))
         return phonenumbers.is_valid_number(phonenumbers.parse(text, "US"))
     except phonenumbers.NumberParseException:
@@ -136,11 +184,15 @@ class _Pattern:
     regex: re.Pattern[str]
     group: int = 0  # mask only this group (a label before it stays readable)
     check: Callable[[str], bool] | None = None  # a checksum the match must pass
+    # the match, read in its context, is not a secret (code, a placeholder)
+    unless: Callable[[re.Match[str]], bool] | None = None
 
     def spans(self, text: str) -> Iterator[Span]:
         for match in self.regex.finditer(text):
             value = match.group(self.group)
             if not value:
+                continue
+            if self.unless is not None and self.unless(match):
                 continue
             if self.check is not None and not self.check(re.sub(r"[\s().-]", "", value)):
                 continue
@@ -160,7 +212,7 @@ PATTERNS: tuple[_Pattern, ...] = (
     ),
     _p("jwt", _TOKEN + r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"),
     _p("bearer", r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/=-]{8,})", group=1),
-    _p("basic_auth", r"(?i)\bbasic\s+([A-Za-z0-9+/]{8,}={0,2})", group=1),
+    _p("basic_auth", r"(?i)\bbasic\s+([A-Za-z0-9+/]{8,}={0,2})", group=1, check=_basic),
     _p(
         "url_password", r"(?i)\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{0,256}:([^\s@/]{1,256})@", group=1
     ),
@@ -185,10 +237,12 @@ PATTERNS: tuple[_Pattern, ...] = (
     ),
     _p(
         "api_key",
-        r"(?i)\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|client[_-]?secret|secret"
+        # `$PWD` / `$password` is a variable being read, not a value being given
+        r"(?i)(?<!\$)\b(api[_-]?key|access[_-]?token|auth[_-]?token|client[_-]?secret|secret"
         r"|password|passwd|pwd|private[_-]?key[_-]?id)[\"']?\s{0,5}[:=]\s{0,5}[\"']?"
-        r"([^\s\"',;}{]{6,})",
-        group=1,
+        r"([^\s\"',;}{]{6,})",  # _KEYWORD_VALUE_MIN
+        group=2,
+        unless=_keyword_value_is_code,
     ),
     _p(
         "email",
@@ -203,9 +257,21 @@ PATTERNS: tuple[_Pattern, ...] = (
     ),
     _p("cn_resident_id", _DIGITS + r"\d{17}[\dXx](?![\dXx])", check=_ric),
     _p("us_ssn", _DIGITS + r"\d{3}-\d{2}-\d{4}(?!\d)", check=_ssn),
-    _p("phone", r"(?<![A-Za-z0-9+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\d])", check=_phone),
+    # `,\d` after it: a range or a list of numbers (a diff's `+4991,8`), not a phone
+    _p(
+        "phone",
+        r"(?<![A-Za-z0-9+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?!\d|,\d)",
+        check=_phone,
+    ),
     _p("phone", r"(?<![A-Za-z0-9+])\(?\d{3}\)?[ .-]\d{3}[ .-]\d{4}(?!\d)", check=_phone),
-    _p("phone", _DIGITS + r"(?:86[ -]?)?1[3-9]\d[ -]?\d{4}[ -]?\d{4}(?!\d)", check=_cn_phone),
+    # Most 11-digit numbers starting 13-19 are valid Chinese mobile numbers, so the digits
+    # must stand alone: not inside a path (`/job/15887766554`), a hash, an identifier or a
+    # literal (`id1391...`, `...e1391...f`, `1391...L`); Chinese text may touch them.
+    _p(
+        "phone",
+        r"(?<![0-9A-Za-z_/.])(?:86[ -]?)?1[3-9]\d[ -]?\d{4}[ -]?\d{4}(?![0-9A-Za-z_])",
+        check=_cn_phone,
+    ),
 )
 
 

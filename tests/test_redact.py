@@ -171,3 +171,61 @@ def test_log_records_are_masked_with_their_arguments_and_tracebacks(
     text = caplog.text
     assert "ann@corp.example" not in text and "4111 1111" not in text and "ghp_123" not in text
     assert "[REDACTED:email]" in text and "bad token [REDACTED:" in text
+
+
+# Code, issue text and shell output that agents read and write (found by
+# `benchmarks/masking.py` on real coding-agent runs, rewritten here as synthetic snippets of
+# the same shapes): none of it carries a secret, so masking must leave it byte for byte.
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a keyword assigned a code expression, not a literal
+        '+    String password = credentials.substring(credentials.indexOf(":") + 1);',
+        "    secret = vault.lookup(name)[0]",
+        # a keyword whose value is a placeholder: its own name, empty, or a template
+        "connect with user=user, password=password, namespace=namespace",
+        "registry://10.0.0.1:8848?username=&password=&namespace=dev",
+        'api_key: "{api_key}" and token=${TOKEN}',
+        # a value clipped to almost nothing by a log clipper
+        "        String password = c...[+731 chars]",
+        # the shell's working directory, read or listed
+        'docker run --rm -v "$PWD":/usr/src/app -w /usr/src/app maven:3 mvn test',
+        "SHELL=/bin/bash\nPWD=/repo/project-core\nHOME=/root",
+        # "basic" followed by an ordinary word
+        "// 'auth' is a basic authentication token parsed by the caller",
+        "Let's try a more basic approach: list the basic commands first.",
+        "* Method for collecting basic information on all fields",
+        # long numbers inside paths and identifiers
+        "see https://ci.example.org/org/repo/actions/runs/6809930157/job/15887766554",
+        "build id13912345678 in file cache/13912345678.tmp",
+        # diffs, hashes, versions, line numbers
+        "@@ -1385,7 +1385,8 @@ public class Parser {",
+        "@@ -120,7 +4991,8 @@ class Parser {",
+        "index 9fceb02d0a..3f0c1a8e2b 100644",
+        "at com.example.Parser.parse(Parser.java:1385)",
+        "sha256: 4f2a9c13912345678e0b7d9a3c6f1e2d5b8a7c9e0f1a2b3c4d5e6f7a8b9c0d1e",
+        "<version>2.13.4.2</version> and long TIMEOUT = 13912345678L;",
+    ],
+)
+def test_code_stays(text: str) -> None:
+    assert mask(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password = hunter2hunter2",
+        "password = hunter2hunter2...[+20 chars]",
+        '"password": "s3cr(et)Pass"',
+        "Authorization: Basic YWRtaW46czNjcmV0UGFzcw==",
+        "PASSWORD=hunter2hunter2",
+        "pwd=hunter2hunter2",
+        "请拨打13912345678联系我",
+        "mobile: 13912345678",
+        "?phone=13912345678&x=1",
+    ],
+)
+def test_secrets_next_to_the_code_rules_are_still_masked(text: str) -> None:
+    masked = mask(text)
+    for raw in ("hunter2", "s3cr(et)", "YWRtaW46", "13912345678"):
+        assert raw not in masked

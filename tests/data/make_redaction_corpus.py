@@ -340,6 +340,26 @@ LOOKALIKES = {
             f"latency p99 {R.randint(10, 999)}.{R.randint(0, 9)} ms over {R.randint(1000, 99999)} requests",
         ]
     ),
+    # what coding agents read and write: patches, issue text, shell output (shapes that
+    # `benchmarks/masking.py` found masked in real runs, written anew)
+    "code": lambda: R.choice(
+        [
+            f"+    String password = {R.choice(['creds', 'pair', 'line'])}.substring("
+            f'{R.choice(["creds", "pair", "line"])}.indexOf(":") + 1);',
+            f"    secret = store.get(names[{R.randint(0, 9)}])",
+            "user=user, password=password, namespace=namespace",
+            f"nacos://10.0.0.{R.randint(1, 254)}:8848?username=&password=&namespace=public",
+            f'docker run --rm -v "$PWD":/usr/src/app{R.randint(1, 9)} -w /usr/src/app maven:3',
+            f"HOME=/root\nPWD=/workspace/repo-{R.randint(1, 99)}\nSHLVL=1",
+            f"// {R.choice(['uses', 'expects', 'is'])} a basic "
+            f"{R.choice(['authentication', 'structure', 'approach', 'utilities'])} step",
+            f"https://ci.example.org/o/r/actions/runs/{R.randint(10**9, 10**10)}"
+            f"/job/1{R.randint(3, 9)}{R.randint(10**8, 10**9 - 1)}",
+            f"long DEADLINE = 1{R.randint(3, 9)}{R.randint(10**8, 10**9 - 1)}L;",
+            f"@@ -{R.randint(100, 9999)},7 +{R.randint(100, 9999)},8 @@ class Parser {{",
+            f"    String password = p...[+{R.randint(100, 2000)} chars]",
+        ]
+    ),
 }
 
 
