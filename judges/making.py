@@ -8,7 +8,7 @@ given; the worker, the replay engine and the tests call the same function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tracejudge.judges import Judge
@@ -16,26 +16,34 @@ from tracejudge.judges.llm.prompt import build_input
 from tracejudge.judges.made import Made, encode, made_of
 from tracejudge.judges.norms import Norms, RunStats
 from tracejudge.judges.records import window_of
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.sampling import sampled
+from tracejudge.judges.rules import RuleJudge, RuleVerdict
+from tracejudge.judges.sampling import RateRule, Selection
 from tracejudge.judges.timeline import timeline_of
 from tracejudge.judges.verdicts import (
     DISABLED,
     SKIPPED,
     JudgeJob,
     Policy,
+    Verdict,
     WindowFacts,
     conclude,
 )
-from tracejudge.models.window import ClosedBy
+from tracejudge.models.outputs import Evaluation
+from tracejudge.models.window import ClosedBy, Window
 
 
 @dataclass(frozen=True)
 class LLMRouting:
     """Which closed requests go to the LLM judge, and how much of them it reads."""
 
-    sample_rate: float
+    sample_rate: float  # of the requests no entry of `rates` is about
     max_input_chars: int
+    rates: tuple[RateRule, ...] = ()  # per agent or agent version
+    judge_flagged: bool = True  # every flagged request is judged, whatever its rate
+
+    @property
+    def selection(self) -> Selection:
+        return Selection(self.sample_rate, self.rates, self.judge_flagged)
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,12 @@ class Closing:
     norms: Norms | None = None  # what is normal for its agent (None: no baselines)
 
 
+def flagged(evaluation: Evaluation) -> bool:
+    """Not passed, not success, or incomplete: the requests people open, whose timelines are
+    kept by default and which the LLM judge reads whatever the sample rate."""
+    return not evaluation.passed or not evaluation.success or evaluation.incomplete
+
+
 def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None) -> Made:
     window = window_of(
         closing.request_id,
@@ -81,27 +95,53 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
     verdict = rules.judge(window, closing.stats, closing.norms)
     facts = WindowFacts.of(window, judging.policy.max_iterations, closing.stats)
     keep = judging.timelines
-    kept_at_all = keep in ("all", "flagged")
-    not_kept = "no_redis" if keep == "no_redis" else "off"
     llm = judging.llm
-    if llm is not None and sampled(closing.request_id, llm.sample_rate):
-        timeline = timeline_of(window) if kept_at_all else None
-        job = JudgeJob(
-            facts=facts,
-            rules=verdict,
-            content=build_input(window, llm.max_input_chars).content,
-            closed_at=closing.now,
-            terminal_at=closing.terminal_at,
-            timeline=timeline,
-            timeline_not_kept=not_kept,
-        )
-        return Made(closing.request_id, job=encode(job))
+    # in the sample: judged without making the rule-only verdict first
+    if llm is not None and llm.selection.in_sample(
+        closing.request_id, facts.agent_name, facts.agent_version
+    ):
+        return _judge_job(judging, llm, closing, window, facts, verdict)
     outcome = SKIPPED if llm is not None else DISABLED
     verdict_made = conclude(facts, verdict, outcome, judging.policy, judging.version, closing.now)
-    e = verdict_made.evaluation
+    is_flagged = flagged(verdict_made.evaluation)
+    if llm is not None:
+        why_not = llm.selection.why_not(
+            closing.request_id, facts.agent_name, facts.agent_version, is_flagged
+        )
+        if why_not is None:  # flagged: judged whatever the rate
+            return _judge_job(judging, llm, closing, window, facts, verdict)
+        verdict_made = _noted(verdict_made, why_not)
     # masking a timeline costs about as much as the rules (~200 µs a request): by default only
     # for the requests someone will look into
-    flagged = not e.passed or not e.success or e.incomplete
-    wanted = keep == "all" or (keep == "flagged" and flagged)
-    why_not = "not_flagged" if keep == "flagged" else not_kept
-    return made_of(verdict_made, timeline_of(window) if wanted else None, why_not)
+    wanted = keep == "all" or (keep == "flagged" and is_flagged)
+    not_kept = "no_redis" if keep == "no_redis" else "off"
+    why_no_timeline = "not_flagged" if keep == "flagged" else not_kept
+    return made_of(verdict_made, timeline_of(window) if wanted else None, why_no_timeline)
+
+
+def _judge_job(
+    judging: Judging,
+    llm: LLMRouting,
+    closing: Closing,
+    window: Window,
+    facts: WindowFacts,
+    verdict: RuleVerdict,
+) -> Made:
+    keep = judging.timelines
+    job = JudgeJob(
+        facts=facts,
+        rules=verdict,
+        content=build_input(window, llm.max_input_chars).content,
+        closed_at=closing.now,
+        terminal_at=closing.terminal_at,
+        timeline=timeline_of(window) if keep in ("all", "flagged") else None,
+        timeline_not_kept="no_redis" if keep == "no_redis" else "off",
+    )
+    return Made(closing.request_id, job=encode(job))
+
+
+def _noted(verdict: Verdict, reason: str) -> Verdict:
+    """The verdict, its evaluation saying why the LLM judge did not read the request (shown
+    with the other reasons by `tracejudge show` and the explorer)."""
+    e = verdict.evaluation
+    return replace(verdict, evaluation=e.model_copy(update={"reasons": [*e.reasons, reason]}))

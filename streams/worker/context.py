@@ -15,6 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from tracejudge.judges.making import Judging, LLMRouting
+from tracejudge.judges.sampling import parse_rates
 from tracejudge.streams.commit import CommitRule
 from tracejudge.streams.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.judging.jobs import JudgeJobHandler
@@ -226,4 +227,9 @@ def _versions(settings: Settings) -> tuple[str, LLMRouting | None]:
     version = judging_version(settings)
     if not settings.llm_judge_enabled:
         return version, None
-    return version, LLMRouting(settings.llm_sample_rate, settings.llm_max_input_chars)
+    return version, LLMRouting(
+        settings.llm_sample_rate,
+        settings.llm_max_input_chars,
+        parse_rates(settings.llm_sample_rates),  # valid: the settings checked it
+        settings.llm_judge_flagged,
+    )
