@@ -25,6 +25,7 @@ from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
 from tracejudge.judges.llm.client import LLMConfig
 from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import DEFAULT_TOOL_CALL_BUDGET
+from tracejudge.judges.sampling import parse_rates
 from tracejudge.judges.verdicts import Policy
 
 CONFIG_FILE_ENV = "TRACEJUDGE_CONFIG_FILE"
@@ -368,16 +369,37 @@ class JudgeSettings(BaseModel):
         LLMConfig.connect_timeout_s, gt=0, description="TCP connect timeout."
     )
     llm_max_attempts: int = Field(
-        LLMConfig.max_attempts, ge=1, description="Attempts per request (retries + 1)."
+        LLMConfig.max_attempts,
+        ge=1,
+        description="Attempts per request (retries + 1); waits on a 429 or 503 use none.",
     )
     llm_concurrency: int = Field(
-        LLMConfig.concurrency, ge=1, description="Judge calls in flight per worker."
+        LLMConfig.concurrency,
+        ge=1,
+        description="Most judge calls in flight per worker; fewer while the server answers "
+        "429 or 503, back up as it answers again.",
     )
     llm_rpm: int = Field(
         0, ge=0, description="Requests per minute shared by all workers via Redis; 0: no limit."
     )
     llm_sample_rate: float = Field(
-        1.0, ge=0, le=1, description="Share of requests judged (deterministic per request id)."
+        1.0,
+        ge=0,
+        le=1,
+        description="Share judged of the requests that are not flagged (of all, with "
+        "TRACEJUDGE_LLM_JUDGE_FLAGGED=false) and that no TRACEJUDGE_LLM_SAMPLE_RATES entry is "
+        "about; the same ones every time (a hash of the request id).",
+    )
+    llm_sample_rates: str = Field(
+        "",
+        description="Rates per agent or agent version instead of TRACEJUDGE_LLM_SAMPLE_RATE, "
+        "as agent=rate,agent@version=rate (glob patterns: planner@2.*=0.5,research-*=0.05); "
+        "an entry with a version wins over one without, else the first that matches.",
+    )
+    llm_judge_flagged: bool = Field(
+        True,
+        description="Judge every flagged request (not passed, not success, or incomplete by the "
+        "rules) whatever the sample rates; false: flagged requests are sampled like the rest.",
     )
     llm_max_input_chars: int = Field(
         24000, ge=2000, description="Judge input limit; long traces lose middle steps first."
@@ -399,11 +421,39 @@ class JudgeSettings(BaseModel):
         "strict refuses them) or not (llama.cpp, vLLM, Ollama: the whole schema, lengths "
         "included, becomes a grammar, which keeps small models from looping in a string).",
     )
-    llm_temperature: float = Field(
-        LLMConfig.temperature, ge=0, le=2, description="Sampling temperature."
+    llm_temperature: float | None = Field(
+        LLMConfig.temperature,
+        ge=0,
+        le=2,
+        description="Sampling temperature; unset: not sent (OpenAI's reasoning models, "
+        "o-series and gpt-5, refuse any but their own).",
     )
     llm_max_tokens: int = Field(
         LLMConfig.max_tokens, ge=64, description="Max tokens of the judge's answer."
+    )
+    llm_token_param: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens",
+        description="Name under which TRACEJUDGE_LLM_MAX_TOKENS is sent: max_tokens (vLLM, "
+        "Ollama, llama.cpp, older OpenAI models) or max_completion_tokens (OpenAI's reasoning "
+        "models, which refuse max_tokens; it also counts their hidden reasoning tokens).",
+    )
+    llm_seed: int | None = Field(
+        LLMConfig.seed,
+        description="Seed sent with every call, for answers as repeatable as the server makes "
+        "them; unset: not sent.",
+    )
+    llm_queue_wait_s: float = Field(
+        LLMConfig.queue_wait_s,
+        gt=0,
+        description="Longest wait of a judge call for a free slot in its worker (and a "
+        "TRACEJUDGE_LLM_RPM permit) before it goes out; then a timeout fallback. "
+        "TRACEJUDGE_LLM_TIMEOUT_S starts when the call goes out.",
+    )
+    llm_retry_after_max_s: float = Field(
+        LLMConfig.retry_after_max_s,
+        gt=0,
+        description="Longest wait on a 429 or 503 before trying again (a longer Retry-After is "
+        "cut to it); pushbacks are waited out until the deadline, never breaker failures.",
     )
     llm_breaker_failures: int = Field(
         5, ge=1, description="Consecutive failures that open the circuit breaker."
@@ -423,6 +473,20 @@ class JudgeSettings(BaseModel):
     llm_alert_min_requests: int = Field(
         10, ge=1, description="Judged requests in the window before the alert can fire."
     )
+
+    @field_validator("llm_temperature", "llm_seed", mode="before")
+    @classmethod
+    def _unset(cls, value: Any) -> Any:
+        # "unset" (or empty) leaves the parameter out of the request
+        if isinstance(value, str) and value.strip().lower() in ("", "unset", "none"):
+            return None
+        return value
+
+    @field_validator("llm_sample_rates")
+    @classmethod
+    def _rates_parse(cls, value: str) -> str:
+        parse_rates(value)  # a bad entry stops the start, named (not a silently full rate)
+        return value
 
 
 class Settings(

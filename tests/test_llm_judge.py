@@ -155,7 +155,8 @@ async def test_500_is_retried_with_backoff_then_succeeds(fake: FakeLLM) -> None:
 
 async def test_500_every_time_gives_http_5xx_after_bounded_attempts(fake: FakeLLM) -> None:
     with pytest.raises(JudgeError) as caught:
-        await judge_once(fake, Reply(status=503, body={}))
+        # (503 is the server asking to slow down: waited out, tests/test_judge_calls.py)
+        await judge_once(fake, Reply(status=500, body={}))
     assert caught.value.code == "http_5xx" and fake.count() == 3
 
 

@@ -14,6 +14,7 @@ the online-evaluation design's (the three scores and reasons, no verdict: the ru
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -65,6 +66,11 @@ def _to_score(value: Any) -> int | None:
         value = float(value)
     if not isinstance(value, int | float):
         raise ValueError(f"expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        # JSON numbers such as 1e999 parse to inf, and json.loads takes NaN and Infinity:
+        # round() would raise OverflowError, which validation does not turn into an invalid
+        # answer (it once escaped the client and left the breaker's probe hanging)
+        raise ValueError(f"score {value} is not a finite number")
     score = round(value)
     if not 0 <= score <= 100:
         raise ValueError(f"score {score} outside 0-100")

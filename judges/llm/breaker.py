@@ -33,13 +33,24 @@ class CircuitBreaker:
 
     def allow(self) -> bool:
         """May a call go out now? In half-open state only one probe at a time."""
+        return self.admit() is not None
+
+    def admit(self) -> Literal["call", "probe"] | None:
+        """Like `allow`, saying whether the call admitted is the half-open state's probe: its
+        caller must end it with `record_success`, `record_failure` or `release_probe`, whatever
+        happens (a probe never ended keeps the breaker half-open until restart)."""
         state = self.state
         if state == "closed":
-            return True
+            return "call"
         if state == "half_open" and not self._probing:
             self._probing = True
-            return True
-        return False
+            return "probe"
+        return None
+
+    def release_probe(self) -> None:
+        """The probe ended without saying anything about the server (cancelled, a per-request
+        error, our own bug): the next call may probe again."""
+        self._probing = False
 
     def record_success(self) -> None:
         self._failures = 0

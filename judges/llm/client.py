@@ -1,5 +1,6 @@
-"""OpenAI-compatible Chat Completions client for the judge: retries by error class, an overall
-deadline, bounded concurrency, a shared rate limit and a circuit breaker.
+"""OpenAI-compatible Chat Completions client for the judge: retries by error class, a deadline
+from when the call goes out, a bounded wait for a local slot, concurrency that comes down while
+the server pushes back, a shared rate limit and a circuit breaker.
 
 httpx errors are translated here into JudgeError with one of the documented codes.
 """
@@ -10,6 +11,7 @@ import asyncio
 import email.utils
 import logging
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,22 +20,39 @@ import httpx
 
 from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer
 from tracejudge.judges.llm.breaker import CircuitBreaker
-from tracejudge.judges.llm.prompt import request_body
+from tracejudge.judges.llm.limit import AdaptiveLimit
+from tracejudge.judges.llm.prompt import request_body, shrink_input
 from tracejudge.models.errors import TracejudgeError
 from tracejudge.prompts import JudgePrompt
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_STATUS = frozenset({408, 429})
+# The server asking to slow down: waited out (Retry-After) and retried under the deadline, the
+# calls in flight come down, and the breaker never hears of it: counting them opened the
+# breaker under load and turned 320 of 400 requests into rule-only verdicts (issue 38)
+PUSHBACK_STATUS = frozenset({429, 503})
+# A 4xx that every call would get alike (wrong endpoint, key or model): breaker failures. Other
+# 4xx (400, 413, 422: this request's size or content) say nothing about the next request
+COUNTED_4XX = frozenset({401, 403, 404})
+# Pushbacks waited out per request, beside the deadline: a bound in count as well as in time
+MAX_PUSHBACKS = 50
+# OpenAI's code and the messages of OpenAI, vLLM ("maximum context length is"), llama.cpp
+# ("exceeds the available context size") and others for a prompt longer than the model takes
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+_CONTEXT_TEXT = re.compile(
+    r"context[ _](length|size|window)|maximum (context )?length|too many tokens", re.IGNORECASE
+)
 
 
 class JudgeError(TracejudgeError):
-    """A judge call that produced no valid answer; `code` is the evaluation's judge_error."""
+    """A judge call that produced no valid answer; `code` is the evaluation's judge_error.
+    `counts`: whether it tells the breaker the server is failing (see `_once`)."""
 
-    def __init__(self, code: str, detail: str = "") -> None:
+    def __init__(self, code: str, detail: str = "", *, counts: bool = True) -> None:
         super().__init__(f"{code}: {detail}" if detail else code)
         self.code = code
         self.detail = detail
+        self.counts = counts
 
 
 def _circuit_open() -> JudgeError:
@@ -57,10 +76,16 @@ class LLMConfig:
     tool_choice: str = "named"
     output_mode: str = "tools"  # tools | json_schema (see prompt.request_body)
     schema_strict: bool = True
-    temperature: float = 0.0
+    temperature: float | None = 0.0  # None: not sent (reasoning models refuse it)
     max_tokens: int = 1024
+    # OpenAI's reasoning models (o-series, gpt-5) refuse max_tokens and want
+    # max_completion_tokens; most other servers take only max_tokens
+    token_param: str = "max_tokens"
+    seed: int | None = 42  # None: not sent
     backoff_base_s: float = 0.5
     backoff_max_s: float = 8.0
+    queue_wait_s: float = 120.0  # the wait for a local slot, before the deadline starts
+    retry_after_max_s: float = 30.0  # the longest Retry-After waited as told
 
 
 def retry_after_s(response: httpx.Response) -> float | None:
@@ -95,7 +120,7 @@ class LLMClient:
         self.prompt = prompt
         self.breaker = breaker
         self.limiter = limiter
-        self._semaphore = asyncio.Semaphore(config.concurrency)
+        self.limit = AdaptiveLimit(config.concurrency)
         self._http = http or httpx.AsyncClient(
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
             limits=httpx.Limits(max_connections=config.concurrency * 2),
@@ -109,35 +134,59 @@ class LLMClient:
         await self._http.aclose()
 
     async def judge(self, content: str) -> JudgeAnswer:
-        """One judged answer for the content, or JudgeError; never waits past the deadline."""
+        """One judged answer for the content, or JudgeError. The wait for a local slot (and
+        the first rate-limit permit) is bounded by `queue_wait_s`; the deadline, `timeout_s`,
+        starts when the call goes out: time queued behind other calls is not the server's."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.timeout_s
+        queued_until = loop.time() + self.config.queue_wait_s
+        try:
+            async with asyncio.timeout_at(queued_until):
+                await self.limit.acquire()
+        except TimeoutError:
+            raise JudgeError(
+                "timeout",
+                f"queued locally {self.config.queue_wait_s:g}s without a free call slot",
+                counts=False,
+            ) from None
+        admitted = None
+        try:
+            # asked when the call would go out, not when it was queued (and again before each
+            # attempt): calls that waited while the calls ahead failed must not reach a dead
+            # server
+            admitted = self.breaker.admit()
+            if admitted is None:
+                raise _circuit_open()
+            if self.limiter is not None and not await self.limiter.acquire(queued_until):
+                raise JudgeError("budget", "no rate limit slot within the queue wait", counts=False)
+            return await self._judged(content)
+        finally:
+            if admitted == "probe":
+                # whatever ended it (cancelled, an error that says nothing about the server,
+                # our own bug): a probe left open keeps the breaker half-open until restart.
+                # After record_success/record_failure this changes nothing
+                self.breaker.release_probe()
+            self.limit.release()
+
+    async def _judged(self, content: str) -> JudgeAnswer:
+        """The call under its deadline, its outcome told to the breaker."""
+        deadline = asyncio.get_running_loop().time() + self.config.timeout_s
         try:
             async with asyncio.timeout_at(deadline):
-                async with self._semaphore:
-                    # asked when the call would go out, not when it was queued (and again
-                    # before each attempt): calls that waited while the calls ahead failed must
-                    # not reach a dead server
-                    if not self.breaker.allow():
-                        raise _circuit_open()
-                    answer = await self._attempts(content, deadline)
+                answer = await self._attempts(content, deadline)
         except TimeoutError:
             self.breaker.record_failure()
             raise JudgeError("timeout", f"no answer within {self.config.timeout_s:g}s") from None
         except JudgeError as exc:
-            if exc.code == "circuit_open":
-                raise  # no call was made: nothing to record
             if exc.code == "invalid_output":
                 self.breaker.record_success()  # the provider answered; the model did not
-            elif exc.code != "budget":
+            elif exc.counts:
                 self.breaker.record_failure()
             raise
         self.breaker.record_success()
         return answer
 
-    async def _attempts(self, content: str, deadline: float) -> JudgeAnswer:
-        loop = asyncio.get_running_loop()
-        body = request_body(
+    def _body(self, content: str) -> dict[str, Any]:
+        return request_body(
             content,
             self.prompt,
             self.config.model,
@@ -146,32 +195,73 @@ class LLMClient:
             schema_strict=self.config.schema_strict,
             temperature=self.config.temperature,
             max_tokens=self.config.max_tokens,
+            token_param=self.config.token_param,
+            seed=self.config.seed,
         )
-        attempt = 0
+
+    def _backoff(self, n: int) -> float:
+        cap = min(self.config.backoff_max_s, self.config.backoff_base_s * 2.0 ** (n - 1))
+        return float(cap * random.uniform(0.5, 1.0))
+
+    async def _attempts(self, content: str, deadline: float) -> JudgeAnswer:
+        loop = asyncio.get_running_loop()
+        body = self._body(content)
+        failures = pushbacks = 0
+        shrunk = False
+        first = True
         while True:
-            attempt += 1
-            if self.limiter is not None and not await self.limiter.acquire(deadline):
-                raise JudgeError("budget", "rate limit budget exhausted before the deadline")
+            # the first call's permit was taken before the deadline started (`judge`)
+            if not first and self.limiter is not None and not await self.limiter.acquire(deadline):
+                raise JudgeError(
+                    "budget", "rate limit budget exhausted before the deadline", counts=False
+                )
+            first = False
             if self.breaker.state == "open":  # other calls opened it during a wait or backoff
                 raise _circuit_open()
-            error, wait = await self._once(body)
-            if isinstance(error, JudgeAnswer):
-                return error
-            retryable = error.code in ("connect", "http_5xx", "rate_limited", "timeout")
-            if not retryable or attempt >= self.config.max_attempts:
-                raise error
-            if wait is None:
-                cap = min(
-                    self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (attempt - 1)
+            result, wait = await self._once(body)
+            if isinstance(result, JudgeAnswer):
+                self.limit.on_success()
+                return result
+            error = result
+            if error.code == "context_length" and not shrunk:
+                # once, at half its size: a cheaper retry than a lost verdict
+                shrunk = True
+                smaller = shrink_input(content, len(content) // 2)
+                if smaller is not None and len(smaller) < len(content):
+                    log.info("judge input over the model's context: retrying at half its size")
+                    body = self._body(smaller)
+                    continue
+            if error.code == "context_length":
+                raise JudgeError("http_4xx", error.detail, counts=False)
+            if error.code == "pushback":
+                self.limit.on_pushback()
+                pushbacks += 1
+                error = JudgeError(
+                    "rate_limited" if error.detail.startswith("HTTP 429") else "http_5xx",
+                    error.detail,
+                    counts=False,
                 )
-                wait = cap * random.uniform(0.5, 1.0)
+                if pushbacks >= MAX_PUSHBACKS:
+                    raise error
+                wait = min(
+                    self._backoff(pushbacks) if wait is None else wait,
+                    self.config.retry_after_max_s,
+                )
+            else:
+                failures += 1
+                retryable = error.code in ("connect", "http_5xx", "timeout")
+                if not retryable or failures >= self.config.max_attempts:
+                    raise error
+                if wait is None:
+                    wait = self._backoff(failures)
             if loop.time() + wait >= deadline:
                 raise error
             log.info("judge call failed (%s), retrying in %.2fs", error.code, wait)
             await asyncio.sleep(wait)
 
-    async def _once(self, body: dict[str, Any]) -> tuple[Any, float | None]:
-        """(answer, None) or (JudgeError, suggested wait)."""
+    async def _once(self, body: dict[str, Any]) -> tuple[JudgeAnswer | JudgeError, float | None]:
+        """(answer, None) or (JudgeError, suggested wait); the codes `pushback` and
+        `context_length` are the retry loop's own, never a judge_error."""
         try:
             response = await self._http.post(self._url, json=body, headers=self._headers)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -182,17 +272,33 @@ class LLMClient:
         except httpx.HTTPError as exc:
             return JudgeError("connect", type(exc).__name__), None
         status = response.status_code
-        if status == 429:
-            return JudgeError("rate_limited", "HTTP 429"), retry_after_s(response)
+        if status in PUSHBACK_STATUS:
+            return JudgeError("pushback", f"HTTP {status}"), retry_after_s(response)
         if status == 408:
             return JudgeError("timeout", "HTTP 408"), retry_after_s(response)
         if status >= 500:
             return JudgeError("http_5xx", f"HTTP {status}"), retry_after_s(response)
         if status >= 400:
-            raise JudgeError("http_4xx", f"HTTP {status}: {response.text[:200]}")
+            detail = f"HTTP {status}: {response.text[:200]}"
+            if status == 400 and _context_exceeded(response):
+                return JudgeError("context_length", detail, counts=False), None
+            raise JudgeError("http_4xx", detail, counts=status in COUNTED_4XX)
         try:
             return parse_answer(response.json()), None
         except ValueError as exc:
             raise JudgeError("invalid_output", "response body is not JSON") from exc
         except InvalidAnswer as exc:
             raise JudgeError("invalid_output", exc.reason) from exc
+
+
+def _context_exceeded(response: httpx.Response) -> bool:
+    """A 400 saying the prompt is longer than the model's context."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict):
+        if error.get("code") in _CONTEXT_CODES or error.get("type") in _CONTEXT_CODES:
+            return True
+        return bool(_CONTEXT_TEXT.search(str(error.get("message", ""))))
+    return bool(_CONTEXT_TEXT.search(response.text[:2000]))

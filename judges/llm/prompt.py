@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,10 +107,47 @@ UNMASKED_SLACK = 2
 
 def build_input(window: Window, max_chars: int) -> JudgeInput:
     """Mask, trim the middle of long traces first, fence; always within `max_chars`."""
-    budget = max_chars - len(INSTRUCTION) - len(OPEN) - len(CLOSE) - 4
+    budget = _budget(max_chars)
     data = payload(window)
     omitted = _drop_middle_steps(data, UNMASKED_SLACK * budget)
     data = mask_any(data)
+    rendered, omitted = _fit(data, budget, omitted)
+    return JudgeInput(_fenced(rendered), omitted)
+
+
+def shrink_input(content: str, max_chars: int) -> str | None:
+    """A judge input built by `build_input`, cut again to `max_chars` (for a server that said
+    the context was exceeded); None when `content` is not such an input. Its data block is
+    already masked: it is parsed and trimmed the same way, middle steps first."""
+    head = f"{INSTRUCTION}\n{OPEN}\n"
+    tail = f"\n{CLOSE}"
+    if not (content.startswith(head) and content.endswith(tail)):
+        return None
+    try:
+        data = json.loads(content[len(head) : -len(tail)])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    counted = _OMITTED.match(str(data.get("note", "")))
+    omitted = int(counted.group(1)) if counted else 0
+    return _fenced(_fit(data, _budget(max_chars), omitted)[0])
+
+
+_OMITTED = re.compile(r"(\d+) step\(s\) omitted")
+
+
+def _budget(max_chars: int) -> int:
+    return max_chars - len(INSTRUCTION) - len(OPEN) - len(CLOSE) - 4
+
+
+def _fenced(rendered: str) -> str:
+    return f"{INSTRUCTION}\n{OPEN}\n{rendered}\n{CLOSE}"
+
+
+def _fit(data: dict[str, Any], budget: int, omitted: int) -> tuple[str, int]:
+    """The masked data rendered within `budget` characters, as valid JSON, and how many steps
+    are omitted now (`omitted` of them already were)."""
     steps: list[dict[str, Any]] = data.get("steps", [])
     while True:
         if omitted:
@@ -139,7 +177,7 @@ def build_input(window: Window, max_chars: int) -> JudgeInput:
                 "note": "the trace is too large to show",
             }
         )
-    return JudgeInput(f"{INSTRUCTION}\n{OPEN}\n{rendered}\n{CLOSE}", omitted)
+    return rendered, omitted
 
 
 def _drop_middle_steps(data: dict[str, Any], limit: int) -> int:
@@ -190,26 +228,34 @@ def request_body(
     model: str,
     *,
     tool_choice: str,
-    temperature: float,
+    temperature: float | None,
     max_tokens: int,
     output_mode: str = "tools",
     schema_strict: bool = True,
+    token_param: str = "max_tokens",
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """An OpenAI-compatible Chat Completions request; works with OpenAI, vLLM, Ollama and
     llama.cpp's server.
 
     `tools` offers `final_judge` as a function; `json_schema` asks for the verdict itself as the
     content, constrained by its schema (`response_format`), for servers whose chat template has
-    no tool calls (llama.cpp with most small models ignores `tools` and answers in prose)."""
+    no tool calls (llama.cpp with most small models ignores `tools` and answers in prose).
+    `token_param` names the output limit: `max_tokens`, or `max_completion_tokens` for OpenAI's
+    reasoning models; `temperature` and `seed` are left out when None."""
     body: dict[str, Any] = {
         "model": model,
         "messages": [
             {"role": "system", "content": prompt.system},
             {"role": "user", "content": content},
         ],
-        "temperature": temperature,
-        "max_tokens": max_tokens,
+        token_param: max_tokens,
     }
+    # left out when unset: OpenAI's reasoning models refuse any temperature but their default
+    if temperature is not None:
+        body["temperature"] = temperature
+    if seed is not None:
+        body["seed"] = seed
     if output_mode == "json_schema":
         # strict (OpenAI): the schema is enforced, and keywords outside OpenAI's subset are
         # refused, so string lengths go; otherwise (llama.cpp, vLLM, Ollama compile the whole
