@@ -37,9 +37,10 @@ class LLMRouting:
     """Which closed requests go to the LLM judge, and how much of them it reads."""
 
     sample_rate: float  # of the requests no entry of `rates` is about
-    max_input_chars: int
+    max_input_chars: int | None  # None: the token budget alone
     rates: tuple[RateRule, ...] = ()  # per agent or agent version
     judge_flagged: bool = True  # every flagged request is judged, whatever its rate
+    max_input_tokens: int | None = None  # estimated (prompt.estimate_tokens)
 
     @property
     def selection(self) -> Selection:
@@ -128,10 +129,12 @@ def _judge_job(
     verdict: RuleVerdict,
 ) -> Made:
     keep = judging.timelines
+    judge_input = build_input(window, llm.max_input_chars, max_tokens=llm.max_input_tokens)
     job = JudgeJob(
         facts=facts,
         rules=verdict,
-        content=build_input(window, llm.max_input_chars).content,
+        content=judge_input.content,
+        steps_omitted=judge_input.steps_omitted,
         closed_at=closing.now,
         terminal_at=closing.terminal_at,
         timeline=timeline_of(window) if keep in ("all", "flagged") else None,

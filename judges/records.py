@@ -25,6 +25,7 @@ from tracejudge.models.events import (
     ToolCall,
     UserMessage,
     Validation,
+    clip,
 )
 from tracejudge.models.window import ClosedBy, Window, assemble_window
 
@@ -43,6 +44,12 @@ OPENED_AT = "opened_at"
 PARTITION = "partition"
 ROUND = "round"  # on an iteration's stub: the round's early-stop signals (Round.to_record)
 _NOT_EVENT_FIELDS = frozenset({DROPPED, OPENED_AT, PARTITION, "args_key", ROUND})
+# A failed step beyond the step limit keeps a digest of its text: the head and tail of its
+# error (or, without one, of its result) and of its arguments. A run that ends badly usually
+# ends on failures, and past the limit they were only a name and "failed" to the judge. Bound:
+# at most DIGEST_ERROR_CHARS + DIGEST_ARGS_CHARS characters more per failed step.
+DIGEST_ERROR_CHARS = 400
+DIGEST_ARGS_CHARS = 200
 
 
 def step_record(
@@ -51,11 +58,13 @@ def step_record(
     beyond_limit: bool,
     extra: dict[str, Any] | None = None,
     round_: Round | None = None,
+    digest: bool = False,
 ) -> bytes:
     """The stored form of a validated event, JSON encoded once (the table stores and sends
     these bytes as they are); beyond the step limit only its identity and, for a tool call, its
     outcome (an unrecovered failure must still count), for an iteration its round's signals
-    (`round_`: early stop and the iterations used still work). `extra`: the window's fields."""
+    (`round_`: early stop and the iterations used still work), and with `digest` (text may be
+    kept) a failed step's digest. `extra`: the window's fields."""
     fields = dict(extra or {})
     if not beyond_limit:
         if event.event_id is None:
@@ -94,7 +103,22 @@ def step_record(
         key = call_key(event.tool, event.args_summary)
         if key is not None:
             stub["args_key"] = key
+        if digest and not event.success:
+            # without an error the result says what went wrong (a failed build's log)
+            _digest(stub, args=event.args_summary, error=event.error)
+            if not event.error and event.result_preview:
+                stub["result_preview"] = clip(event.result_preview, DIGEST_ERROR_CHARS)
+    if digest and isinstance(event, ReasoningStep) and event.error:
+        stub["phase"] = event.phase
+        _digest(stub, args=None, error=event.error)
     return orjson.dumps(stub)
+
+
+def _digest(stub: dict[str, Any], *, args: str | None, error: str | None) -> None:
+    if args:
+        stub["args_summary"] = clip(args, DIGEST_ARGS_CHARS)
+    if error:
+        stub["error"] = clip(error, DIGEST_ERROR_CHARS)
 
 
 def round_of_record(value: bytes | str | dict[str, Any]) -> Round:
@@ -131,7 +155,9 @@ def read_step(value: bytes | str | dict[str, Any]) -> Event | None:
     """The event a step record holds, or None for a stub that carries nothing to judge."""
     record = load_record(value)
     kind = record.get("type")
-    if record.get(DROPPED) and kind not in ("tool_call", "iteration"):
+    # a stub carries nothing to judge, unless it is a failed reasoning step's digest
+    digest = kind == "reasoning_step" and record.get("error")
+    if record.get(DROPPED) and kind not in ("tool_call", "iteration") and not digest:
         return None
     fields = {k: v for k, v in record.items() if k not in _NOT_EVENT_FIELDS}
     if isinstance(fields.get("validation"), dict):

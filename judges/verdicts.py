@@ -23,6 +23,7 @@ from tracejudge.models.outputs import (
     Evaluation,
     FailedStep,
     Finding,
+    JudgeCall,
     JudgeErrorCode,
     JudgeStatus,
     ReflectionRequest,
@@ -60,6 +61,9 @@ class JudgeOutcome:
     answer: JudgeAnswer | None = None
     cached: bool = False  # the answer came from the cache, not the model
     latency_s: float | None = None  # the model call's, when one was made
+    call: JudgeCall | None = None  # provenance, when the judge handled the request
+    note: str | None = None  # why the judge did not read it, for the reasons (skipped)
+    budget_spent: Literal["minute", "day"] | None = None  # the cap that stopped the call
 
 
 DISABLED = JudgeOutcome("disabled")
@@ -132,6 +136,7 @@ class JudgeJob(BaseModel):
     terminal_at: float | None = None  # the terminal event's broker timestamp: verdict latency
     timeline: list[dict[str, Any]] | None = None  # masked (judges/timeline.py), when kept
     timeline_not_kept: Literal["off", "no_redis"] = "off"  # else why not (Evaluation.timeline)
+    steps_omitted: int = 0  # steps the judge's input left out (JudgeInput.steps_omitted)
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,8 @@ def conclude(
         verdict = rules
         reasons = list(rules.reasons)
         suggestions = list(rules.suggestions)
+    if outcome.note is not None:
+        reasons.append(outcome.note)
     overall = round(exact)
     evaluation = Evaluation(
         evaluation_id=evaluation_id,
@@ -237,6 +244,7 @@ def conclude(
         usage=facts.usage,
         trace_id=facts.trace_id,
         span_id=facts.span_id,
+        judge=outcome.call,
         ts=now,
     )
     return _plan(evaluation, facts, policy, now, exact)

@@ -26,13 +26,23 @@ SUMMARY_LIMIT = 2_000
 LONG_TEXT_LIMIT = 8_000
 MAX_PLANNED_STEPS = 100
 CLIP_MARK = " …[clipped]"
+_CUT_MARK = " …[clipped {}]… "  # where the middle went, and how many characters of it
 
 
 def clip(text: str, limit: int) -> str:
-    """Clip `text` to at most `limit` characters, marking the cut."""
+    """Clip `text` to at most `limit` characters: its head and its tail, with a mark saying how
+    much of the middle was cut. A log's last lines are usually the ones that matter (a 107k
+    build log's `BUILD FAILURE` is at its end), its first say what ran."""
     if len(text) <= limit:
         return text
-    return text[: limit - len(CLIP_MARK)] + CLIP_MARK
+    mark = _CUT_MARK.format(len(text) - limit)
+    for _ in range(3):  # the count's own digits change how much is cut: settle it
+        mark = _CUT_MARK.format(len(text) - (limit - len(mark)))
+    keep = limit - len(mark)
+    if keep < 2:  # too short for a mark and both ends
+        return text[:limit]
+    head = (keep + 1) // 2
+    return text[:head] + mark + text[len(text) - (keep - head) :]
 
 
 class _Event(BaseModel):

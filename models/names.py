@@ -44,7 +44,7 @@ def changelog_topic(app_id: str, table: str) -> str:
 REDIS_EVALUATION_KEY = "tracejudge:evaluation:{request_id}"
 REDIS_CONTROL_KEY = "tracejudge:control:{request_id}"
 REDIS_TIMELINE_KEY = "tracejudge:timeline:{request_id}"  # masked steps, beside the evaluation
-REDIS_LLM_PREFIX = "tracejudge:llm"  # rate limit counters and worker heartbeats
+REDIS_LLM_PREFIX = "tracejudge:llm"  # rate limit counters, worker heartbeats, budgets
 
 # Headers.
 MARKER_HEADER = "tracejudge-marker"  # on idle-close and purge markers in the events topic

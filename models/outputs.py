@@ -90,6 +90,36 @@ class Usage(_Output):
     models: list[str] = Field(default_factory=list, description="The first few model names.")
 
 
+class JudgeCall(_Output):
+    """Who judged and what it took: on every evaluation the LLM judge handled (judge_status
+    ok or fallback), absent on rule-only ones."""
+
+    requested_model: str = Field(description="TRACEJUDGE_LLM_MODEL, as sent.")
+    returned_model: str | None = Field(
+        default=None, description="The answer's `model` (a snapshot of the alias, often)."
+    )
+    prompt_version: str = Field(description="A hash of the system prompt and answer schema.")
+    cached: bool = Field(description="The answer came from the verdict cache: no call made.")
+    attempts: int = Field(ge=0, description="Calls sent to the server, retries included.")
+    latency_s: float | None = Field(
+        default=None, ge=0, description="From the first call out to the last reply."
+    )
+    input_tokens: int | None = Field(
+        default=None, ge=0, description="Summed over the attempts; None: no reply reported usage."
+    )
+    output_tokens: int | None = Field(default=None, ge=0)
+    cached_input_tokens: int | None = Field(
+        default=None, ge=0, description="Part of input_tokens; None: the server did not say."
+    )
+    cost_usd: float | None = Field(
+        default=None, ge=0, description="From the TRACEJUDGE_LLM_PRICE_* settings; None: unset."
+    )
+    steps_omitted: int = Field(default=0, ge=0, description="Steps the prompt left out.")
+    input_halved: bool = Field(
+        default=False, description="The server said the context was exceeded: sent at half size."
+    )
+
+
 class Evaluation(_Output):
     type: Literal["evaluation"] = "evaluation"
     evaluation_id: str = Field(
@@ -141,6 +171,11 @@ class Evaluation(_Output):
         "evaluation (kept, for the evaluation's TTL), or why not: not_flagged (passed, "
         "succeeded, complete, with TRACEJUDGE_TIMELINES=flagged), off "
         "(TRACEJUDGE_TIMELINES=off), no_redis (the worker had no Redis). None: not recorded.",
+    )
+    judge: JudgeCall | None = Field(
+        default=None,
+        description="The LLM judge's model, prompt, attempts, latency, tokens and cost; None "
+        "when the judge did not handle the request (judge_status disabled or skipped).",
     )
     ts: float
 

@@ -232,6 +232,7 @@ class Metrics:
         self.judge_cache_hits = Counter(
             "tracejudge_judge_cache_hits", "Judge verdicts served from the cache.", registry=r
         )
+        self._judge_spend_series(r)
         self.agents = AgentMetrics(r)
         # the process's own series (CPU, memory, open files, GC) and which build runs
         ProcessCollector(registry=r)
@@ -241,6 +242,37 @@ class Metrics:
             {"version": PACKAGE_VERSION}
         )
         r.register(_Readings(self.readings))
+
+    def _judge_spend_series(self, r: CollectorRegistry) -> None:
+        """What the LLM judge costs: its calls, tokens, spend and the requests a budget kept
+        from it."""
+        # by the model asked for (TRACEJUDGE_LLM_MODEL: one a process), never the model named
+        # in the answers, which the server chooses
+        self.judge_attempts = Counter(
+            "tracejudge_judge_attempts",
+            "Calls sent to the judge's server, retries included, by model.",
+            ["model"],
+            registry=r,
+        )
+        self.judge_tokens = Counter(
+            "tracejudge_judge_tokens",
+            "Tokens the judge's server reported, by model and kind (input, cached_input: "
+            "part of input, output).",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.judge_cost = Counter(
+            "tracejudge_judge_cost_usd",
+            "Judge spend in USD from the TRACEJUDGE_LLM_PRICE_* settings, by model.",
+            ["model"],
+            registry=r,
+        )
+        self.judge_budget_skips = Counter(
+            "tracejudge_judge_budget_skips",
+            "Requests not sent to the judge because a budget was spent, by period (minute, day).",
+            ["period"],
+            registry=r,
+        )
 
     def event_count(self, event_type: str, status: str) -> Counter:
         """The events counter for one type and status. Its child is kept: `labels()` takes a

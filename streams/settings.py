@@ -6,7 +6,7 @@ import difflib
 import os
 import sys
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from dotenv import dotenv_values
 from pydantic import (
@@ -23,10 +23,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tracejudge.judges.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
 from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
 from tracejudge.judges.llm.client import LLMConfig
+from tracejudge.judges.llm.prompt import input_token_budget
 from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import DEFAULT_TOOL_CALL_BUDGET
 from tracejudge.judges.sampling import parse_rates
 from tracejudge.judges.verdicts import Policy
+from tracejudge.prompts import final_judge_prompt
 
 CONFIG_FILE_ENV = "TRACEJUDGE_CONFIG_FILE"
 PREFIX = "TRACEJUDGE_"
@@ -35,6 +37,9 @@ NOT_SETTINGS = frozenset({CONFIG_FILE_ENV, "TRACEJUDGE_CACHE"})
 # old name -> new name: the old one still works, with a deprecation line, when the new one is
 # not given (names follow one pattern: `<thing>_enabled`, as llm_judge_enabled)
 RENAMED = {"enable_reflection": "reflection_enabled"}
+
+
+MIN_INPUT_TOKENS = 1000  # the judge's input at least: a trace's goal, answer and a few steps
 
 
 class SettingsError(ValueError):
@@ -285,6 +290,14 @@ class RuleSettings(BaseModel):
     early stops, retries."""
 
     max_trace_steps: int = Field(50, ge=1, description="Steps kept in detail per request.")
+    trace_tail_steps: int = Field(
+        10,
+        ge=0,
+        le=200,
+        description="Beyond TRACEJUDGE_MAX_TRACE_STEPS, the last steps also kept in detail (in "
+        "memory) so the judge sees how a long run ended; failed steps beyond the limit keep a "
+        "digest (tool, arguments, head and tail of the error) whatever this says.",
+    )
     warn_threshold: int = Field(
         Policy.warn_threshold, ge=0, le=100, description="Scores below it raise an alert."
     )
@@ -401,8 +414,27 @@ class JudgeSettings(BaseModel):
         description="Judge every flagged request (not passed, not success, or incomplete by the "
         "rules) whatever the sample rates; false: flagged requests are sampled like the rest.",
     )
-    llm_max_input_chars: int = Field(
-        24000, ge=2000, description="Judge input limit; long traces lose middle steps first."
+    llm_max_input_chars: int | None = Field(
+        None,
+        ge=2000,
+        description="A limit in characters on the judge's input beside its token budget "
+        "(TRACEJUDGE_LLM_CONTEXT_TOKENS); unset: the token budget alone.",
+    )
+    llm_context_tokens: int = Field(
+        8192,
+        ge=2048,
+        description="The judge model's context size in tokens: the system prompt, the answer's "
+        "schema, the trace and the answer's reserve fit in it (tokens estimated to err high: 3 "
+        "ASCII characters or 1 other character a token). When a trace does not fit, its goal, "
+        "final answer and failed steps are kept first, then its last steps; the input says "
+        "what it left out. Raise it for a large-context model (e.g. 128000) at more cost.",
+    )
+    llm_output_reserve_tokens: int | None = Field(
+        None,
+        ge=64,
+        description="Tokens of the context kept for the answer; unset: "
+        "TRACEJUDGE_LLM_MAX_TOKENS (a server refuses a request whose input and max tokens "
+        "exceed the context).",
     )
     llm_tool_choice: str = Field(
         LLMConfig.tool_choice,
@@ -473,8 +505,44 @@ class JudgeSettings(BaseModel):
     llm_alert_min_requests: int = Field(
         10, ge=1, description="Judged requests in the window before the alert can fire."
     )
+    llm_price_input_per_mtok: float | None = Field(
+        None,
+        ge=0,
+        description="USD per million input tokens of TRACEJUDGE_LLM_MODEL, for each judged "
+        "evaluation's cost_usd and tracejudge_judge_cost_usd_total; unset: no cost figure.",
+    )
+    llm_price_cached_input_per_mtok: float | None = Field(
+        None,
+        ge=0,
+        description="USD per million cached input tokens; unset: the input price.",
+    )
+    llm_price_output_per_mtok: float | None = Field(
+        None, ge=0, description="USD per million output tokens (set with the input price)."
+    )
+    llm_budget_tokens_per_minute: int = Field(
+        0,
+        ge=0,
+        description="Judge tokens (input + output, as the server reports them) per UTC minute, "
+        "shared by all judge processes via Redis; once spent, requests are not sent to the "
+        "model and their evaluations say so (judge_status skipped). 0: no cap.",
+    )
+    llm_budget_tokens_per_day: int = Field(
+        0, ge=0, description="Judge tokens per UTC day, as the per-minute cap. 0: no cap."
+    )
+    llm_budget_usd_per_minute: float = Field(
+        0.0, ge=0, description="Judge spend per UTC minute (needs the prices). 0: no cap."
+    )
+    llm_budget_usd_per_day: float = Field(
+        0.0, ge=0, description="Judge spend per UTC day (needs the prices). 0: no cap."
+    )
 
-    @field_validator("llm_temperature", "llm_seed", mode="before")
+    @field_validator(
+        "llm_temperature",
+        "llm_seed",
+        "llm_max_input_chars",
+        "llm_output_reserve_tokens",
+        mode="before",
+    )
     @classmethod
     def _unset(cls, value: Any) -> Any:
         # "unset" (or empty) leaves the parameter out of the request
@@ -487,6 +555,53 @@ class JudgeSettings(BaseModel):
     def _rates_parse(cls, value: str) -> str:
         parse_rates(value)  # a bad entry stops the start, named (not a silently full rate)
         return value
+
+    @field_validator(
+        "llm_price_input_per_mtok",
+        "llm_price_cached_input_per_mtok",
+        "llm_price_output_per_mtok",
+        mode="before",
+    )
+    @classmethod
+    def _price_unset(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("", "unset", "none"):
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _priced(self) -> Self:
+        # a cost from half a price list, or a spend cap with no price, would never be right:
+        # stop at start, named, rather than publish no cost or never cap
+        prices = (self.llm_price_input_per_mtok, self.llm_price_output_per_mtok)
+        if (prices[0] is None) != (prices[1] is None):
+            raise ValueError(
+                "set both TRACEJUDGE_LLM_PRICE_INPUT_PER_MTOK and _OUTPUT_PER_MTOK, or neither"
+            )
+        if prices[0] is None and (self.llm_budget_usd_per_minute or self.llm_budget_usd_per_day):
+            raise ValueError(
+                "a TRACEJUDGE_LLM_BUDGET_USD_* cap needs TRACEJUDGE_LLM_PRICE_INPUT_PER_MTOK "
+                "and _OUTPUT_PER_MTOK"
+            )
+        return self
+
+    @property
+    def llm_input_tokens(self) -> int:
+        """Tokens the judge's input (the trace's message) may take: the context less the
+        answer's reserve, the system prompt and the answer's schema."""
+        reserve = self.llm_output_reserve_tokens or self.llm_max_tokens
+        return input_token_budget(self.llm_context_tokens, reserve, final_judge_prompt())
+
+    @model_validator(mode="after")
+    def _fits_context(self) -> Self:
+        # a context the prompt and the reserve nearly fill leaves no room for any trace: every
+        # judged request would be "the trace is too large to show"
+        if self.llm_input_tokens < MIN_INPUT_TOKENS:
+            raise ValueError(
+                f"TRACEJUDGE_LLM_CONTEXT_TOKENS ({self.llm_context_tokens}) leaves "
+                f"{self.llm_input_tokens} tokens for the trace after the answer's reserve and "
+                f"the judge's prompt; at least {MIN_INPUT_TOKENS} are needed"
+            )
+        return self
 
 
 class Settings(

@@ -26,7 +26,12 @@ from tests.test_rules import GOOD, trace, window_of
 from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer
 from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
-from tracejudge.judges.llm.prompt import CLOSE, INSTRUCTION, OPEN, build_input, payload
+from tracejudge.judges.llm.prompt import (
+    _fenced,
+    build_input,
+    payload,
+    shrink_input,
+)
 from tracejudge.judges.llm.prompt import _render as render
 from tracejudge.judges.redact import mask_any, masked_json
 from tracejudge.judges.rules import RuleJudge
@@ -337,7 +342,8 @@ def test_long_traces_lose_middle_steps_first_and_say_so() -> None:
     kept = [s["i"] for s in data["steps"]]
     assert judge_input.steps_omitted == 60 - len(kept) > 0
     assert kept[0] == 1 and kept[-1] == 60  # first and last steps survive
-    assert "omitted from the middle" in data["note"]
+    assert "omitted to fit the input limit" in data["note"]
+    assert data["left_out"] == {"tool_call": 60 - len(kept)}  # what was left out, by kind
     assert data["final_output"] == GOOD
 
 
@@ -351,14 +357,13 @@ def test_steps_dropped_before_masking_are_those_trimming_the_masked_trace_drops(
     window = window_of(events)
     judge_input = build_input(window, 24_000)
     data = json.loads(judge_input.content.split("<data>\n")[1].split("\n</data>")[0])
-    # the reference: the whole trace masked, then steps dropped from the middle one by one
+    # the reference: the whole trace masked, then fitted
     masked = mask_any(payload(window))
-    budget = 24_000 - len(INSTRUCTION) - len(OPEN) - len(CLOSE) - 4
-    while len(render(masked)) > budget:
-        masked["steps"].pop(len(masked["steps"]) // 2)
-        masked["note"] = data["note"]  # same length whatever the count (two digits here)
-    assert [s["i"] for s in data["steps"]] == [s["i"] for s in masked["steps"]]
-    assert judge_input.steps_omitted == 50 - len(masked["steps"]) > 0
+    fitted = shrink_input(_fenced(render(masked)), 24_000)
+    assert fitted is not None
+    reference = json.loads(fitted.split("<data>\n")[1][:-8])
+    assert [s["i"] for s in data["steps"]] == [s["i"] for s in reference["steps"]]
+    assert judge_input.steps_omitted == 50 - len(reference["steps"]) > 0
     assert "ghp_" not in judge_input.content and "ann@corp.example" not in judge_input.content
 
 

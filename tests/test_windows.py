@@ -41,8 +41,14 @@ class ChangelogDict(MutableMapping[str, Any]):
         return len(self.data)
 
 
-def store(max_steps: int = 50, capture: bool = True) -> WindowStore:
-    return WindowStore(ChangelogDict(), ChangelogDict(), max_steps=max_steps, capture=capture)
+def store(max_steps: int = 50, capture: bool = True, tail_steps: int = 10) -> WindowStore:
+    return WindowStore(
+        ChangelogDict(),
+        ChangelogDict(),
+        max_steps=max_steps,
+        capture=capture,
+        tail_steps=tail_steps,
+    )
 
 
 def again(s: WindowStore) -> WindowStore:
@@ -175,7 +181,7 @@ def test_a_window_is_rebuilt_from_its_records_alone() -> None:
 
 
 def test_steps_beyond_limit_become_stubs_that_keep_tool_outcomes() -> None:
-    s = store(max_steps=2)
+    s = store(max_steps=2, tail_steps=0)
     for i in range(5):
         s.add(parse_event(tool("r", i, ok=i != 4)), 0, 1.0)
     window = s.collect("r", "final_response")

@@ -13,7 +13,7 @@ import logging
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
@@ -22,6 +22,7 @@ from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answe
 from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.limit import AdaptiveLimit
 from tracejudge.judges.llm.prompt import request_body, shrink_input
+from tracejudge.judges.llm.usage import Tokens, tokens_of
 from tracejudge.models.errors import TracejudgeError
 from tracejudge.prompts import JudgePrompt
 
@@ -44,15 +45,44 @@ _CONTEXT_TEXT = re.compile(
 )
 
 
+@dataclass
+class CallRecord:
+    """What one judgement took: the attempts sent, the tokens the server reported for them
+    (summed: a retried or invalid answer was billed too), the model that answered (the
+    response's `model`, which may name a snapshot of the alias asked for), whether the input
+    was cut to half for the model's context, and the time from the first attempt out to the
+    last reply."""
+
+    attempts: int = 0
+    tokens: Tokens | None = None  # None: no reply reported usage
+    returned_model: str | None = None
+    input_halved: bool = False
+    latency_s: float | None = None
+    unreported: int = field(default=0, repr=False)  # answered attempts without usage
+
+    def replied(self, body: Any, answered: bool) -> None:
+        """A reply's body: its usage added, its model noted."""
+        tokens = tokens_of(body)
+        if tokens is not None:
+            self.tokens = tokens if self.tokens is None else self.tokens + tokens
+        elif answered:
+            self.unreported += 1
+        model = body.get("model") if isinstance(body, dict) else None
+        if isinstance(model, str) and model:
+            self.returned_model = model[:200]
+
+
 class JudgeError(TracejudgeError):
     """A judge call that produced no valid answer; `code` is the evaluation's judge_error.
-    `counts`: whether it tells the breaker the server is failing (see `_once`)."""
+    `counts`: whether it tells the breaker the server is failing (see `_once`). `call`: what
+    the judgement took before it failed (set by `LLMClient.judge_recorded`)."""
 
     def __init__(self, code: str, detail: str = "", *, counts: bool = True) -> None:
         super().__init__(f"{code}: {detail}" if detail else code)
         self.code = code
         self.detail = detail
         self.counts = counts
+        self.call: CallRecord | None = None
 
 
 def _circuit_open() -> JudgeError:
@@ -134,9 +164,26 @@ class LLMClient:
         await self._http.aclose()
 
     async def judge(self, content: str) -> JudgeAnswer:
-        """One judged answer for the content, or JudgeError. The wait for a local slot (and
-        the first rate-limit permit) is bounded by `queue_wait_s`; the deadline, `timeout_s`,
-        starts when the call goes out: time queued behind other calls is not the server's."""
+        """One judged answer for the content, or JudgeError (see `judge_recorded`)."""
+        answer, _ = await self.judge_recorded(content)
+        return answer
+
+    async def judge_recorded(
+        self, content: str, record: CallRecord | None = None
+    ) -> tuple[JudgeAnswer, CallRecord]:
+        """One judged answer for the content and what it took (filled into `record` when
+        given, whatever the outcome), or JudgeError carrying what it took as `call`. The wait
+        for a local slot (and the first rate-limit permit) is bounded by `queue_wait_s`; the
+        deadline, `timeout_s`, starts when the call goes out: time queued behind other calls
+        is not the server's."""
+        record = CallRecord() if record is None else record
+        try:
+            return await self._judge(content, record), record
+        except JudgeError as exc:
+            exc.call = record
+            raise
+
+    async def _judge(self, content: str, record: CallRecord) -> JudgeAnswer:
         loop = asyncio.get_running_loop()
         queued_until = loop.time() + self.config.queue_wait_s
         try:
@@ -158,7 +205,7 @@ class LLMClient:
                 raise _circuit_open()
             if self.limiter is not None and not await self.limiter.acquire(queued_until):
                 raise JudgeError("budget", "no rate limit slot within the queue wait", counts=False)
-            return await self._judged(content)
+            return await self._judged(content, record)
         finally:
             if admitted == "probe":
                 # whatever ended it (cancelled, an error that says nothing about the server,
@@ -167,12 +214,14 @@ class LLMClient:
                 self.breaker.release_probe()
             self.limit.release()
 
-    async def _judged(self, content: str) -> JudgeAnswer:
+    async def _judged(self, content: str, record: CallRecord) -> JudgeAnswer:
         """The call under its deadline, its outcome told to the breaker."""
-        deadline = asyncio.get_running_loop().time() + self.config.timeout_s
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + self.config.timeout_s
         try:
             async with asyncio.timeout_at(deadline):
-                answer = await self._attempts(content, deadline)
+                answer = await self._attempts(content, deadline, record)
         except TimeoutError:
             self.breaker.record_failure()
             raise JudgeError("timeout", f"no answer within {self.config.timeout_s:g}s") from None
@@ -182,6 +231,8 @@ class LLMClient:
             elif exc.counts:
                 self.breaker.record_failure()
             raise
+        finally:
+            record.latency_s = loop.time() - started
         self.breaker.record_success()
         return answer
 
@@ -203,7 +254,7 @@ class LLMClient:
         cap = min(self.config.backoff_max_s, self.config.backoff_base_s * 2.0 ** (n - 1))
         return float(cap * random.uniform(0.5, 1.0))
 
-    async def _attempts(self, content: str, deadline: float) -> JudgeAnswer:
+    async def _attempts(self, content: str, deadline: float, record: CallRecord) -> JudgeAnswer:
         loop = asyncio.get_running_loop()
         body = self._body(content)
         failures = pushbacks = 0
@@ -218,7 +269,7 @@ class LLMClient:
             first = False
             if self.breaker.state == "open":  # other calls opened it during a wait or backoff
                 raise _circuit_open()
-            result, wait = await self._once(body)
+            result, wait = await self._once(body, record)
             if isinstance(result, JudgeAnswer):
                 self.limit.on_success()
                 return result
@@ -229,6 +280,7 @@ class LLMClient:
                 smaller = shrink_input(content, len(content) // 2)
                 if smaller is not None and len(smaller) < len(content):
                     log.info("judge input over the model's context: retrying at half its size")
+                    record.input_halved = True
                     body = self._body(smaller)
                     continue
             if error.code == "context_length":
@@ -259,9 +311,13 @@ class LLMClient:
             log.info("judge call failed (%s), retrying in %.2fs", error.code, wait)
             await asyncio.sleep(wait)
 
-    async def _once(self, body: dict[str, Any]) -> tuple[JudgeAnswer | JudgeError, float | None]:
+    async def _once(
+        self, body: dict[str, Any], record: CallRecord
+    ) -> tuple[JudgeAnswer | JudgeError, float | None]:
         """(answer, None) or (JudgeError, suggested wait); the codes `pushback` and
-        `context_length` are the retry loop's own, never a judge_error."""
+        `context_length` are the retry loop's own, never a judge_error. Every reply's usage
+        goes into `record`, an error's too when it reports any."""
+        record.attempts += 1
         try:
             response = await self._http.post(self._url, json=body, headers=self._headers)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -272,6 +328,8 @@ class LLMClient:
         except httpx.HTTPError as exc:
             return JudgeError("connect", type(exc).__name__), None
         status = response.status_code
+        if status >= 400:
+            record.replied(_json_or_none(response), answered=False)
         if status in PUSHBACK_STATUS:
             return JudgeError("pushback", f"HTTP {status}"), retry_after_s(response)
         if status == 408:
@@ -284,11 +342,23 @@ class LLMClient:
                 return JudgeError("context_length", detail, counts=False), None
             raise JudgeError("http_4xx", detail, counts=status in COUNTED_4XX)
         try:
-            return parse_answer(response.json()), None
+            reply = response.json()
         except ValueError as exc:
             raise JudgeError("invalid_output", "response body is not JSON") from exc
+        record.replied(reply, answered=True)
+        try:
+            return parse_answer(reply), None
         except InvalidAnswer as exc:
             raise JudgeError("invalid_output", exc.reason) from exc
+        except ValueError as exc:  # as before the reply was parsed apart: still invalid
+            raise JudgeError("invalid_output", "answer not readable") from exc
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
 
 
 def _context_exceeded(response: httpx.Response) -> bool:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracejudge.judges.llm.answer import TOOL_NAME
 from tracejudge.judges.redact import mask_any
-from tracejudge.models.events import Iteration, ReasoningStep, ToolCall, UserMessage
+from tracejudge.judges.signals import LIMIT
+from tracejudge.models.events import Iteration, ReasoningStep, ToolCall, UserMessage, clip
 from tracejudge.models.window import Step, Window
 from tracejudge.prompts import JudgePrompt
 
@@ -28,6 +29,44 @@ _NEUTRALISE = (("<", "\\u003c"), (">", "\\u003e"), (TOOL_NAME, "final\\u005fjudg
 class JudgeInput:
     content: str  # the user message, with the data block
     steps_omitted: int
+    # what the prompt left out, by kind of step ("tool_call": 3, ...), and how many failed
+    # steps it shortened to a digest
+    left_out: dict[str, int] = field(default_factory=dict)
+    shortened: int = 0
+
+
+# -- counting tokens ------------------------------------------------------------------------
+
+# No tokenizer: tiktoken fetches its encodings at first use (impossible on an air-gapped host)
+# and each model family counts differently anyway. An estimate that errs high instead: BPE
+# tokenizers average about 4 ASCII characters a token on English prose and 3 to 3.5 on JSON,
+# code and logs, so 3; a CJK character is at most about one token in today's vocabularies
+# (Chinese text measures 0.6-0.8 a character), and any other non-ASCII character is counted as
+# one too.
+ASCII_CHARS_PER_TOKEN = 3
+# the chat format's own tokens around each message (role, separators), counted generously
+MESSAGE_OVERHEAD_TOKENS = 16
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens `text` takes at most, about (see ASCII_CHARS_PER_TOKEN); additive: the estimate
+    of a text is never above the sum of its parts' estimates."""
+    if text.isascii():
+        return -(-len(text) // ASCII_CHARS_PER_TOKEN)
+    ascii_count = len(text.encode("ascii", "ignore"))
+    return -(-ascii_count // ASCII_CHARS_PER_TOKEN) + len(text) - ascii_count
+
+
+def input_token_budget(context_tokens: int, reserve_tokens: int, prompt: JudgePrompt) -> int:
+    """Tokens the user message (`build_input`'s content) may take: the model's context less the
+    answer's reserve, the system prompt and the answer's schema (sent as a tool or a
+    response format), each message's overhead."""
+    fixed = (
+        estimate_tokens(prompt.system)
+        + estimate_tokens(json.dumps(prompt.schema, separators=(",", ":")))
+        + 3 * MESSAGE_OVERHEAD_TOKENS
+    )
+    return context_tokens - reserve_tokens - fixed
 
 
 def _step(step: Step) -> dict[str, Any]:
@@ -97,28 +136,70 @@ def _render(data: dict[str, Any]) -> str:
     return neutralise(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
-# Steps are dropped before masking while the unmasked data is over this multiple of the budget:
-# masking reads every character (a window at the step limit holds ~300 KB of text, the input
-# shows 24 KB: 136 ms of masking a judged window, on the loop every verdict queues
+# Steps are left out before masking while the unmasked data is over this multiple of the
+# budget: masking reads every character (a window at the step limit holds ~300 KB of text, the
+# input shows 24 KB: 136 ms of masking a judged window, on the loop every verdict queues
 # behind). Twice the budget keeps every step that could fit once masked unless masking halves
-# the text, and the exact trimming below still runs on the masked data.
+# the text, and the exact fitting below still runs on the masked data.
 UNMASKED_SLACK = 2
+TAIL_IN_PROMPT = 10  # the last steps: kept right after the failed ones when the budget is short
+# a failed step that does not fit whole is shown as its digest: the head and tail of its texts
+DIGEST_CHARS = 400
+BRIEF_CHARS = 120  # the shortest digest, when even digests of every failed step do not fit
+NOTE_ROOM = 400  # characters kept free for the note saying what was left out
 
 
-def build_input(window: Window, max_chars: int) -> JudgeInput:
-    """Mask, trim the middle of long traces first, fence; always within `max_chars`."""
-    budget = _budget(max_chars)
+@dataclass(frozen=True)
+class _Room:
+    """What the data block may take: characters and/or (estimated) tokens."""
+
+    chars: int | None
+    tokens: int | None
+
+    def scaled(self, factor: int) -> _Room:
+        return _Room(
+            None if self.chars is None else self.chars * factor,
+            None if self.tokens is None else self.tokens * factor,
+        )
+
+    def holds(self, chars: int, tokens: int) -> bool:
+        return (self.chars is None or chars <= self.chars) and (
+            self.tokens is None or tokens <= self.tokens
+        )
+
+    def chars_at_most(self) -> int:
+        """Characters that fit whatever they are (a character is at most a token)."""
+        return min(v for v in (self.chars, self.tokens) if v is not None)
+
+    def holds_text(self, text: str) -> bool:
+        return self.holds(len(text), 0 if self.tokens is None else estimate_tokens(text))
+
+
+def build_input(
+    window: Window, max_chars: int | None = None, *, max_tokens: int | None = None
+) -> JudgeInput:
+    """Mask, leave out what matters least, fence; always within `max_chars` characters and
+    `max_tokens` estimated tokens (`estimate_tokens`), of which at least one is given.
+
+    When the trace does not fit, the goal, the final answer and the failed steps come first (a
+    failed step shortened to its digest before any is left out), then the last steps, then the
+    others from both ends inward; the document says what it left out, by kind."""
+    room = _room(max_chars, max_tokens)
     data = payload(window)
-    omitted = _drop_middle_steps(data, UNMASKED_SLACK * budget)
+    _shorten_fixed(data, room)
+    _select(data, room.scaled(UNMASKED_SLACK))  # cheap: fewer steps to mask
     data = mask_any(data)
-    rendered, omitted = _fit(data, budget, omitted)
-    return JudgeInput(_fenced(rendered), omitted)
+    rendered = _fit(data, room)
+    left_out = _left_out_of(data)
+    shortened = int(left_out.pop(_SHORTENED, 0))
+    steps = sum(v for k, v in left_out.items() if k != _PLANNED)
+    return JudgeInput(_fenced(rendered), steps, dict(left_out), shortened)
 
 
-def shrink_input(content: str, max_chars: int) -> str | None:
-    """A judge input built by `build_input`, cut again to `max_chars` (for a server that said
-    the context was exceeded); None when `content` is not such an input. Its data block is
-    already masked: it is parsed and trimmed the same way, middle steps first."""
+def shrink_input(content: str, max_chars: int, max_tokens: int | None = None) -> str | None:
+    """A judge input built by `build_input`, cut again to `max_chars` (and `max_tokens`; for a
+    server that said the context was exceeded); None when `content` is not such an input. Its
+    data block is already masked: it is parsed and fitted the same way."""
     head = f"{INSTRUCTION}\n{OPEN}\n"
     tail = f"\n{CLOSE}"
     if not (content.startswith(head) and content.endswith(tail)):
@@ -129,73 +210,212 @@ def shrink_input(content: str, max_chars: int) -> str | None:
         return None
     if not isinstance(data, dict):
         return None
-    counted = _OMITTED.match(str(data.get("note", "")))
-    omitted = int(counted.group(1)) if counted else 0
-    return _fenced(_fit(data, _budget(max_chars), omitted)[0])
+    return _fenced(_fit(data, _room(max_chars, max_tokens)))
 
 
-_OMITTED = re.compile(r"(\d+) step\(s\) omitted")
+LEFT_OUT = "left_out"  # the data's field: kind of step -> count, what the prompt left out
+_SHORTENED = "failed_steps_shortened_to_digests"
+_PLANNED = "planned_steps"  # left out of the plan, not steps of the run
+_ENVELOPE = len(INSTRUCTION) + len(OPEN) + len(CLOSE) + 4  # the newlines
 
 
-def _budget(max_chars: int) -> int:
-    return max_chars - len(INSTRUCTION) - len(OPEN) - len(CLOSE) - 4
+def _room(max_chars: int | None, max_tokens: int | None) -> _Room:
+    if max_chars is None and max_tokens is None:
+        raise ValueError("a judge input needs a limit: max_chars, max_tokens or both")
+    envelope = INSTRUCTION + OPEN + CLOSE + "\n\n\n\n"
+    return _Room(
+        None if max_chars is None else max_chars - _ENVELOPE,
+        None if max_tokens is None else max_tokens - estimate_tokens(envelope),
+    )
 
 
 def _fenced(rendered: str) -> str:
     return f"{INSTRUCTION}\n{OPEN}\n{rendered}\n{CLOSE}"
 
 
-def _fit(data: dict[str, Any], budget: int, omitted: int) -> tuple[str, int]:
-    """The masked data rendered within `budget` characters, as valid JSON, and how many steps
-    are omitted now (`omitted` of them already were)."""
+def _failed(step: dict[str, Any]) -> bool:
+    return step.get("ok") is False or step.get("exec_success") is False or "error" in step
+
+
+def _brief(step: dict[str, Any]) -> dict[str, Any]:
+    """The shortest digest of a failed step: what it ran and the ends of what went wrong."""
+    brief: dict[str, Any] = {k: step[k] for k in ("i", "type", "tool", "ok", "phase") if k in step}
+    said = step.get("args") or step.get("action")
+    if isinstance(said, str):
+        brief["args"] = clip(said, BRIEF_CHARS // 2)
+    wrong = step.get("error") or step.get("result") or step.get("observation")
+    if isinstance(wrong, str):
+        brief["error"] = clip(wrong, BRIEF_CHARS)
+    brief["shortened"] = True
+    return brief
+
+
+def _digest(step: dict[str, Any], size: int) -> dict[str, Any]:
+    """A failed step shortened: its identity and the head and tail of each text."""
+    if step.get("shortened") and all(len(v) <= size for v in step.values() if isinstance(v, str)):
+        return step  # already as short
+    short = {k: clip(v, size) if isinstance(v, str) else v for k, v in step.items()}
+    short["shortened"] = True
+    return short
+
+
+def _cost(value: Any) -> tuple[int, int]:
+    text = _render(value)
+    return len(text) + 1, estimate_tokens(text) + 1  # +1: the comma between steps
+
+
+def _left_out_of(data: dict[str, Any]) -> Counter[str]:
+    counted = data.get(LEFT_OUT)
+    left_out: Counter[str] = Counter()
+    if isinstance(counted, dict):
+        left_out.update({str(k): int(v) for k, v in counted.items() if isinstance(v, int)})
+    return left_out
+
+
+def _note(left_out: Counter[str]) -> str | None:
+    kinds = {k: v for k, v in left_out.items() if k not in (_SHORTENED, _PLANNED) and v}
+    parts = []
+    if kinds:
+        listed = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
+        parts.append(
+            f"{sum(kinds.values())} step(s) omitted to fit the input limit ({listed}); kept "
+            "first: failed steps, then the last steps, then the others from both ends"
+        )
+    if left_out.get(_PLANNED):
+        parts.append(f"{left_out[_PLANNED]} planned step(s) omitted")
+    if left_out.get(_SHORTENED):
+        parts.append(
+            f"{left_out[_SHORTENED]} failed step(s) shortened to a digest (head and tail of "
+            'each text, marked "shortened")'
+        )
+    return "; ".join(parts) or None
+
+
+def _select(data: dict[str, Any], room: _Room) -> None:
+    """Keep in `data["steps"]` what fits in `room` beside the rest of `data`, in priority
+    order; count what is left out (and shortened) in `data[LEFT_OUT]`. One rendering per step
+    (and per failed step's digest), not one per step left out."""
     steps: list[dict[str, Any]] = data.get("steps", [])
-    while True:
-        if omitted:
-            data["note"] = f"{omitted} step(s) omitted from the middle to fit the input limit"
-        rendered = _render(data)
-        if len(rendered) <= budget or not steps:
+    left_out = _left_out_of(data)
+    data["steps"] = []
+    data.pop("note", None)
+    data[LEFT_OUT] = dict(left_out)
+    base_chars, base_tokens = _cost(data)
+    used = [base_chars + NOTE_ROOM, base_tokens + NOTE_ROOM // ASCII_CHARS_PER_TOKEN]
+    full = [_cost(step) for step in steps]
+    if room.holds(used[0] + sum(c for c, _ in full), used[1] + sum(t for _, t in full)):
+        data["steps"] = steps
+        left_out[_SHORTENED] = sum(1 for step in steps if step.get("shortened"))
+        _set_left_out(data, left_out)
+        return
+    n = len(steps)
+    chosen: dict[int, dict[str, Any]] = {}
+    costs: dict[int, tuple[int, int]] = {}
+
+    def take(j: int, form: dict[str, Any], cost: tuple[int, int]) -> None:
+        before = costs.get(j, (0, 0))
+        if cost[0] <= before[0]:  # never a shorter form of a step already shown
+            return
+        chars, tokens = used[0] + cost[0] - before[0], used[1] + cost[1] - before[1]
+        if room.holds(chars, tokens):
+            used[0], used[1] = chars, tokens
+            chosen[j], costs[j] = form, cost
+
+    failed = [j for j in range(n) if _failed(steps[j])]
+    # the last failure whole, and the agent's own last one when a harness's limit ended the
+    # run (SWE-agent's exit_cost): what a run ended on decides it most often
+    own = [j for j in failed if not LIMIT.search(str(steps[j].get("tool", "")))]
+    for j in dict.fromkeys(failed[-1:] + own[-1:]):
+        take(j, steps[j], full[j])
+    for j in reversed(failed):  # every failed step at least brief, the last first
+        short = _brief(steps[j])
+        take(j, short, _cost(short))
+    for j in reversed(failed):  # then as a digest
+        short = _digest(steps[j], DIGEST_CHARS)
+        take(j, short, _cost(short))
+    for j in reversed(failed):  # then whole
+        take(j, steps[j], full[j])
+    for j in range(n - 1, max(-1, n - 1 - TAIL_IN_PROMPT), -1):  # the last steps
+        if j not in chosen:
+            take(j, steps[j], full[j])
+    rest = sorted((j for j in range(n) if j not in chosen), key=lambda j: (min(j, n - 1 - j), -j))
+    for j in rest:  # the others, from both ends inward: the middle goes first
+        take(j, steps[j], full[j])
+    for j in range(n):
+        if j not in chosen:
+            left_out[str(steps[j].get("type", "step"))] += 1
+    data["steps"] = [chosen[j] for j in sorted(chosen)]
+    # counted on what is shown: a step shortened by an earlier cut may be left out by this one
+    left_out[_SHORTENED] = sum(1 for step in data["steps"] if step.get("shortened"))
+    _set_left_out(data, left_out)
+
+
+def _shorten_fixed(data: dict[str, Any], room: _Room) -> None:
+    """The goal, the answer and the plan over half the room: each cut to a share of it, head
+    and tail kept, so that the failed and the last steps fit beside them."""
+    fixed = {k: v for k, v in data.items() if k != "steps"}
+    if room.holds(*(2 * c for c in _cost(fixed))):
+        return
+    share = max(200, room.chars_at_most() // 5)
+    for name in ("goal", "final_output"):
+        if isinstance(data.get(name), str):
+            data[name] = clip(data[name], share)
+    plan = data.get("planned_steps")
+    if isinstance(plan, list):
+        each = max(100, share // 10)
+        keep = max(1, share // each)
+        if len(plan) > keep:
+            left_out = _left_out_of(data)
+            left_out[_PLANNED] += len(plan) - keep
+            data[LEFT_OUT] = dict(left_out)
+        data["planned_steps"] = [clip(p, each) if isinstance(p, str) else p for p in plan[:keep]]
+
+
+def _set_left_out(data: dict[str, Any], left_out: Counter[str]) -> None:
+    note = _note(left_out)
+    data.pop(LEFT_OUT, None)
+    data.pop("note", None)
+    if note is not None:
+        data[LEFT_OUT] = {k: v for k, v in sorted(left_out.items()) if v}
+        data["note"] = note
+
+
+def _fit(data: dict[str, Any], room: _Room) -> str:
+    """The masked data rendered within `room`, as valid JSON, steps chosen by `_select`."""
+    _shorten_fixed(data, room)
+    _select(data, room)
+    rendered = _render(data)
+    steps: list[dict[str, Any]] = data.get("steps", [])
+    for _ in range(len(steps)):  # the note outgrew its room: rare, bounded by the steps
+        if room.holds_text(rendered) or not steps:
             break
-        steps.pop(len(steps) // 2)
-        omitted += 1
-    for field in ("goal", "final_output"):
-        if len(rendered) > budget and isinstance(data.get(field), str):
-            excess = len(rendered) - budget + 40
-            data[field] = data[field][: max(200, len(data[field]) - excess)] + " …[clipped]"
+        left_out = _left_out_of(data)
+        left_out[str(steps.pop(len(steps) // 2).get("type", "step"))] += 1
+        _set_left_out(data, left_out)
+        rendered = _render(data)
+    for name in ("goal", "final_output"):
+        if not room.holds_text(rendered) and isinstance(data.get(name), str):
+            # the goal and the answer come first: they are shortened only when the rest is
+            # gone, head and tail kept
+            data[name] = clip(data[name], max(200, len(data[name]) * 2 // 5))
+            _select(data, room)
             rendered = _render(data)
     limit = 1000
-    while len(rendered) > budget and limit >= 20:
+    while not room.holds_text(rendered) and limit >= 20:
         # still too long (planned steps, validation, huge ids): every string gets shorter,
         # never the JSON text itself, so the data block always parses
         data = _clip_strings(data, limit)
         data["note"] = "values clipped to fit the input limit"
         rendered = _render(data)
         limit //= 2
-    if len(rendered) > budget:
+    if not room.holds_text(rendered):
         rendered = _render(
             {
                 "request_id": str(data.get("request_id", ""))[:100],
                 "note": "the trace is too large to show",
             }
         )
-    return rendered, omitted
-
-
-def _drop_middle_steps(data: dict[str, Any], limit: int) -> int:
-    """Drop steps from the middle (the order `build_input` drops them in) until the rendering
-    is at most about `limit` characters, counted from each step's own rendering (one pass, not
-    a rendering per dropped step); how many were dropped."""
-    steps: list[dict[str, Any]] = data.get("steps", [])
-    total = len(_render(data))
-    if total <= limit:
-        return 0
-    sizes = [len(_render(step)) + 1 for step in steps]  # +1: the comma between steps
-    omitted = 0
-    while total > limit and steps:
-        middle = len(steps) // 2
-        total -= sizes.pop(middle)
-        steps.pop(middle)
-        omitted += 1
-    return omitted
+    return rendered
 
 
 def _clip_strings(value: Any, limit: int) -> Any:

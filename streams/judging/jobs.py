@@ -24,6 +24,22 @@ def record_outcome(metrics: Metrics, outcome: JudgeOutcome) -> None:
         metrics.judge_errors.labels(outcome.error).inc()
     if outcome.latency_s is not None:
         metrics.judge_latency.observe(outcome.latency_s)
+    if outcome.budget_spent is not None:
+        metrics.judge_budget_skips.labels(outcome.budget_spent).inc()
+    call = outcome.call
+    if call is None or call.cached:
+        return
+    model = call.requested_model
+    metrics.judge_attempts.labels(model).inc(call.attempts)
+    for kind, count in (
+        ("input", call.input_tokens),
+        ("cached_input", call.cached_input_tokens),
+        ("output", call.output_tokens),
+    ):
+        if count:
+            metrics.judge_tokens.labels(model, kind).inc(count)
+    if call.cost_usd:
+        metrics.judge_cost.labels(model).inc(call.cost_usd)
 
 
 @dataclass

@@ -8,9 +8,10 @@ import time
 import redis.asyncio as aioredis
 
 from tracejudge.judges.llm.breaker import CircuitBreaker
-from tracejudge.judges.llm.client import JudgeError, LLMClient, LLMConfig
+from tracejudge.judges.llm.client import CallRecord, JudgeError, LLMClient, LLMConfig
 from tracejudge.judges.llm.monitor import FallbackMonitor
 from tracejudge.judges.llm.prompt import cache_key
+from tracejudge.judges.llm.usage import Prices
 from tracejudge.judges.rules import RuleJudge
 from tracejudge.judges.verdicts import (
     JudgeJob,
@@ -20,8 +21,9 @@ from tracejudge.judges.verdicts import (
     conclude,
     evaluator_version,
 )
-from tracejudge.models.outputs import Alert
+from tracejudge.models.outputs import Alert, JudgeCall
 from tracejudge.prompts import JudgePrompt, final_judge_prompt
+from tracejudge.streams.judging.budget import BudgetLimits, SpendBudget
 from tracejudge.streams.judging.cache import JudgeCache
 from tracejudge.streams.judging.rate_limit import SharedRateLimiter
 from tracejudge.streams.settings import Settings
@@ -31,6 +33,25 @@ log = logging.getLogger(__name__)
 
 def judge_version(settings: Settings, prompt: JudgePrompt) -> str:
     return f"judge-{prompt.version}:{settings.llm_model}"
+
+
+def prices_of(settings: Settings) -> Prices | None:
+    if settings.llm_price_input_per_mtok is None or settings.llm_price_output_per_mtok is None:
+        return None
+    return Prices(
+        settings.llm_price_input_per_mtok,
+        settings.llm_price_output_per_mtok,
+        settings.llm_price_cached_input_per_mtok,
+    )
+
+
+def budget_limits(settings: Settings) -> BudgetLimits:
+    return BudgetLimits(
+        tokens_per_minute=settings.llm_budget_tokens_per_minute,
+        tokens_per_day=settings.llm_budget_tokens_per_day,
+        usd_per_minute=settings.llm_budget_usd_per_minute,
+        usd_per_day=settings.llm_budget_usd_per_day,
+    )
 
 
 def judging_version(settings: Settings) -> str:
@@ -55,6 +76,9 @@ class JudgeStage:
         self.prompt = final_judge_prompt()
         self.limiter = SharedRateLimiter(redis, settings.llm_rpm)
         self.cache = JudgeCache(redis, settings.llm_cache_ttl_s)
+        self.prices = prices_of(settings)
+        self.budget = SpendBudget(redis, budget_limits(settings))
+        self._unreported_warned = False
         self.breaker = CircuitBreaker(
             settings.llm_breaker_failures, settings.llm_breaker_cooldown_s
         )
@@ -90,11 +114,16 @@ class JudgeStage:
     async def outcome(self, job: JudgeJob) -> JudgeOutcome:
         key = cache_key(job.content, self.prompt, self.settings.llm_model)
         cached = await self.cache.get(key)
-        if cached is not None:
-            return JudgeOutcome("ok", answer=cached, cached=True)
+        if cached is not None:  # costs nothing: served past a spent budget too
+            call = self._provenance(CallRecord(), job, cached=True)
+            return JudgeOutcome("ok", answer=cached, cached=True, call=call)
+        spent = await self.budget.spent()
+        if spent is not None:
+            return JudgeOutcome("skipped", note=spent.note, budget_spent=spent.period)
         started = time.monotonic()
+        record = CallRecord()
         try:
-            answer = await self.client.judge(job.content)
+            answer, _ = await self.client.judge_recorded(job.content, record)
         except JudgeError as exc:
             log.info("judge fallback for %s: %s", job.facts.request_id, exc.code)
             error = exc.code
@@ -102,12 +131,47 @@ class JudgeStage:
             log.exception("unexpected judge failure for %s", job.facts.request_id)
             error = "internal"
         else:
+            call = await self._charged(record, job)
             await self.cache.put(key, answer)
-            return JudgeOutcome("ok", answer=answer, latency_s=time.monotonic() - started)
+            return JudgeOutcome(
+                "ok", answer=answer, latency_s=time.monotonic() - started, call=call
+            )
         return JudgeOutcome(
             "fallback",
             error=error,  # type: ignore[arg-type]
             latency_s=time.monotonic() - started,
+            call=await self._charged(record, job),
+        )
+
+    async def _charged(self, record: CallRecord, job: JudgeJob) -> JudgeCall:
+        """The call's provenance, its tokens and cost charged to the budget."""
+        call = self._provenance(record, job, cached=False)
+        tokens = (call.input_tokens or 0) + (call.output_tokens or 0)
+        await self.budget.charge(tokens, call.cost_usd)
+        if record.unreported and not self._unreported_warned:
+            # a cap counts what the server reports: one that reports nothing is never capped
+            self._unreported_warned = True
+            log.warning(
+                "the judge's server answered without `usage`: no tokens, cost or budget "
+                "can be counted for such answers"
+            )
+        return call
+
+    def _provenance(self, record: CallRecord, job: JudgeJob, *, cached: bool) -> JudgeCall:
+        tokens = record.tokens
+        return JudgeCall(
+            requested_model=self.settings.llm_model,
+            returned_model=record.returned_model,
+            prompt_version=self.prompt.version,
+            cached=cached,
+            attempts=record.attempts,
+            latency_s=record.latency_s,
+            input_tokens=None if tokens is None else tokens.input,
+            output_tokens=None if tokens is None else tokens.output,
+            cached_input_tokens=None if tokens is None else tokens.cached_input,
+            cost_usd=None if tokens is None or self.prices is None else self.prices.cost(tokens),
+            steps_omitted=job.steps_omitted,
+            input_halved=record.input_halved,
         )
 
     async def judged(self, job: JudgeJob) -> tuple[Verdict, JudgeOutcome]:

@@ -170,6 +170,7 @@ def _store(settings: Settings, tables: Tables, hold_s: float) -> WindowStore:
         max_steps=settings.max_trace_steps,
         capture=settings.trace_capture,
         hold_s=hold_s,
+        tail_steps=settings.trace_tail_steps,
         baselines=BaselineBook(
             tables.baselines, settings.baseline_min_runs, settings.baseline_epoch_runs
         ),
@@ -232,4 +233,5 @@ def _versions(settings: Settings) -> tuple[str, LLMRouting | None]:
         settings.llm_max_input_chars,
         parse_rates(settings.llm_sample_rates),  # valid: the settings checked it
         settings.llm_judge_flagged,
+        settings.llm_input_tokens,
     )

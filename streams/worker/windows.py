@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -63,6 +64,7 @@ AddStatus = Literal["added", "duplicate", "late", "reclose", "replayed"]
 Marker = Literal["idle_close", "purge", "refresh", "flush", "baselines"]
 HOLD_MAX = 200  # steps of one window held at most
 HOLD_TOTAL = 100_000  # steps held at most in all, before each window adding one is written
+TAIL_STEPS = 10  # steps beyond the step limit kept in detail: the last ones, in memory
 
 
 def step_key(request_id: str, seq: int) -> str:
@@ -97,6 +99,10 @@ class OpenWindow:
     # the run's counts over every step, those beyond the step limit too (judged, and learned
     # into its agent's baseline, at close)
     tally: Tally = field(default_factory=Tally)
+    # the last steps beyond the step limit in detail, (seq, record): how a long run ended is
+    # what decides it, and its stubs say only "failed". In memory only, bounded (`tail_steps`
+    # records); a window rebuilt after a restart has the stubs (and failed steps' digests).
+    tail: deque[tuple[int, Event]] = field(default_factory=lambda: deque(maxlen=TAIL_STEPS))
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,7 @@ class WindowStore:
     # and outcome), never its text; not counted as dropped, since nothing was over a limit
     capture: bool = True
     hold_s: float = 0.0  # 0: every step written at once (no one acknowledges records late)
+    tail_steps: int = TAIL_STEPS  # beyond the step limit, the last ones kept in detail
     open: dict[str, OpenWindow] = field(default_factory=dict)
     closed: dict[str, ClosedMarker] = field(default_factory=dict)
     replays: dict[str, Held] = field(default_factory=dict)  # closed windows read again
@@ -170,7 +177,12 @@ class WindowStore:
         if stored is not None:
             meta.early_stops = stored.early_stops
         opened = float(records[0].get(OPENED_AT, now)) if records else now
-        window = OpenWindow(meta, {str(r["event_id"]): i for i, r in enumerate(records)}, opened)
+        window = OpenWindow(
+            meta,
+            {str(r["event_id"]): i for i, r in enumerate(records)},
+            opened,
+            tail=deque(maxlen=self.tail_steps),
+        )
         for record in records:
             window.tally.add_record(record)
             if record.get("type") == "iteration":
@@ -245,7 +257,11 @@ class WindowStore:
         seq = meta.next_seq
         extra = {OPENED_AT: window.opened_at, PARTITION: partition} if seq == 0 else None
         round_ = _round(event) if isinstance(event, Iteration) else None
-        record = step_record(event, beyond_limit=beyond_limit, extra=extra, round_=round_)
+        record = step_record(
+            event, beyond_limit=beyond_limit, extra=extra, round_=round_, digest=self.capture
+        )
+        if beyond_limit and self.capture and self.tail_steps > 0:
+            window.tail.append((seq, event))  # encoded only if it is still there at close
         if round_ is not None:
             # every round, those beyond the step limit or with capture off too: the early-stop
             # check reads the round's signals, which the stub keeps, not its text
@@ -331,8 +347,10 @@ class WindowStore:
         window = self.open.get(request_id)
         if window is not None:
             meta, held = window.meta, window.held.records if window.held else {}
+            # the last steps beyond the limit, over their stubs
+            detail = {seq: step_record(e, beyond_limit=False) for seq, e in window.tail}
             return meta, [
-                held.get(seq) or self.steps.get(step_key(request_id, seq))
+                detail.get(seq) or held.get(seq) or self.steps.get(step_key(request_id, seq))
                 for seq in range(meta.next_seq)
             ]
         # a closed window whose verdict is published again: its written steps, and what was

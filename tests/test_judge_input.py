@@ -1,0 +1,206 @@
+"""What decides a run reaches the judge (issue 38, items 1 and 2): beyond the step limit the last
+steps stay whole and failed steps keep a digest; long texts keep head and tail; a short budget
+keeps the goal, the answer and the failed steps first, then the last steps, and says what it
+left out; the budget is in tokens, estimated to err high for CJK text too."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.test_rules import GOOD, trace, window_of
+from tests.test_windows import store
+from tracejudge.judges.llm.prompt import (
+    build_input,
+    estimate_tokens,
+    input_token_budget,
+    shrink_input,
+)
+from tracejudge.models.events import SUMMARY_LIMIT, parse_event
+from tracejudge.prompts import final_judge_prompt
+
+
+def block(content: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(content.split("<data>\n")[1].split("\n</data>")[0])
+    return data
+
+
+def call(i: int, ok: bool = True, **fields: Any) -> dict[str, Any]:
+    return {
+        "type": "tool_call",
+        "request_id": "r",
+        "step_index": i,
+        "tool": "bash",
+        "success": ok,
+        "args_summary": f"run step {i} " + "a" * 300,
+        **fields,
+    }
+
+
+# -- beyond the step limit ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hold_s", [0.0, 10.0])
+async def test_beyond_the_step_limit_the_last_steps_stay_whole_and_failures_keep_a_digest(
+    hold_s: float,
+) -> None:
+    s = store(max_steps=5, tail_steps=4)
+    s.hold_s = hold_s
+    error = "mvn: [ERROR] compilation failed at Foo.java " + "e" * 3000 + " BUILD FAILURE end"
+    for i in range(40):
+        failed = i in (12, 20)
+        event = call(i, ok=not failed, error=error if failed else None, result_preview="r" * 500)
+        assert s.add(parse_event(event), 0, 1.0) == "added"
+    window = s.collect("r", "final_response")
+    assert window.step_count == 40 and window.steps_dropped == 35
+    by_index = {c.step_index: c for c in window.tool_calls}
+    for i in range(36, 40):  # the last steps: whole
+        assert by_index[i].args_summary == call(i)["args_summary"]
+        assert by_index[i].result_preview == "r" * 500
+    for i in (12, 20):  # failed: a digest, the head and the tail of the error and the arguments
+        digest = by_index[i]
+        assert digest.tool == "bash" and digest.success is False
+        assert digest.error is not None and len(digest.error) <= 400
+        assert digest.error.startswith("mvn: [ERROR]") and digest.error.endswith("FAILURE end")
+        assert digest.args_summary is not None and digest.args_summary.startswith(f"run step {i}")
+    assert by_index[30].args_summary is None and by_index[30].result_preview is None  # a stub
+
+
+def test_with_capture_off_no_digest_or_tail_keeps_any_text() -> None:
+    s = store(max_steps=5, capture=False)
+    for i in range(10):
+        s.add(parse_event(call(i, ok=i % 2 == 0, error="secret failure text")), 0, 1.0)
+    window = s.collect("r", "final_response")
+    assert all(c.error is None and c.args_summary is None for c in window.tool_calls)
+
+
+# -- clipping ----------------------------------------------------------------------------------
+
+
+def test_a_long_text_is_clipped_head_and_tail_and_flagged() -> None:
+    log = (
+        "[INFO] Scanning for projects...\n" + "[INFO] compiling\n" * 6000 + "[ERROR] BUILD FAILURE"
+    )
+    event = parse_event(call(1, ok=False, result_preview=log, error="exit 1"))
+    assert event.type == "tool_call"
+    preview = event.result_preview or ""
+    assert len(preview) == SUMMARY_LIMIT and len(log) > 100_000
+    assert preview.startswith("[INFO] Scanning") and preview.endswith("[ERROR] BUILD FAILURE")
+    assert "…[clipped" in preview and event.clipped == ["result_preview"]
+
+
+# -- the prompt under a short budget -----------------------------------------------------------
+
+
+def long_run() -> list[dict[str, Any]]:
+    events = trace(GOOD, [(f"tool{i}", i != 30) for i in range(60)])
+    for e in events[1:-1]:
+        e["result_preview"] = "r" * 400
+    events[31]["error"] = "the one failure in the middle: " + "x" * 600
+    return events
+
+
+def test_a_short_budget_keeps_goal_answer_failed_and_last_steps_first() -> None:
+    judge_input = build_input(window_of(long_run()), 10_000)
+    data = block(judge_input.content)
+    kept = [s["i"] for s in data["steps"]]
+    assert data["goal"] == "do it" and data["final_output"] == GOOD
+    assert 31 in kept  # the failed step in the middle
+    assert kept[-10:] == list(range(51, 61))  # then the last steps
+    assert judge_input.steps_omitted == 60 - len(kept) > 0
+
+
+def test_failed_steps_are_shortened_to_digests_before_any_is_left_out() -> None:
+    events = trace(GOOD, [(f"tool{i}", False) for i in range(20)])
+    for e in events[1:-1]:
+        e["error"] = "head of the error " + "y" * 1800 + " tail of the error"
+    judge_input = build_input(window_of(events), 16_000)
+    data = block(judge_input.content)
+    assert [s["i"] for s in data["steps"]] == list(range(1, 21))  # every failed step
+    short = [s for s in data["steps"] if s.get("shortened")]
+    assert short and judge_input.shortened == len(short)
+    assert all(s["error"].endswith("tail of the error") for s in short)
+    assert "shortened to a digest" in data["note"]
+
+
+def test_the_input_says_what_it_left_out_by_kind() -> None:
+    events = long_run()
+    for i in range(2, 40, 3):  # some reasoning steps among the calls
+        events[i] = {
+            "type": "reasoning_step",
+            "request_id": "r",
+            "step_index": i,
+            "phase": "plan",
+            "intent_summary": "thinking " * 60,
+        }
+    judge_input = build_input(window_of(events), 6_000)
+    data = block(judge_input.content)
+    shown = {"tool_call": 0, "reasoning": 0}
+    for s in data["steps"]:
+        shown[s["type"]] += 1
+    assert data["left_out"] == {
+        "reasoning": 13 - shown["reasoning"],
+        "tool_call": 47 - shown["tool_call"],
+    }
+    assert judge_input.left_out == data["left_out"]
+    assert f"{data['left_out']['reasoning']} reasoning" in data["note"]
+    # cut again (a server said the context was too long): the counts add up
+    again = block(shrink_input(judge_input.content, 3_000) or "")
+    assert sum(again["left_out"].values()) == 60 - len(again["steps"])
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+def test_the_token_estimate_errs_high_on_english_and_chinese() -> None:
+    english = "The build failed because the test suite could not find the class. " * 100
+    assert estimate_tokens(english) >= len(english) / 4  # BPE averages ~4 characters a token
+    chinese = "构建失败，因为测试套件找不到这个类。" * 100
+    assert estimate_tokens(chinese) == len(chinese)  # one a character at least
+    assert estimate_tokens("ab" + "中文") == 1 + 2
+    assert estimate_tokens("") == 0
+
+
+def test_the_input_budget_leaves_room_for_the_prompt_and_the_answer() -> None:
+    prompt = final_judge_prompt()
+    budget = input_token_budget(8192, 1024, prompt)
+    assert 0 < budget < 8192 - 1024 - estimate_tokens(prompt.system)
+
+
+def chinese_run_at_the_maxima() -> list[dict[str, Any]]:
+    """Every text at the contract's limit, in Chinese: the worst case for a character budget."""
+    zh = "构建失败测试没有通过请检查日志"
+    events: list[dict[str, Any]] = [
+        {
+            "type": "task_started",
+            "request_id": "r",
+            "goal": zh * 600,
+            "planned_steps": [zh * 133] * 100,
+        }
+    ]
+    for i in range(50):
+        events.append(
+            call(
+                i,
+                ok=i % 4 != 0,
+                args_summary=zh * 133,
+                error=zh * 133 if i % 4 == 0 else None,
+                result_preview=zh * 133,
+            )
+        )
+    events.append({"type": "final_response", "request_id": "r", "output": zh * 600})
+    return events
+
+
+@pytest.mark.parametrize("context", [8192, 32768])
+@pytest.mark.parametrize("run", ["english", "chinese"])
+def test_a_prompt_never_exceeds_its_token_budget(context: int, run: str) -> None:
+    events = chinese_run_at_the_maxima() if run == "chinese" else long_run()
+    budget = input_token_budget(context, 1024, final_judge_prompt())
+    judge_input = build_input(window_of(events), max_tokens=budget)
+    assert estimate_tokens(judge_input.content) <= budget
+    data = block(judge_input.content)
+    last_failed = max(e["step_index"] for e in events[1:-1] if not e["success"])
+    assert data["request_id"] == "r" and last_failed in [s["i"] for s in data["steps"]]
