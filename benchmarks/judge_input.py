@@ -9,9 +9,12 @@ Per set and context size it prints, for the runs with a failed call: the share w
 call's text (its error, else its result, as the contract keeps it, masked as the judge sees it)
 is in the judge's input whole; where the run ended on a harness limit marker
 (judges/signals.py LIMIT), the share whose agent's own last failed command is; the share of all
-failed calls present at least as a digest; and the prompts whose estimated tokens (input, system
-prompt, schema, output reserve) exceed the context. Then the same budget check on a synthetic
-Chinese run with every text at the contract's maxima.
+failed calls present at least as a digest, or inside an entry merging a repeated failure
+(one entry, its count and step indexes, for failed calls with the same tool, arguments and
+error head; such a call is counted when an entry of its tool, whose step indexes span it and
+whose arguments and error begin as its own, still has count left for it); and the prompts
+whose estimated tokens (input, system prompt, schema, output reserve) exceed the context. Then
+the same budget check on a synthetic Chinese run with every text at the contract's maxima.
 """
 
 from __future__ import annotations
@@ -81,6 +84,36 @@ def _shown(step: dict[str, Any] | None, text: str) -> bool:
     return step is not None and mask(text) in (step.get("error"), step.get("result"))
 
 
+HEAD = 20  # characters every form of a text keeps at its start (a brief keeps ~21 of arguments)
+
+
+def _merged_count(failed: list[dict[str, Any]], steps: dict[Any, dict[str, Any]]) -> int:
+    """The failed calls not shown as a step of their own that a merged entry stands for."""
+    left = [c for c in failed if c["step_index"] not in steps]
+    counted = 0
+    for entry in (s for s in steps.values() if isinstance(s.get("repeated"), int)):
+        at = [i for i in entry.get("at", []) if isinstance(i, int)]
+        if not at:
+            continue
+
+        def same(c: dict[str, Any], entry: dict[str, Any] = entry, at: list[int] = at) -> bool:
+            return (
+                c["tool"] == entry.get("tool")
+                and min(at) <= c["step_index"] <= max(at)
+                and mask(c.get("args_summary") or "")[:HEAD] == str(entry.get("args"))[:HEAD]
+                and mask(_text(c) or "")[:HEAD] == str(entry.get("error"))[:HEAD]
+            )
+
+        matching = [c for c in left if same(c)]
+        listed = {i for i in at if i != entry.get("i")}
+        if not listed <= {c["step_index"] for c in matching}:
+            continue  # an index it lists is not such a call: not trusted
+        take = matching[: entry["repeated"] - 1]  # its own "i" is shown already
+        counted += len(take)
+        left = [c for c in left if c not in take]
+    return counted
+
+
 @dataclass
 class Figures:
     with_failure: int = 0
@@ -89,6 +122,7 @@ class Figures:
     own_failure_whole: int = 0
     failed_calls: int = 0
     failed_present: int = 0
+    failed_merged: int = 0  # of failed_present: inside an entry merging a repeated failure
     prompts: int = 0
     over_budget: int = 0
     missed: list[str] = field(default_factory=list)
@@ -101,6 +135,7 @@ class Figures:
             ("last failed call's text whole", share(self.last_failure_whole, self.with_failure)),
             ("at a limit marker: own last failure", share(self.own_failure_whole, self.at_limit)),
             ("failed calls shown (digest or more)", share(self.failed_present, self.failed_calls)),
+            ("  of these, inside a merged repeat", str(self.failed_merged)),
             ("prompts over the budget", str(self.over_budget)),
         )
         header = f"== {name}, context {context} tokens: {self.prompts} judge inputs"
@@ -122,7 +157,9 @@ def measure(
         calls = [e for e in events[rid] if e["type"] == "tool_call"]
         failed = [c for c in calls if not c["success"]]
         figures.failed_calls += len(failed)
-        figures.failed_present += sum(1 for c in failed if c["step_index"] in steps)
+        merged = _merged_count(failed, steps)
+        figures.failed_merged += merged
+        figures.failed_present += sum(1 for c in failed if c["step_index"] in steps) + merged
         with_text = [c for c in failed if _text(c)]
         if with_text:
             figures.with_failure += 1

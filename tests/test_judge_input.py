@@ -204,3 +204,71 @@ def test_a_prompt_never_exceeds_its_token_budget(context: int, run: str) -> None
     data = block(judge_input.content)
     last_failed = max(e["step_index"] for e in events[1:-1] if not e["success"])
     assert data["request_id"] == "r" and last_failed in [s["i"] for s in data["steps"]]
+
+
+# -- repeated failures -------------------------------------------------------------------------
+
+MVN_ERROR = (
+    "[ERROR] Failed to execute goal org.apache.maven.plugins:maven-surefire-plugin:3.2.5:test "
+    + "(default-test) on project core: There are test failures. " * 8
+    + "BUILD FAILURE"
+)
+
+
+def failing_run(commands: list[str], errors: list[str] | None = None) -> list[dict[str, Any]]:
+    """A run whose step i runs `commands[i]` with `bash` and fails with `errors[i]`."""
+    events = trace(GOOD, [("bash", False) for _ in commands])
+    for event, command, error in zip(
+        events[1:-1], commands, errors or [MVN_ERROR] * len(commands), strict=True
+    ):
+        event["args_summary"] = f"cd /repo && {command} -B"
+        event["error"] = error
+    return events
+
+
+def merged_entries(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in data["steps"] if "repeated" in s]
+
+
+def test_repeated_identical_failures_become_one_entry_with_count_and_indexes() -> None:
+    judge_input = build_input(window_of(failing_run(["mvn -q test"] * 40)), max_tokens=3_000)
+    data = block(judge_input.content)
+    [entry] = merged_entries(data)
+    whole = [s for s in data["steps"] if s["i"] == 40]  # the last failure stays whole
+    assert whole and whole[0]["error"] == MVN_ERROR and "repeated" not in whole[0]
+    assert entry["repeated"] == 39 and entry["at"] == [1, 2, 3, 37, 38, 39]
+    assert entry["tool"] == "bash" and entry["args"] == "cd /repo && mvn -q test -B"
+    assert entry["error"].startswith("[ERROR] Failed to execute goal")
+    # represented, not omitted
+    assert judge_input.merged == 38 and judge_input.steps_omitted == 0
+    assert "38 more failed step(s) merged" in data["note"]
+    # cut again (a server said the context was too long): still one entry, the same count
+    again = block(shrink_input(judge_input.content, 4_000) or "")
+    assert [(s["repeated"], s["at"]) for s in merged_entries(again)] == [(39, entry["at"])]
+
+
+def test_distinct_failures_stay_separate() -> None:
+    offline = "[ERROR] offline: artifact not cached " + "z" * 300
+    commands = ["mvn -q test", "gradle build"] * 24 + ["ls src"]
+    errors = [offline if i % 4 == 2 else MVN_ERROR for i in range(49)]
+    judge_input = build_input(window_of(failing_run(commands, errors)), max_tokens=3_000)
+    data = block(judge_input.content)
+    entries = {(e["args"], e["error"][:15]): e for e in merged_entries(data)}
+    # the same command and error head: one entry each; another command or error: another
+    assert {k: (v["repeated"], v["at"]) for k, v in entries.items()} == {
+        ("cd /repo && mvn -q test -B", "[ERROR] Failed "): (12, [1, 5, 9, 37, 41, 45]),
+        ("cd /repo && mvn -q test -B", "[ERROR] offline"): (12, [3, 7, 11, 39, 43, 47]),
+        ("cd /repo && gradle build -B", "[ERROR] Failed "): (24, [2, 4, 6, 44, 46, 48]),
+    }
+    assert [s["i"] for s in data["steps"] if "repeated" not in s] == [49]  # ls: whole, alone
+    assert judge_input.merged == 48 - 3 and judge_input.steps_omitted == 0
+
+
+def test_sixty_identical_failures_fit_an_8k_budget_all_represented() -> None:
+    budget = input_token_budget(8192, 1024, final_judge_prompt())
+    judge_input = build_input(window_of(failing_run(["mvn -q test"] * 60)), max_tokens=budget)
+    assert estimate_tokens(judge_input.content) <= budget
+    data = block(judge_input.content)
+    represented = sum(int(s.get("repeated", 1)) for s in data["steps"])
+    assert represented == 60 and judge_input.steps_omitted == 0
+    assert {s["i"] for s in data["steps"]} >= {60}  # the last one among them, whole

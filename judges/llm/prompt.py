@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracejudge.judges.llm.answer import TOOL_NAME
+from tracejudge.judges.records import DIGEST_ARGS_CHARS
 from tracejudge.judges.redact import mask_any
 from tracejudge.judges.signals import LIMIT
 from tracejudge.models.events import Iteration, ReasoningStep, ToolCall, UserMessage, clip
@@ -29,10 +30,11 @@ _NEUTRALISE = (("<", "\\u003c"), (">", "\\u003e"), (TOOL_NAME, "final\\u005fjudg
 class JudgeInput:
     content: str  # the user message, with the data block
     steps_omitted: int
-    # what the prompt left out, by kind of step ("tool_call": 3, ...), and how many failed
-    # steps it shortened to a digest
+    # what the prompt left out, by kind of step ("tool_call": 3, ...), how many failed steps it
+    # shortened to a digest, and how many it showed only inside a merged entry of repeats
     left_out: dict[str, int] = field(default_factory=dict)
     shortened: int = 0
+    merged: int = 0
 
 
 # -- counting tokens ------------------------------------------------------------------------
@@ -147,6 +149,11 @@ TAIL_IN_PROMPT = 10  # the last steps: kept right after the failed ones when the
 DIGEST_CHARS = 400
 BRIEF_CHARS = 120  # the shortest digest, when even digests of every failed step do not fit
 NOTE_ROOM = 400  # characters kept free for the note saying what was left out
+# When even the briefs of every failed step do not fit, failures that repeat (same kind, tool,
+# arguments and head of what went wrong) become one entry with their count and step indexes:
+# an agent retrying the same command forty times is one fact, said once.
+ERROR_HEAD_CHARS = 100
+AT_ENDS = 3  # a merged entry lists its first and its last step indexes, this many of each
 
 
 @dataclass(frozen=True)
@@ -186,14 +193,18 @@ def build_input(
     others from both ends inward; the document says what it left out, by kind."""
     room = _room(max_chars, max_tokens)
     data = payload(window)
+    # on the steps as they came: each cut below shortens texts, and a brief of a failure must
+    # still be recognised as the same failure as a whole copy of it
+    keys = {s["i"]: _repeat_key(s) for s in data.get("steps", []) if _failed(s)}
     _shorten_fixed(data, room)
-    _select(data, room.scaled(UNMASKED_SLACK))  # cheap: fewer steps to mask
+    _select(data, room.scaled(UNMASKED_SLACK), keys)  # cheap: fewer steps to mask
     data = mask_any(data)
-    rendered = _fit(data, room)
+    rendered = _fit(data, room, keys)
     left_out = _left_out_of(data)
     shortened = int(left_out.pop(_SHORTENED, 0))
+    merged = int(left_out.pop(_MERGED, 0))
     steps = sum(v for k, v in left_out.items() if k != _PLANNED)
-    return JudgeInput(_fenced(rendered), steps, dict(left_out), shortened)
+    return JudgeInput(_fenced(rendered), steps, dict(left_out), shortened, merged)
 
 
 def shrink_input(content: str, max_chars: int, max_tokens: int | None = None) -> str | None:
@@ -215,6 +226,7 @@ def shrink_input(content: str, max_chars: int, max_tokens: int | None = None) ->
 
 LEFT_OUT = "left_out"  # the data's field: kind of step -> count, what the prompt left out
 _SHORTENED = "failed_steps_shortened_to_digests"
+_MERGED = "failed_steps_merged_into_repeats"  # shown only as part of a merged entry's count
 _PLANNED = "planned_steps"  # left out of the plan, not steps of the run
 _ENVELOPE = len(INSTRUCTION) + len(OPEN) + len(CLOSE) + 4  # the newlines
 
@@ -246,8 +258,55 @@ def _brief(step: dict[str, Any]) -> dict[str, Any]:
     wrong = step.get("error") or step.get("result") or step.get("observation")
     if isinstance(wrong, str):
         brief["error"] = clip(wrong, BRIEF_CHARS)
+    for k in ("repeated", "at"):  # a merged entry cut again stays merged
+        if k in step:
+            brief[k] = step[k]
     brief["shortened"] = True
     return brief
+
+
+def _repeat_key(step: dict[str, Any]) -> tuple[str, ...] | None:
+    """Failed steps with equal keys are the same failure repeated; None: never merged (no
+    arguments known, like `norms.call_key`)."""
+    said = step.get("args") or step.get("action")
+    if not isinstance(said, str):
+        return None
+    wrong = step.get("error") or step.get("result") or step.get("observation")
+    # a call beyond the step limit keeps clip(args, DIGEST_ARGS_CHARS): the same cut on a whole
+    # copy of it makes the two equal; an error's head, as its tail often holds a time or an id
+    return (
+        str(step.get("type")),
+        str(step.get("tool") or step.get("phase") or ""),
+        clip(said, DIGEST_ARGS_CHARS),
+        wrong[:ERROR_HEAD_CHARS] if isinstance(wrong, str) else "",
+    )
+
+
+def _merged(group: list[dict[str, Any]]) -> dict[str, Any]:
+    """One entry for a failure repeated: the last one's brief, how many, and where."""
+    entry = _brief(group[-1])
+    at = sorted({i for s in group for i in s.get("at", [s.get("i")]) if isinstance(i, int)})
+    entry["repeated"] = sum(int(s.get("repeated", 1)) for s in group)
+    entry["at"] = at if len(at) <= 2 * AT_ENDS else at[:AT_ENDS] + at[-AT_ENDS:]
+    return entry
+
+
+_Keys = dict[Any, tuple[str, ...] | None]  # a step's "i" -> its `_repeat_key`
+
+
+def _repeats(
+    steps: list[dict[str, Any]], indexes: list[int], keys: _Keys | None
+) -> list[list[int]]:
+    """The groups (two or more) of `indexes` whose steps are the same failure, in order; by
+    `keys` when given (taken before any cut), else by the steps as they are now (a prompt cut
+    again: only failures shown in the same form merge)."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for j in indexes:
+        i = steps[j].get("i")
+        key = keys[i] if keys is not None and i in keys else _repeat_key(steps[j])
+        if key is not None:
+            groups.setdefault(key, []).append(j)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def _digest(step: dict[str, Any], size: int) -> dict[str, Any]:
@@ -273,7 +332,7 @@ def _left_out_of(data: dict[str, Any]) -> Counter[str]:
 
 
 def _note(left_out: Counter[str]) -> str | None:
-    kinds = {k: v for k, v in left_out.items() if k not in (_SHORTENED, _PLANNED) and v}
+    kinds = {k: v for k, v in left_out.items() if k not in (_SHORTENED, _PLANNED, _MERGED) and v}
     parts = []
     if kinds:
         listed = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
@@ -288,10 +347,16 @@ def _note(left_out: Counter[str]) -> str | None:
             f"{left_out[_SHORTENED]} failed step(s) shortened to a digest (head and tail of "
             'each text, marked "shortened")'
         )
+    if left_out.get(_MERGED):
+        parts.append(
+            f"{left_out[_MERGED]} more failed step(s) merged into entries of the same failure "
+            '(same tool, arguments and error head): "repeated" counts them, "at" lists the '
+            f"first and last {AT_ENDS} step indexes"
+        )
     return "; ".join(parts) or None
 
 
-def _select(data: dict[str, Any], room: _Room) -> None:
+def _select(data: dict[str, Any], room: _Room, keys: _Keys | None = None) -> None:
     """Keep in `data["steps"]` what fits in `room` beside the rest of `data`, in priority
     order; count what is left out (and shortened) in `data[LEFT_OUT]`. One rendering per step
     (and per failed step's digest), not one per step left out."""
@@ -305,7 +370,7 @@ def _select(data: dict[str, Any], room: _Room) -> None:
     full = [_cost(step) for step in steps]
     if room.holds(used[0] + sum(c for c, _ in full), used[1] + sum(t for _, t in full)):
         data["steps"] = steps
-        left_out[_SHORTENED] = sum(1 for step in steps if step.get("shortened"))
+        _count_shown(steps, left_out)
         _set_left_out(data, left_out)
         return
     n = len(steps)
@@ -327,27 +392,54 @@ def _select(data: dict[str, Any], room: _Room) -> None:
     own = [j for j in failed if not LIMIT.search(str(steps[j].get("tool", "")))]
     for j in dict.fromkeys(failed[-1:] + own[-1:]):
         take(j, steps[j], full[j])
+    briefs = {j: _brief(steps[j]) for j in failed if j not in chosen}
+    brief_costs = {j: _cost(b) for j, b in briefs.items()}
+    groups: list[list[int]] = []
+    if not room.holds(
+        used[0] + sum(c for c, _ in brief_costs.values()),
+        used[1] + sum(t for _, t in brief_costs.values()),
+    ):  # not every failed step fits even brief: a repeated failure becomes one entry
+        groups = _repeats(steps, list(briefs), keys)
+        for group in groups:
+            entry = _merged([steps[j] for j in group])
+            for j in group[:-1]:
+                del briefs[j]
+            briefs[group[-1]], brief_costs[group[-1]] = entry, _cost(entry)
     for j in reversed(failed):  # every failed step at least brief, the last first
-        short = _brief(steps[j])
-        take(j, short, _cost(short))
+        if j in briefs:
+            take(j, briefs[j], brief_costs[j])
+    # the steps a merged entry shown stands for; an entry that did not fit merges nothing
+    grouped = {j for g in groups for j in g}
+    absorbed = {j for g in groups if g[-1] in chosen for j in g[:-1]}
     for j in reversed(failed):  # then as a digest
-        short = _digest(steps[j], DIGEST_CHARS)
-        take(j, short, _cost(short))
+        if j not in grouped:
+            short = _digest(steps[j], DIGEST_CHARS)
+            take(j, short, _cost(short))
     for j in reversed(failed):  # then whole
-        take(j, steps[j], full[j])
-    for j in range(n - 1, max(-1, n - 1 - TAIL_IN_PROMPT), -1):  # the last steps
-        if j not in chosen:
+        if j not in grouped:
             take(j, steps[j], full[j])
-    rest = sorted((j for j in range(n) if j not in chosen), key=lambda j: (min(j, n - 1 - j), -j))
+    for j in range(n - 1, max(-1, n - 1 - TAIL_IN_PROMPT), -1):  # the last steps
+        if j not in chosen and j not in absorbed:
+            take(j, steps[j], full[j])
+    rest = sorted(
+        (j for j in range(n) if j not in chosen and j not in absorbed),
+        key=lambda j: (min(j, n - 1 - j), -j),
+    )
     for j in rest:  # the others, from both ends inward: the middle goes first
         take(j, steps[j], full[j])
     for j in range(n):
-        if j not in chosen:
-            left_out[str(steps[j].get("type", "step"))] += 1
+        if j not in chosen and j not in absorbed:
+            left_out[str(steps[j].get("type", "step"))] += int(steps[j].get("repeated", 1))
     data["steps"] = [chosen[j] for j in sorted(chosen)]
-    # counted on what is shown: a step shortened by an earlier cut may be left out by this one
-    left_out[_SHORTENED] = sum(1 for step in data["steps"] if step.get("shortened"))
+    _count_shown(data["steps"], left_out)
     _set_left_out(data, left_out)
+
+
+def _count_shown(steps: list[dict[str, Any]], left_out: Counter[str]) -> None:
+    # counted on what is shown: a step shortened or merged by an earlier cut may be left out by
+    # this one
+    left_out[_SHORTENED] = sum(1 for step in steps if step.get("shortened"))
+    left_out[_MERGED] = sum(int(step.get("repeated", 1)) - 1 for step in steps)
 
 
 def _shorten_fixed(data: dict[str, Any], room: _Room) -> None:
@@ -380,17 +472,19 @@ def _set_left_out(data: dict[str, Any], left_out: Counter[str]) -> None:
         data["note"] = note
 
 
-def _fit(data: dict[str, Any], room: _Room) -> str:
+def _fit(data: dict[str, Any], room: _Room, keys: _Keys | None = None) -> str:
     """The masked data rendered within `room`, as valid JSON, steps chosen by `_select`."""
     _shorten_fixed(data, room)
-    _select(data, room)
+    _select(data, room, keys)
     rendered = _render(data)
     steps: list[dict[str, Any]] = data.get("steps", [])
     for _ in range(len(steps)):  # the note outgrew its room: rare, bounded by the steps
         if room.holds_text(rendered) or not steps:
             break
         left_out = _left_out_of(data)
-        left_out[str(steps.pop(len(steps) // 2).get("type", "step"))] += 1
+        gone = steps.pop(len(steps) // 2)
+        left_out[str(gone.get("type", "step"))] += int(gone.get("repeated", 1))
+        _count_shown(steps, left_out)
         _set_left_out(data, left_out)
         rendered = _render(data)
     for name in ("goal", "final_output"):
@@ -398,7 +492,7 @@ def _fit(data: dict[str, Any], room: _Room) -> str:
             # the goal and the answer come first: they are shortened only when the rest is
             # gone, head and tail kept
             data[name] = clip(data[name], max(200, len(data[name]) * 2 // 5))
-            _select(data, room)
+            _select(data, room, keys)
             rendered = _render(data)
     limit = 1000
     while not room.holds_text(rendered) and limit >= 20:
