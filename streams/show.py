@@ -166,8 +166,12 @@ def render(
         f"score {e['overall_score']} ({'pass' if e['passed'] else 'fail'}; threshold "
         f"{e['warn_threshold']})  success {e['success']}  incomplete {e['incomplete']}  "
         f"judge {e['judge_status']}",
-        f"summary: {e['summary']}",
     ]
+    call = judge_call(e.get("judge"))
+    if call:
+        lines.append(f"judge: {call[0]}")
+        lines += [f"  {note}" for note in call[1:]]
+    lines.append(f"summary: {e['summary']}")
     if e.get("findings"):
         lines.append("findings:")
         lines += [f"  {f['rule']}: {_short(f['evidence'])}" for f in e["findings"]]
@@ -191,6 +195,50 @@ def render(
         )
     lines.append(_timeline(timeline, locate(e, timeline), no_timeline))
     return "\n".join(lines) + "\n"
+
+
+def judge_call(judge: dict[str, Any] | None) -> list[str]:
+    """The LLM judge's call (an evaluation's `judge`, models/outputs.py `JudgeCall`) as `show`
+    and the explorer print it: its figures, then what was cut from its input when anything
+    was; [] without one (a rule-only verdict). Read with .get: a record from another producer
+    or an older worker may lack a field, and must still be shown."""
+    if not judge:
+        return []
+    asked, answered = judge.get("requested_model") or "?", judge.get("returned_model")
+    # the alias asked for and the snapshot that answered: a verdict's drift often starts here
+    figures = [f"{asked} → {answered}" if answered and answered != asked else asked]
+    figures.append(f"prompt {judge.get('prompt_version') or '?'}")
+    if judge.get("cached"):
+        figures.append("from the verdict cache (no call)")
+    else:
+        attempts = judge.get("attempts")
+        figures.append(f"{attempts} attempt{'' if attempts == 1 else 's'}")
+    if judge.get("latency_s") is not None:
+        figures.append(f"{judge['latency_s']:.2f} s")
+    tokens_in, tokens_out = judge.get("input_tokens"), judge.get("output_tokens")
+    if tokens_in is not None or tokens_out is not None:
+        cached = judge.get("cached_input_tokens")
+        figures.append(
+            f"{_count(tokens_in)} in{f' ({cached:,} cached)' if cached else ''} / "
+            f"{_count(tokens_out)} out tokens"
+        )
+    elif not judge.get("cached"):
+        figures.append("no token usage reported")
+    if judge.get("cost_usd") is not None:
+        cost = float(judge["cost_usd"])
+        # a cheap model's call costs a few hundredths of a cent: never print it as $0.0000
+        figures.append("<$0.0001" if 0 < cost < 0.0001 else f"${cost:.4f}")
+    cut = []
+    if judge.get("steps_omitted"):
+        n = judge["steps_omitted"]
+        cut.append(f"{n} step{'' if n == 1 else 's'} left out of the prompt")
+    if judge.get("input_halved"):
+        cut.append("input sent at half size (the server said the context was exceeded)")
+    return [", ".join(figures)] + (["; ".join(cut)] if cut else [])
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
 
 
 def _timeline(timeline: list[dict[str, Any]], marks: Marks, no_timeline: str | None) -> str:

@@ -14,6 +14,7 @@ from tracejudge.judges.records import step_record
 from tracejudge.judges.verdicts import Policy
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.events import parse_event
+from tracejudge.models.outputs import JudgeCall
 from tracejudge.streams.cli import exits
 from tracejudge.streams.cli.main import main
 from tracejudge.streams.settings import Settings
@@ -375,5 +376,78 @@ async def test_a_missing_timeline_is_explained_by_the_one_reason_the_facts_give(
         assert "TRACEJUDGE_EVALUATION_TTL_S" not in page
         kept_page = await (await client.get("/requests/why-2")).text()
         assert "TRACEJUDGE_REDIS_URL is empty here" in kept_page
+    finally:
+        await client.close()
+
+
+def with_judge(rid: str, **call: Any) -> dict[str, Any]:
+    """A failed request's evaluation as the LLM judge stage completes it: the `judge` block
+    as the worker dumps it (validated by the model, so the test follows the schema)."""
+    evaluation, _, _ = judged(rid, fail=True)
+    given = {"requested_model": "gpt-4o-mini", "prompt_version": "a3f9c2e81b04", **call}
+    judge = JudgeCall.model_validate(given).model_dump(mode="json")
+    return {**evaluation, "judge_status": "ok", "judge": judge}
+
+
+CALLED = {
+    "returned_model": "gpt-4o-mini-2024-07-18",
+    "cached": False,
+    "attempts": 2,
+    "latency_s": 1.4213,
+    "input_tokens": 1234,
+    "cached_input_tokens": 200,
+    "output_tokens": 96,
+    "cost_usd": 0.00041,
+    "steps_omitted": 12,
+    "input_halved": True,
+}
+
+
+def test_show_prints_the_judge_call_after_the_judge_status_and_nothing_without_one() -> None:
+    shown = render(with_judge("j1", **CALLED), []).splitlines()
+    status = next(i for i, row in enumerate(shown) if row.endswith("judge ok"))
+    assert shown[status + 1 : status + 3] == [
+        "judge: gpt-4o-mini → gpt-4o-mini-2024-07-18, prompt a3f9c2e81b04, 2 attempts, 1.42 s, "
+        "1,234 in (200 cached) / 96 out tokens, $0.0004",
+        "  12 steps left out of the prompt; input sent at half size (the server said the "
+        "context was exceeded)",
+    ]
+    # from the verdict cache: no call, so no attempts, tokens or cost to show
+    cached = render(with_judge("j2", cached=True, attempts=0), []).splitlines()
+    assert "judge: gpt-4o-mini, prompt a3f9c2e81b04, from the verdict cache (no call)" in cached
+    # one attempt, the model answering as asked, a server that reported no usage, nothing cut
+    once = {"returned_model": "gpt-4o-mini", "cached": False, "attempts": 1, "latency_s": 0.5}
+    plain = render(with_judge("j3", **once), []).splitlines()
+    line = "judge: gpt-4o-mini, prompt a3f9c2e81b04, 1 attempt, 0.50 s, no token usage reported"
+    assert plain[status + 1] == line and plain[status + 2].startswith("summary:")
+    rules_only, _, _ = judged("j4", fail=True)  # judge_status disabled: no block, no line
+    assert "judge" not in rules_only or rules_only["judge"] is None
+    assert not [row for row in render(rules_only, []).splitlines() if row.startswith("judge:")]
+
+
+async def test_the_request_page_shows_the_judge_call_escaped() -> None:
+    store = VerdictStore(capacity=10)
+    store.add_evaluation(with_judge("j1", **CALLED))
+    # the model name is what the judge's server said: escaped like any other text
+    store.add_evaluation(with_judge("j2", returned_model="<b>m</b>", cached=False, attempts=1))
+    store.add_evaluation(judged("j3", fail=True)[0])
+    client = await client_for(store)
+    try:
+        page = await (await client.get("/requests/j1")).text()
+        assert '<p id="judge-call">' in page
+        for figure in (
+            "gpt-4o-mini → gpt-4o-mini-2024-07-18",
+            "prompt a3f9c2e81b04",
+            "2 attempts",
+            "1.42 s",
+            "1,234 in (200 cached) / 96 out tokens",
+            "$0.0004",
+            "12 steps left out of the prompt",
+            "input sent at half size",
+        ):
+            assert figure in page, figure
+        escaped = await (await client.get("/requests/j2")).text()
+        assert "<b>m</b>" not in escaped and "gpt-4o-mini → &lt;b&gt;m&lt;/b&gt;" in escaped
+        assert 'id="judge-call"' not in await (await client.get("/requests/j3")).text()
     finally:
         await client.close()

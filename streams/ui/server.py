@@ -23,7 +23,7 @@ from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.show import look_up, no_timeline
+from tracejudge.streams.show import judge_call, look_up, no_timeline
 from tracejudge.streams.ui.feed import feed
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
@@ -117,6 +117,7 @@ def _environment() -> jinja2.Environment:
     env.filters["score_ci"] = _score_ci
     env.filters["rate_ci"] = _rate_ci
     env.globals["agent_label"] = agent_label
+    env.globals["judge_call"] = judge_call  # the figures `tracejudge show` prints
     env.globals["version"] = PACKAGE_VERSION
     return env
 
