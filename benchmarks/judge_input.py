@@ -9,12 +9,18 @@ Per set and context size it prints, for the runs with a failed call: the share w
 call's text (its error, else its result, as the contract keeps it, masked as the judge sees it)
 is in the judge's input whole; where the run ended on a harness limit marker
 (judges/signals.py LIMIT), the share whose agent's own last failed command is; the share of all
-failed calls present at least as a digest, or inside an entry merging a repeated failure
-(one entry, its count and step indexes, for failed calls with the same tool, arguments and
-error head; such a call is counted when an entry of its tool, whose step indexes span it and
-whose arguments and error begin as its own, still has count left for it); and the prompts
-whose estimated tokens (input, system prompt, schema, output reserve) exceed the context. Then
-the same budget check on a synthetic Chinese run with every text at the contract's maxima.
+failed calls represented; and the prompts whose estimated tokens (input, system prompt, schema,
+output reserve) exceed the context. Then the same budget check on a synthetic Chinese run with
+every text at the contract's maxima.
+
+A failed call is represented when its step index and its tool appear together with at least
+the head of its error (its error, else its result, masked): as a step of its own (whole, a
+digest or a brief), as one of the step indexes of an entry merging a repeated failure, or of a
+line of `failed_steps_compact` ([step indexes, tool, error head], one per failure or per group
+sharing tool and error head). The head shown, whitespace runs made one space and cut at any
+clip mark, must be non-empty and begin the call's own text so cut; a call with no text at all
+needs only its index and tool. How many are represented only by a compact line, and the median
+length of the head shown for them, are printed too: a line names a failure, no more.
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ import argparse
 import asyncio
 import json
 import logging
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.data import SHARED_DATA, require
-from tracejudge.judges.llm.prompt import CLOSE, OPEN, estimate_tokens
+from tracejudge.judges.llm.prompt import CLOSE, COMPACT, OPEN, estimate_tokens, indexes_of
 from tracejudge.judges.redact import mask
 from tracejudge.judges.signals import LIMIT
 from tracejudge.judges.verdicts import JudgeJob
@@ -84,34 +91,41 @@ def _shown(step: dict[str, Any] | None, text: str) -> bool:
     return step is not None and mask(text) in (step.get("error"), step.get("result"))
 
 
-HEAD = 20  # characters every form of a text keeps at its start (a brief keeps ~21 of arguments)
+MARK = " …[clipped "  # how a clip mark begins (models/events.py): the tail follows it
 
 
-def _merged_count(failed: list[dict[str, Any]], steps: dict[Any, dict[str, Any]]) -> int:
-    """The failed calls not shown as a step of their own that a merged entry stands for."""
-    left = [c for c in failed if c["step_index"] not in steps]
-    counted = 0
-    for entry in (s for s in steps.values() if isinstance(s.get("repeated"), int)):
-        at = [i for i in entry.get("at", []) if isinstance(i, int)]
-        if not at:
+def _head(text: str) -> str:
+    """A text's head: whitespace runs made one space, up to any clip mark."""
+    text = " ".join(text.split())
+    mark = text.find(MARK)
+    return text if mark < 0 else text[:mark]
+
+
+def _begins(shown: Any, own: str | None) -> bool:
+    """What is shown of an error begins as the call's own (masked) text: at least its head."""
+    if not own:
+        return True  # nothing went wrong in words: its index and tool are all there is
+    if not isinstance(shown, str):
+        return False
+    head = _head(shown)
+    return bool(head) and _head(mask(own)).startswith(head)
+
+
+def represented(call: dict[str, Any], data: dict[str, Any]) -> str | None:
+    """How the judge's input represents a failed call: "step", "merged", "compact" or None."""
+    i, tool, own = call["step_index"], call["tool"], _text(call)
+    for step in data.get("steps", []):
+        if step.get("tool") != tool or not _begins(step.get("error") or step.get("result"), own):
             continue
-
-        def same(c: dict[str, Any], entry: dict[str, Any] = entry, at: list[int] = at) -> bool:
-            return (
-                c["tool"] == entry.get("tool")
-                and min(at) <= c["step_index"] <= max(at)
-                and mask(c.get("args_summary") or "")[:HEAD] == str(entry.get("args"))[:HEAD]
-                and mask(_text(c) or "")[:HEAD] == str(entry.get("error"))[:HEAD]
-            )
-
-        matching = [c for c in left if same(c)]
-        listed = {i for i in at if i != entry.get("i")}
-        if not listed <= {c["step_index"] for c in matching}:
-            continue  # an index it lists is not such a call: not trusted
-        take = matching[: entry["repeated"] - 1]  # its own "i" is shown already
-        counted += len(take)
-        left = [c for c in left if c not in take]
-    return counted
+        if step.get("i") == i:
+            return "step"
+        at = step.get("at")
+        if i in (indexes_of(at) if isinstance(at, str) else at if isinstance(at, list) else []):
+            return "merged"
+    for line in data.get(COMPACT, []):
+        if line[1] == tool and i in indexes_of(line[0]) and _begins(line[2], own):
+            return "compact"
+    return None
 
 
 @dataclass
@@ -123,6 +137,8 @@ class Figures:
     failed_calls: int = 0
     failed_present: int = 0
     failed_merged: int = 0  # of failed_present: inside an entry merging a repeated failure
+    failed_compact: int = 0  # of failed_present: only in a line of failed_steps_compact
+    compact_heads: list[int] = field(default_factory=list)  # the head's length for each
     prompts: int = 0
     over_budget: int = 0
     missed: list[str] = field(default_factory=list)
@@ -131,11 +147,15 @@ class Figures:
         def share(a: int, b: int) -> str:
             return f"{a}/{b} ({a / b:.1%})" if b else "none"
 
+        heads = self.compact_heads
+        median = f"{statistics.median(heads):g}" if heads else "-"
         rows = (
             ("last failed call's text whole", share(self.last_failure_whole, self.with_failure)),
             ("at a limit marker: own last failure", share(self.own_failure_whole, self.at_limit)),
-            ("failed calls shown (digest or more)", share(self.failed_present, self.failed_calls)),
+            ("failed calls represented", share(self.failed_present, self.failed_calls)),
             ("  of these, inside a merged repeat", str(self.failed_merged)),
+            ("  only in a compact line", str(self.failed_compact)),
+            ("  its error head, median characters", median),
             ("prompts over the budget", str(self.over_budget)),
         )
         header = f"== {name}, context {context} tokens: {self.prompts} judge inputs"
@@ -157,9 +177,15 @@ def measure(
         calls = [e for e in events[rid] if e["type"] == "tool_call"]
         failed = [c for c in calls if not c["success"]]
         figures.failed_calls += len(failed)
-        merged = _merged_count(failed, steps)
-        figures.failed_merged += merged
-        figures.failed_present += sum(1 for c in failed if c["step_index"] in steps) + merged
+        for c in failed:
+            how = represented(c, data)
+            figures.failed_present += how is not None
+            figures.failed_merged += how == "merged"
+            if how == "compact":
+                figures.failed_compact += 1
+                figures.compact_heads.extend(
+                    len(line[2]) for line in data[COMPACT] if c["step_index"] in indexes_of(line[0])
+                )
         with_text = [c for c in failed if _text(c)]
         if with_text:
             figures.with_failure += 1

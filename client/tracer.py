@@ -143,8 +143,10 @@ class Tracer(_Tracing):
         return EarlyStopClient(self.redis_url).check(request_id)
 
     def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
-        """The request's evaluation once published; None after `timeout`. From Redis when the
-        tracer has it, else read from the evaluations topic."""
+        """The request's final evaluation once published; after `timeout`, the rules' verdict
+        published while the LLM judge's is on its way (its `final` is False) when that is all
+        there is, else None. From Redis when the tracer has it, else read from the evaluations
+        topic."""
         if self.redis_url is None:
             return evaluation_from_topic(
                 self.bootstrap,
@@ -156,14 +158,17 @@ class Tracer(_Tracing):
         redis = redis_module()
         client = redis.Redis.from_url(self.redis_url, socket_timeout=2.0)
         deadline = time.monotonic() + timeout
+        pending = None
         try:
             while time.monotonic() < deadline:
                 with contextlib.suppress(redis.RedisError, OSError):
                     raw = client.get(self._evaluation_key(request_id))
                     if raw:
-                        return Evaluation.model_validate_json(raw)  # type: ignore[arg-type]
+                        pending = Evaluation.model_validate_json(raw)  # type: ignore[arg-type]
+                        if pending.final:
+                            return pending
                 time.sleep(0.1)
-            return None
+            return pending
         finally:
             client.close()
 
@@ -225,13 +230,16 @@ class AsyncTracer(_Tracing):
         redis = redis_module()
         client = redis.asyncio.from_url(self.redis_url, socket_timeout=2.0)
         deadline = time.monotonic() + timeout
+        pending = None
         try:
             while time.monotonic() < deadline:
                 with contextlib.suppress(redis.RedisError, OSError):
                     raw = await client.get(self._evaluation_key(request_id))
                     if raw:
-                        return Evaluation.model_validate_json(raw)
+                        pending = Evaluation.model_validate_json(raw)
+                        if pending.final:
+                            return pending
                 await asyncio.sleep(0.1)
-            return None
+            return pending
         finally:
             await client.aclose()

@@ -19,8 +19,9 @@ LOOK_BACK_S = 300.0  # a verdict may have been published before anyone looked
 def evaluation_from_topic(
     bootstrap: str, topic: str, request_id: str, timeout_s: float, options: dict[str, Any]
 ) -> Evaluation | None:
-    """The request's evaluation, read from `topic` since LOOK_BACK_S ago; None after
-    `timeout_s`. Blocking: the async tracer runs it on a thread."""
+    """The request's final evaluation, read from `topic` since LOOK_BACK_S ago; after
+    `timeout_s`, its pending one (`final` False) if that is all there was, else None.
+    Blocking: the async tracer runs it on a thread."""
     deadline = time.monotonic() + timeout_s
     consumer = Consumer(
         {
@@ -49,14 +50,17 @@ def evaluation_from_topic(
                 for p, tp in zip(partitions, found, strict=True)
             ]
         )
+        pending = None
         while (left := deadline - time.monotonic()) > 0:
             message = consumer.poll(min(0.2, left))
             if message is None or message.error() is not None:
                 continue
             evaluation = _evaluation(message.value())
             if evaluation is not None and evaluation.request_id == request_id:
-                return evaluation
-        return None
+                if evaluation.final:
+                    return evaluation
+                pending = evaluation  # the judge's verdict replaces it: wait for that
+        return pending
     except Exception:  # a broker away or a topic missing: no verdict to give, nothing raised
         return None
     finally:

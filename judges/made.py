@@ -27,11 +27,15 @@ class Summary:
     agent_name: str | None = None
     usage: Usage | None = None
     passed: bool = False
+    # the rules' verdict of a request the judge will amend: counted apart, so that each
+    # request's final verdict is counted once (streams/outputs.py)
+    pending: bool = False
 
 
 @dataclass(frozen=True)
 class Made:
-    """Encoded and masked, ready to send: a verdict's records, or a judge job."""
+    """Encoded and masked, ready to send: a verdict's records; for a request the judge will
+    read, its pending rules' verdict and the judge job."""
 
     request_id: str
     evaluation: bytes | None = None
@@ -66,6 +70,7 @@ def made_of(
         evaluation.agent_name,
         evaluation.usage,
         evaluation.passed,
+        not evaluation.final,
     )
     return Made(
         evaluation.request_id,

@@ -21,6 +21,7 @@ from tracejudge.judges.sampling import RateRule, Selection
 from tracejudge.judges.timeline import timeline_of
 from tracejudge.judges.verdicts import (
     DISABLED,
+    PENDING,
     SKIPPED,
     JudgeJob,
     Policy,
@@ -130,17 +131,25 @@ def _judge_job(
 ) -> Made:
     keep = judging.timelines
     judge_input = build_input(window, llm.max_input_chars, max_tokens=llm.max_input_tokens)
+    timeline = timeline_of(window) if keep in ("all", "flagged") else None
+    not_kept = "no_redis" if keep == "no_redis" else "off"
     job = JudgeJob(
         facts=facts,
         rules=verdict,
         content=judge_input.content,
         steps_omitted=judge_input.steps_omitted,
+        left_out=judge_input.cuts,
         closed_at=closing.now,
         terminal_at=closing.terminal_at,
-        timeline=timeline_of(window) if keep in ("all", "flagged") else None,
-        timeline_not_kept="no_redis" if keep == "no_redis" else "off",
+        timeline=timeline,
+        timeline_not_kept=not_kept,
+        pending_published=True,
     )
-    return Made(closing.request_id, job=encode(job))
+    # the rules' verdict goes out now, the judge's replaces it when it comes: a request never
+    # waits on the judge's queue for a verdict (its reflection and alerts do, see PENDING)
+    pending = conclude(facts, verdict, PENDING, judging.policy, judging.version, closing.now)
+    made = made_of(pending, timeline, not_kept)
+    return replace(made, job=encode(job))
 
 
 def _noted(verdict: Verdict, reason: str) -> Verdict:

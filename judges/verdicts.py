@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS
 from tracejudge.judges.llm.answer import JudgeAnswer
@@ -64,10 +64,22 @@ class JudgeOutcome:
     call: JudgeCall | None = None  # provenance, when the judge handled the request
     note: str | None = None  # why the judge did not read it, for the reasons (skipped)
     budget_spent: Literal["minute", "day"] | None = None  # the cap that stopped the call
+    expired: bool = False  # waited in the judge queue past its bound (llm_job_max_age_s)
+    pending: bool = False  # not judged yet: the rules' verdict until the judge's (PENDING)
 
 
 DISABLED = JudgeOutcome("disabled")
 SKIPPED = JudgeOutcome("skipped")
+# The rules' verdict of a request on its way to the judge, published at close (issue 38): a
+# request has an evaluation within milliseconds whatever the judge's queue, and the judge's
+# verdict replaces it under the same evaluation_id
+# (`skipped`, not a new status: a consumer validating judge_status against an older schema
+# keeps reading; `Evaluation.final` tells it apart)
+PENDING = JudgeOutcome(
+    "skipped",
+    note="judge pending: the LLM judge's verdict will replace this one (same evaluation_id)",
+    pending=True,
+)
 
 
 class WindowFacts(BaseModel):
@@ -137,6 +149,10 @@ class JudgeJob(BaseModel):
     timeline: list[dict[str, Any]] | None = None  # masked (judges/timeline.py), when kept
     timeline_not_kept: Literal["off", "no_redis"] = "off"  # else why not (Evaluation.timeline)
     steps_omitted: int = 0  # steps the judge's input left out (JudgeInput.steps_omitted)
+    left_out: dict[str, int] = Field(default_factory=dict)  # all it left out (JudgeInput.cuts)
+    # its rules' verdict was published at close as pending (older workers did not): the
+    # judge's verdict amends it, and the time to a first verdict was measured then
+    pending_published: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,8 +261,13 @@ def conclude(
         trace_id=facts.trace_id,
         span_id=facts.span_id,
         judge=outcome.call,
+        final=not outcome.pending,
         ts=now,
     )
+    if outcome.pending:
+        # reflection requests and alerts carry deterministic ids and cannot be taken back:
+        # they follow the final verdict, which the judge may turn the other way
+        return Verdict(evaluation=evaluation)
     return _plan(evaluation, facts, policy, now, exact)
 
 

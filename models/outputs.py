@@ -115,6 +115,19 @@ class JudgeCall(_Output):
         default=None, ge=0, description="From the TRACEJUDGE_LLM_PRICE_* settings; None: unset."
     )
     steps_omitted: int = Field(default=0, ge=0, description="Steps the prompt left out.")
+    input_left_out: dict[
+        Annotated[str, Field(pattern=r"^[a-z_]{1,48}$")], Annotated[int, Field(ge=1)]
+    ] = Field(
+        default_factory=dict,
+        max_length=24,
+        description="What the prompt left out or shortened to fit its budget, as its own "
+        "`left_out` told the judge: steps omitted by kind (tool_call, reasoning, user_turn, "
+        "iteration, failed_step), planned_steps omitted, failed steps shortened to a digest "
+        "(failed_steps_shortened_to_digests), merged into an entry of repeats "
+        "(failed_steps_merged_into_repeats) or listed only as a compact line of step indexes, "
+        "tool and error head (failed_steps_listed_compactly); goal_clipped and "
+        "final_output_clipped (1: head and tail kept). Counts only. Empty: nothing left out.",
+    )
     input_halved: bool = Field(
         default=False, description="The server said the context was exceeded: sent at half size."
     )
@@ -147,7 +160,17 @@ class Evaluation(_Output):
     findings: list[Finding] = Field(
         default_factory=list, description="Each rule that fired, with its evidence."
     )
-    judge_status: JudgeStatus
+    judge_status: JudgeStatus = Field(
+        description="ok: the LLM judge's answer is blended in; fallback: it gave none "
+        "(judge_error says why), the rules decide; disabled: the judge is off; skipped: not "
+        "sent to it (reasons say why), or not yet (final false)."
+    )
+    final: bool = Field(
+        default=True,
+        description="False: the rules' verdict, published at close while the LLM judge's is "
+        "on its way (judge_status skipped); the next evaluation with the same evaluation_id "
+        "replaces it. Reflection requests and alerts follow the final verdict only.",
+    )
     judge_error: JudgeErrorCode | None = Field(
         default=None, description="Why the judge gave no valid answer (judge_status fallback)."
     )

@@ -54,6 +54,9 @@ class Readings:
     offset_repairs: Callable[[], int] = lambda: 0
     breaker_open: Callable[[], bool] = lambda: False
     rate_limit_waits: Callable[[], int] = lambda: 0
+    # the judge queue, where this process judges (`judging.consumer.JudgeRunner`)
+    judge_queue_lag: Callable[[], int] = lambda: 0
+    judge_oldest_job_age: Callable[[], float] = lambda: 0.0
     # (topic, partition) -> records not yet committed by the group
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -80,6 +83,18 @@ class _Readings(Collector):
             "tracejudge_judge_rate_limit_waits",
             "Judge calls that waited for the shared per-minute limit.",
             r.rate_limit_waits(),
+        )
+        yield _gauge(
+            "tracejudge_judge_queue_lag",
+            "Judge jobs not yet committed by the judge group on this process's partitions "
+            "(being judged, or waiting in Kafka for a free call slot).",
+            r.judge_queue_lag(),
+        )
+        yield _gauge(
+            "tracejudge_judge_oldest_job_age_seconds",
+            "Age of the oldest judge job this process took and has not finished (from its "
+            "Kafka timestamp); 0 when none.",
+            r.judge_oldest_job_age(),
         )
         lag = GaugeMetricFamily(
             "tracejudge_consumer_lag",
@@ -271,6 +286,18 @@ class Metrics:
             "tracejudge_judge_budget_skips",
             "Requests not sent to the judge because a budget was spent, by period (minute, day).",
             ["period"],
+            registry=r,
+        )
+        self.judge_expired = Counter(
+            "tracejudge_judge_expired",
+            "Judge jobs that waited longer than TRACEJUDGE_LLM_JOB_MAX_AGE_S: their rules' "
+            "verdict became final (judge_status skipped, with the reason).",
+            registry=r,
+        )
+        self.evaluations_pending = Counter(
+            "tracejudge_evaluations_pending",
+            "Rules' verdicts published at close for requests the LLM judge will amend (not "
+            "in tracejudge_evaluations, which counts each request's final verdict once).",
             registry=r,
         )
 

@@ -55,8 +55,9 @@ class Lookup(Protocol):
 
     async def put_at(self, key: str, value: BaseModel) -> bool: ...
 
-    async def put_encoded(self, key: str, value: bytes) -> bool:
-        """`value`: as `encode` made it (masked)."""
+    async def put_encoded(self, key: str, value: bytes, *, only_new: bool = False) -> bool:
+        """`value`: as `encode` made it (masked). `only_new`: written only where the key holds
+        nothing (a pending verdict never replaces the judge's final one)."""
         ...
 
 
@@ -120,15 +121,28 @@ class VerdictPublisher:
         summary = made.summary
         assert made.evaluation is not None and summary is not None
         await asyncio.gather(*pending)
+        # a pending verdict delivered again after the judge's (a crash between the two) must
+        # not hide it: written only where there is none yet
+        only_new = summary.pending
         writes = [
             self.lookup.put_encoded(
-                REDIS_EVALUATION_KEY.format(request_id=made.request_id), made.evaluation
+                REDIS_EVALUATION_KEY.format(request_id=made.request_id),
+                made.evaluation,
+                only_new=only_new,
             )
         ]
         if made.timeline is not None:  # in the same pipeline as the evaluation
             key = REDIS_TIMELINE_KEY.format(request_id=made.request_id)
-            writes.append(self.lookup.put_encoded(key, made.timeline))
+            writes.append(self.lookup.put_encoded(key, made.timeline, only_new=only_new))
         await asyncio.gather(*writes)
+        m = self.metrics
+        if summary.pending:
+            # the time to a first verdict is this one's; the request is counted with its final
+            m.counts["evaluations_pending"] += 1
+            m.evaluations_pending.inc()
+            if terminal_at is not None:
+                m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
+            return
         if self.exporter is not None:
             self.exporter.offer(json.loads(made.evaluation))
         self.metrics.counts["evaluations"] += 1
@@ -136,7 +150,6 @@ class VerdictPublisher:
         if summary.reflection:
             self.metrics.counts["reflections"] += 1
         self.metrics.counts["alerts"] += len(summary.alert_kinds)
-        m = self.metrics
         m.evaluations.labels(
             summary.judge_status, quadrant(summary.success, summary.incomplete)
         ).inc()
@@ -174,7 +187,7 @@ class RedisSink:
         self.errors = 0
         self._last_log = 0.0
         self._client = client
-        self._queue: list[tuple[str, bytes, asyncio.Future[bool]]] = []
+        self._queue: list[tuple[str, bytes, bool, asyncio.Future[bool]]] = []
         self._writer: asyncio.Task[None] | None = None
 
     @property
@@ -184,11 +197,11 @@ class RedisSink:
     async def put_at(self, key: str, value: BaseModel) -> bool:
         return await self.put_encoded(key, encode(value))
 
-    async def put_encoded(self, key: str, value: bytes) -> bool:
+    async def put_encoded(self, key: str, value: bytes, *, only_new: bool = False) -> bool:
         if self._client is None:
             return False
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append((key, value, done))
+        self._queue.append((key, value, only_new, done))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write(self._client))
         return await done
@@ -203,8 +216,8 @@ class RedisSink:
             ok = True
             try:
                 async with client.pipeline(transaction=False) as pipe:
-                    for key, value, _ in batch:
-                        pipe.set(key, value, ex=self.ttl_s)
+                    for key, value, only_new, _ in batch:
+                        pipe.set(key, value, ex=self.ttl_s, nx=only_new)
                     await pipe.execute()
             except Exception as exc:  # RedisError, OSError, or anything: waiters must wake
                 ok = False

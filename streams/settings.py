@@ -395,6 +395,14 @@ class JudgeSettings(BaseModel):
     llm_rpm: int = Field(
         0, ge=0, description="Requests per minute shared by all workers via Redis; 0: no limit."
     )
+    llm_tpm: int = Field(
+        0,
+        ge=0,
+        description="Judge tokens per minute shared by all workers via Redis, as "
+        "TRACEJUDGE_LLM_RPM: a call reserves its estimated input plus TRACEJUDGE_LLM_MAX_TOKENS "
+        "before it goes out, corrected to the usage the server reports; a call finding the "
+        "minute spent waits for the next (within TRACEJUDGE_LLM_QUEUE_WAIT_S). 0: no limit.",
+    )
     llm_sample_rate: float = Field(
         1.0,
         ge=0,
@@ -480,6 +488,14 @@ class JudgeSettings(BaseModel):
         description="Longest wait of a judge call for a free slot in its worker (and a "
         "TRACEJUDGE_LLM_RPM permit) before it goes out; then a timeout fallback. "
         "TRACEJUDGE_LLM_TIMEOUT_S starts when the call goes out.",
+    )
+    llm_job_max_age_s: float = Field(
+        600.0,
+        gt=0,
+        description="Longest a judge job may wait in the judge queue (from its request's "
+        "close). Older, it is not sent: the rules' verdict, published at close as pending, "
+        "becomes final with the reason (judge_status skipped), counted in "
+        "tracejudge_judge_expired. Bounds how stale a reflection or alert may come.",
     )
     llm_retry_after_max_s: float = Field(
         LLMConfig.retry_after_max_s,

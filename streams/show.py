@@ -110,6 +110,7 @@ def _flagged(e: dict[str, Any]) -> bool:
         or not e.get("success")
         or bool(e.get("incomplete"))
         or e.get("judge_status") == "ok"
+        or e.get("final") is False  # sent to the judge: kept as for a judged one
     )
 
 
@@ -165,7 +166,8 @@ def render(
         f"closed by {e['closed_by']} at {_clock(e.get('ts'))}",
         f"score {e['overall_score']} ({'pass' if e['passed'] else 'fail'}; threshold "
         f"{e['warn_threshold']})  success {e['success']}  incomplete {e['incomplete']}  "
-        f"judge {e['judge_status']}",
+        f"judge {'pending' if e.get('final') is False else e['judge_status']}"
+        + (f" ({e['judge_error']})" if e.get("judge_error") else ""),
     ]
     call = judge_call(e.get("judge"))
     if call:
@@ -232,9 +234,33 @@ def judge_call(judge: dict[str, Any] | None) -> list[str]:
     if judge.get("steps_omitted"):
         n = judge["steps_omitted"]
         cut.append(f"{n} step{'' if n == 1 else 's'} left out of the prompt")
+    cut.extend(_left_out(judge.get("input_left_out")))
     if judge.get("input_halved"):
         cut.append("input sent at half size (the server said the context was exceeded)")
     return [", ".join(figures)] + (["; ".join(cut)] if cut else [])
+
+
+# what else the judge's prompt shortened (JudgeCall.input_left_out), as `show` words it
+_SHORTENED = {
+    "failed_steps_shortened_to_digests": "shortened to a digest",
+    "failed_steps_merged_into_repeats": "merged into entries of repeats",
+    "failed_steps_listed_compactly": "listed only as index, tool and error head",
+}
+
+
+def _left_out(counts: Any) -> list[str]:
+    if not isinstance(counts, dict):
+        return []
+    said = []
+    failed = [f"{counts[k]} {v}" for k, v in _SHORTENED.items() if isinstance(counts.get(k), int)]
+    if failed:
+        said.append("failed steps " + ", ".join(failed))
+    if isinstance(counts.get("planned_steps"), int):
+        said.append(f"{counts['planned_steps']} planned steps left out")
+    clipped = [k for k in ("goal", "final_output") if counts.get(f"{k}_clipped")]
+    if clipped:
+        said.append(f"{' and '.join(clipped)} clipped")
+    return said
 
 
 def _count(n: int | None) -> str:

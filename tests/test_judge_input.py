@@ -13,9 +13,12 @@ import pytest
 from tests.test_rules import GOOD, trace, window_of
 from tests.test_windows import store
 from tracejudge.judges.llm.prompt import (
+    COMPACT,
     build_input,
     estimate_tokens,
+    indexes_of,
     input_token_budget,
+    ranges,
     shrink_input,
 )
 from tracejudge.models.events import SUMMARY_LIMIT, parse_event
@@ -236,7 +239,7 @@ def test_repeated_identical_failures_become_one_entry_with_count_and_indexes() -
     [entry] = merged_entries(data)
     whole = [s for s in data["steps"] if s["i"] == 40]  # the last failure stays whole
     assert whole and whole[0]["error"] == MVN_ERROR and "repeated" not in whole[0]
-    assert entry["repeated"] == 39 and entry["at"] == [1, 2, 3, 37, 38, 39]
+    assert entry["repeated"] == 39 and entry["at"] == "1-39"  # every index, as ranges
     assert entry["tool"] == "bash" and entry["args"] == "cd /repo && mvn -q test -B"
     assert entry["error"].startswith("[ERROR] Failed to execute goal")
     # represented, not omitted
@@ -256,9 +259,18 @@ def test_distinct_failures_stay_separate() -> None:
     entries = {(e["args"], e["error"][:15]): e for e in merged_entries(data)}
     # the same command and error head: one entry each; another command or error: another
     assert {k: (v["repeated"], v["at"]) for k, v in entries.items()} == {
-        ("cd /repo && mvn -q test -B", "[ERROR] Failed "): (12, [1, 5, 9, 37, 41, 45]),
-        ("cd /repo && mvn -q test -B", "[ERROR] offline"): (12, [3, 7, 11, 39, 43, 47]),
-        ("cd /repo && gradle build -B", "[ERROR] Failed "): (24, [2, 4, 6, 44, 46, 48]),
+        ("cd /repo && mvn -q test -B", "[ERROR] Failed "): (
+            12,
+            ",".join(map(str, range(1, 49, 4))),
+        ),
+        ("cd /repo && mvn -q test -B", "[ERROR] offline"): (
+            12,
+            ",".join(map(str, range(3, 49, 4))),
+        ),
+        ("cd /repo && gradle build -B", "[ERROR] Failed "): (
+            24,
+            ",".join(map(str, range(2, 49, 2))),
+        ),
     }
     assert [s["i"] for s in data["steps"] if "repeated" not in s] == [49]  # ls: whole, alone
     assert judge_input.merged == 48 - 3 and judge_input.steps_omitted == 0
@@ -272,3 +284,94 @@ def test_sixty_identical_failures_fit_an_8k_budget_all_represented() -> None:
     represented = sum(int(s.get("repeated", 1)) for s in data["steps"])
     assert represented == 60 and judge_input.steps_omitted == 0
     assert {s["i"] for s in data["steps"]} >= {60}  # the last one among them, whole
+
+
+# -- many distinct failures: every one still named -----------------------------------------
+
+TOOLS = ("bash", "str_replace_editor", "python", "mvn")
+
+
+def distinct_failures(n: int, cjk: bool = False) -> list[dict[str, Any]]:
+    """A run of `n` failed calls, no two alike, each with a long error, among successes."""
+    zh = "编译失败找不到符号请检查类路径"
+    calls: list[tuple[str, bool]] = []
+    for k in range(n):
+        calls.append((TOOLS[k % len(TOOLS)], False))
+        if k % 4 == 3:
+            calls.append(("bash", True))
+    events = trace(GOOD, calls)
+    k = 0
+    for event in events[1:-1]:
+        event["args_summary"] = f"cd /repo && run case {event['step_index']} " + "-x " * 60
+        event["result_preview"] = "output line\n" * 80
+        if not event["success"]:
+            k += 1
+            head = f"步骤 {k} 失败：类 Foo{k} " if cjk else f"[ERROR] case {k}: class Foo{k} "
+            event["error"] = head + (zh * 100 if cjk else "not found; " * 150) + " FAILURE end"
+    return events
+
+
+def _head(text: str) -> str:
+    """What a shown error says for sure of its start: whitespace runs made one space, up to a
+    clip mark."""
+    text = " ".join(text.split())
+    return text.split(" …[clipped ")[0]
+
+
+def named(data: dict[str, Any]) -> dict[int, tuple[str, str]]:
+    """Step index -> (tool, error as shown) for every failed step the judge's input names: a
+    step of its own, an index of a merged entry, or of a compact line."""
+    found: dict[int, tuple[str, str]] = {}
+    for step in data["steps"]:
+        shown = (str(step.get("tool")), str(step.get("error") or ""))
+        for i in indexes_of(step["at"]) if "at" in step else [step["i"]]:
+            found[i] = shown
+    for at, tool, head in data.get(COMPACT, []):
+        for i in indexes_of(at):
+            found.setdefault(i, (tool, head))
+    return found
+
+
+@pytest.mark.parametrize("context", [8192, 32768])
+@pytest.mark.parametrize("cjk", [False, True], ids=["english", "chinese"])
+def test_four_hundred_distinct_failures_are_each_named_within_the_budget(
+    context: int, cjk: bool
+) -> None:
+    events = distinct_failures(400, cjk)
+    failed = {e["step_index"]: e for e in events[1:-1] if not e["success"]}
+    budget = input_token_budget(context, 1024, final_judge_prompt())
+    judge_input = build_input(window_of(events), max_tokens=budget)
+    assert estimate_tokens(judge_input.content) <= budget
+    data = block(judge_input.content)
+    found = named(data)
+    for i, event in failed.items():  # its index, its tool and the head of its error
+        assert i in found, f"failed step {i} not in the judge's input"
+        tool, shown = found[i]
+        assert tool == event["tool"]
+        assert _head(shown) and _head(event["error"]).startswith(_head(shown)), (i, shown)
+    last = max(failed)
+    assert [s["error"] for s in data["steps"] if s["i"] == last] == [failed[last]["error"]]
+    assert judge_input.steps_omitted == judge_input.left_out.get("tool_call", 0)  # no failure
+    if COMPACT in data:
+        assert judge_input.compacted == sum(len(indexes_of(at)) for at, _, _ in data[COMPACT])
+        assert f"{judge_input.compacted} more failed step(s) listed only in" in data["note"]
+        assert judge_input.cuts["failed_steps_listed_compactly"] == judge_input.compacted
+    if context == 8192:  # the smallest room: compact lines, one per tool and error head
+        assert judge_input.compacted > 300
+        assert len({(tool, head) for _, tool, head in data[COMPACT]}) == len(data[COMPACT])
+    # cut again to half (a server said the context was too long): the lines regrouped, those
+    # that no longer fit beside the last failure whole counted as left out
+    again = block(shrink_input(judge_input.content, len(judge_input.content) // 2) or "")
+    still = named(again)
+    assert last in still and all(still[i][0] == failed[i]["tool"] for i in failed if i in still)
+    assert (
+        len(still) + again["left_out"].get("failed_step", 0) + again["left_out"].get("tool_call", 0)
+        == len(events) - 2
+    )
+
+
+def test_step_indexes_are_written_as_ranges_and_read_back() -> None:
+    assert ranges([9, 3, 4, 5, 12, 13, 7, 3]) == "3-5,7,9,12-13"
+    assert indexes_of("3-5,7,9,12-13") == [3, 4, 5, 7, 9, 12, 13]
+    assert ranges([]) == "" and indexes_of("") == [] and indexes_of("x,2-,4") == [4]
+    assert len(indexes_of("0-999999999")) == 100_000  # a corrupted block stays bounded

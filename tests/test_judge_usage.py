@@ -5,6 +5,7 @@ why), the provenance on each judged evaluation, and the counters per model."""
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -63,7 +64,7 @@ def job(steps_omitted: int = 0, tool: str = "book") -> JudgeJob:
         facts=WindowFacts.of(window),
         rules=RuleJudge().judge(window),
         content=build_input(window, 24_000).content,
-        closed_at=0.0,
+        closed_at=time.time(),  # just closed: not past the queue-age bound
         steps_omitted=steps_omitted,
     )
 
@@ -326,6 +327,6 @@ async def test_what_the_prompt_left_out_reaches_the_evaluation(fake: FakeLLM) ->
     finally:
         if w.ctx.judge_jobs is not None:
             await w.ctx.judge_jobs.aclose()
-    (evaluation,) = w.channel("evaluations").values()
+    _pending, evaluation = w.channel("evaluations").values()
     assert job_["steps_omitted"] > 0
     assert evaluation["judge"]["steps_omitted"] == job_["steps_omitted"]

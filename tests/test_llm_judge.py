@@ -445,7 +445,7 @@ def _job() -> Any:
         facts=WindowFacts.of(window),
         rules=RuleJudge().judge(window),
         content=build_input(window, 24_000).content,
-        closed_at=0.0,
+        closed_at=time.time(),  # just closed: not past the queue-age bound
     )
 
 

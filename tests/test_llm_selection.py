@@ -158,7 +158,8 @@ async def test_the_worker_judges_a_flagged_request_and_says_why_it_did_not_judge
         await w.event(event)
     (job,) = w.channel("judge_requests").values()
     assert job["facts"]["request_id"] == "bad-run"
-    (evaluation,) = w.channel("evaluations").values()
+    pending, evaluation = w.channel("evaluations").values()
+    assert pending["request_id"] == "bad-run" and pending["final"] is False
     assert evaluation["request_id"] == "good-run" and evaluation["judge_status"] == "skipped"
     assert evaluation["passed"] and evaluation["success"] and not evaluation["incomplete"]
     reason = "LLM judge: not selected (passed the rules; sample rate 0 for planner)"

@@ -82,6 +82,7 @@ def test_the_alert_rules_cover_what_ops_asked_for() -> None:
         "TracejudgeLagGrowing",
         "TracejudgeDeadLetters",
         "TracejudgeJudgeFallingBack",
+        "TracejudgeJudgeBacklog",
         "TracejudgeNoEvaluations",
     }
     assert all(r["labels"]["severity"] in {"warning", "critical"} for r in by_name.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -35,10 +36,19 @@ def test_a_verdict_is_made_the_same_every_time() -> None:
     assert any(m.reflection is not None for m in first) and any(m.alerts for m in first)
 
 
-def test_a_judge_job_comes_back_for_a_sampled_request() -> None:
+def test_a_sampled_request_gets_a_judge_job_and_its_rules_verdict_as_pending() -> None:
     judging = Judging(12, Policy(), "test", LLMRouting(sample_rate=1.0, max_input_chars=4000))
-    made = make_verdict(judging, closings()[0])
-    assert made.job is not None and made.evaluation is None
+    for closing in closings():
+        made = make_verdict(judging, closing)
+        rules_only = make_verdict(JUDGING, closing)
+        assert made.job is not None and made.evaluation is not None and made.summary is not None
+        pending = json.loads(made.evaluation)
+        final = json.loads(rules_only.evaluation or b"")
+        assert pending["final"] is False and made.summary.pending
+        # the rules' verdict itself, under the id the judge's verdict will carry
+        for field in ("overall_score", "success", "incomplete", "passed", "evaluation_id"):
+            assert pending[field] == final[field], field
+        assert made.reflection is None and made.alerts == []  # they follow the final verdict
 
 
 def test_a_window_whose_records_cannot_be_read_raises() -> None:

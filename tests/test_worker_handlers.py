@@ -364,14 +364,22 @@ async def test_no_early_stop_decision_when_it_is_off_or_too_early() -> None:
 # --- closing with the LLM judge on ----------------------------------------------------------
 
 
-async def test_with_the_judge_on_a_closed_window_becomes_a_judge_job() -> None:
+async def test_with_the_judge_on_a_closed_window_gets_its_rules_verdict_at_once_and_a_job() -> None:
     w = memory_worker(llm_judge_enabled=True, llm_base_url="http://127.0.0.1:9/v1")
-    for event in (start(), tool(1), final()):
+    for event in (start(), tool(1, ok=False), final()):
         await w.event(event)
-    assert w.channel("evaluations").sent == []
+    # a verdict now, whatever the judge's queue: the rules', marked pending
+    (pending,) = w.channel("evaluations").values()
+    assert pending["request_id"] == RID and pending["final"] is False
+    assert pending["reasons"][-1].startswith("judge pending")
+    # its actions wait for the final verdict: they cannot be taken back if the judge disagrees
+    assert w.channel("reflections").sent == [] and w.channel("alerts").sent == []
     (job,) = w.channel("judge_requests").values()
     assert job["facts"]["request_id"] == RID and "<data>" in job["content"]
+    assert job["pending_published"] is True
     assert not w.ctx.store.is_open(RID)
+    assert w.ctx.metrics.counts["evaluations"] == 0  # counted once, with its final verdict
+    assert w.ctx.metrics.counts["evaluations_pending"] == 1
 
 
 async def test_a_request_outside_the_sample_gets_its_rule_verdict_at_once() -> None:
@@ -394,8 +402,10 @@ async def test_a_judge_job_whose_model_is_unreachable_falls_back_to_rules() -> N
     assert w.ctx.judge_jobs is not None
     record = w.record(names.JUDGE_REQUESTS, job.value)
     await w.ctx.errors.run(record, w.ctx.judge_jobs)
-    (evaluation,) = w.channel("evaluations").values()
+    pending, evaluation = w.channel("evaluations").values()
     assert evaluation["judge_status"] == "fallback" and evaluation["llm_score"] is None
+    assert evaluation["evaluation_id"] == pending["evaluation_id"]  # it replaces the pending
+    assert evaluation["closed_by"] == pending["closed_by"]
     await w.ctx.errors.run(w.record(names.JUDGE_REQUESTS, b"{}"), w.ctx.judge_jobs)
     (letter,) = w.channel("dlq").sent
     assert letter.headers[names.DLQ_ERROR_CLASS] == b"ValidationError"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from tests.memory import memory_worker
+from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.logs import RepeatFilter
+from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.health import health_report
 
 
@@ -24,6 +27,27 @@ def test_health_is_ok_only_when_assigned_recovered_and_the_broker_answers() -> N
     assert (code, body["status"]) == (503, "stalled")
     body, code = health_report(w.ctx, recovered=False, rebalancing=False, stalled=False)
     assert (code, body["status"]) == (503, "starting")
+
+
+def test_a_judging_worker_is_ready_only_once_its_judge_consumer_is_assigned() -> None:
+    w = memory_worker()
+    w.ctx.liveness.assigned = True
+    runner = JudgeRunner(Settings(), "judge-requests", lambda record: asyncio.sleep(0))
+    body, code = health_report(
+        w.ctx, recovered=True, rebalancing=False, stalled=False, judge=runner
+    )
+    assert (code, body["status"], body["waiting_for"]) == (
+        503,
+        "starting",
+        ["judge consumer assigned"],
+    )
+    assert body["judge"] == {"assigned": False, "queue_lag": 0, "oldest_job_age_s": 0.0}
+    runner.assigned = True
+    body, code = health_report(
+        w.ctx, recovered=True, rebalancing=False, stalled=False, judge=runner
+    )
+    assert (code, body["status"], body["judge"]["assigned"]) == (200, "ok", True)
+    assert "waiting_for" not in body
 
 
 def record(msg: str, level: int = logging.ERROR) -> logging.LogRecord:

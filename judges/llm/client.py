@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import random
 import re
@@ -20,8 +21,8 @@ import httpx
 
 from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer
 from tracejudge.judges.llm.breaker import CircuitBreaker
-from tracejudge.judges.llm.limit import AdaptiveLimit
-from tracejudge.judges.llm.prompt import request_body, shrink_input
+from tracejudge.judges.llm.limit import AdaptiveLimit, TokenReservation
+from tracejudge.judges.llm.prompt import estimate_tokens, request_body, shrink_input
 from tracejudge.judges.llm.usage import Tokens, tokens_of
 from tracejudge.models.errors import TracejudgeError
 from tracejudge.prompts import JudgePrompt
@@ -94,6 +95,15 @@ class RateLimiter(Protocol):
         """Wait for a request slot; False when none comes before `deadline` (monotonic)."""
 
 
+class TokenLimiter(Protocol):
+    async def reserve(self, tokens: int, deadline: float) -> TokenReservation | None:
+        """Take `tokens` from the per-minute budget, waiting for room; None when none comes
+        before `deadline` (monotonic)."""
+
+    async def settle(self, reservation: TokenReservation, spent: int) -> None:
+        """Correct a reservation to the tokens the call spent."""
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     base_url: str
@@ -144,12 +154,14 @@ class LLMClient:
         *,
         breaker: CircuitBreaker,
         limiter: RateLimiter | None = None,
+        tokens: TokenLimiter | None = None,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.config = config
         self.prompt = prompt
         self.breaker = breaker
         self.limiter = limiter
+        self.tokens = tokens
         self.limit = AdaptiveLimit(config.concurrency)
         self._http = http or httpx.AsyncClient(
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
@@ -205,7 +217,13 @@ class LLMClient:
                 raise _circuit_open()
             if self.limiter is not None and not await self.limiter.acquire(queued_until):
                 raise JudgeError("budget", "no rate limit slot within the queue wait", counts=False)
-            return await self._judged(content, record)
+            body = self._body(content)
+            reservation = await self._reserve(body, queued_until)
+            if self.tokens is not None and reservation is None:
+                raise JudgeError(
+                    "budget", "no tokens-per-minute room within the queue wait", counts=False
+                )
+            return await self._judged(content, body, reservation, record)
         finally:
             if admitted == "probe":
                 # whatever ended it (cancelled, an error that says nothing about the server,
@@ -214,14 +232,20 @@ class LLMClient:
                 self.breaker.release_probe()
             self.limit.release()
 
-    async def _judged(self, content: str, record: CallRecord) -> JudgeAnswer:
+    async def _judged(
+        self,
+        content: str,
+        body: dict[str, Any],
+        reservation: TokenReservation | None,
+        record: CallRecord,
+    ) -> JudgeAnswer:
         """The call under its deadline, its outcome told to the breaker."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + self.config.timeout_s
         try:
             async with asyncio.timeout_at(deadline):
-                answer = await self._attempts(content, deadline, record)
+                answer = await self._attempts(content, body, reservation, deadline, record)
         except TimeoutError:
             self.breaker.record_failure()
             raise JudgeError("timeout", f"no answer within {self.config.timeout_s:g}s") from None
@@ -254,22 +278,43 @@ class LLMClient:
         cap = min(self.config.backoff_max_s, self.config.backoff_base_s * 2.0 ** (n - 1))
         return float(cap * random.uniform(0.5, 1.0))
 
-    async def _attempts(self, content: str, deadline: float, record: CallRecord) -> JudgeAnswer:
+    async def _reserve(self, body: dict[str, Any], deadline: float) -> TokenReservation | None:
+        """The attempt's tokens taken from the per-minute token budget: the request's input
+        as estimated (erring high) plus the whole answer's reserve, until `settle` corrects
+        it to what the server reported."""
+        if self.tokens is None:
+            return None
+        sent = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        return await self.tokens.reserve(estimate_tokens(sent) + self.config.max_tokens, deadline)
+
+    async def _attempts(
+        self,
+        content: str,
+        body: dict[str, Any],
+        reservation: TokenReservation | None,
+        deadline: float,
+        record: CallRecord,
+    ) -> JudgeAnswer:
         loop = asyncio.get_running_loop()
-        body = self._body(content)
         failures = pushbacks = 0
         shrunk = False
         first = True
         while True:
-            # the first call's permit was taken before the deadline started (`judge`)
+            # the first call's permits were taken before the deadline started (`judge`)
             if not first and self.limiter is not None and not await self.limiter.acquire(deadline):
                 raise JudgeError(
                     "budget", "rate limit budget exhausted before the deadline", counts=False
                 )
+            if not first:
+                reservation = await self._reserve(body, deadline)
+                if self.tokens is not None and reservation is None:
+                    raise JudgeError(
+                        "budget", "tokens-per-minute budget spent before the deadline", counts=False
+                    )
             first = False
             if self.breaker.state == "open":  # other calls opened it during a wait or backoff
                 raise _circuit_open()
-            result, wait = await self._once(body, record)
+            result, wait = await self._settled(body, record, reservation)
             if isinstance(result, JudgeAnswer):
                 self.limit.on_success()
                 return result
@@ -310,6 +355,28 @@ class LLMClient:
                 raise error
             log.info("judge call failed (%s), retrying in %.2fs", error.code, wait)
             await asyncio.sleep(wait)
+
+    async def _settled(
+        self, body: dict[str, Any], record: CallRecord, reservation: TokenReservation | None
+    ) -> tuple[JudgeAnswer | JudgeError, float | None]:
+        """`_once`, its token reservation corrected to what the attempt spent: the usage its
+        reply reported; nothing for a reply that is an error without usage (a 429, a 5xx, a
+        refused connection: not billed); the estimate kept where it is unknown (an answer
+        without usage, a read timeout, a cancelled call)."""
+        if reservation is None or self.tokens is None:
+            return await self._once(body, record)
+        before, unreported = _billed(record.tokens), record.unreported
+        try:
+            result, wait = await self._once(body, record)
+        except JudgeError:
+            if _billed(record.tokens) != before:
+                await self.tokens.settle(reservation, _billed(record.tokens) - before)
+            raise
+        if _billed(record.tokens) != before:
+            await self.tokens.settle(reservation, _billed(record.tokens) - before)
+        elif record.unreported == unreported and not isinstance(result, JudgeAnswer):
+            await self.tokens.settle(reservation, 0)
+        return result, wait
 
     async def _once(
         self, body: dict[str, Any], record: CallRecord
@@ -352,6 +419,10 @@ class LLMClient:
             raise JudgeError("invalid_output", exc.reason) from exc
         except ValueError as exc:  # as before the reply was parsed apart: still invalid
             raise JudgeError("invalid_output", "answer not readable") from exc
+
+
+def _billed(tokens: Tokens | None) -> int:
+    return 0 if tokens is None else tokens.input + tokens.output
 
 
 def _json_or_none(response: httpx.Response) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from dataclasses import dataclass
 
 # Netflix's default ratio: several pushbacks at once (every call in flight gets one) cut the
 # limit a few times, e.g. 8 calls hit together bring 8 down to 3, not to 1
@@ -58,3 +59,13 @@ class AdaptiveLimit:
             if not waiter.done():
                 self.in_flight += 1
                 waiter.set_result(None)
+
+
+@dataclass(frozen=True)
+class TokenReservation:
+    """Tokens taken from a per-minute token budget before a call (`client.TokenLimiter`), to be
+    corrected to what the call spent."""
+
+    minute: int
+    tokens: int
+    shared: bool  # taken from the count shared by every worker; else from this process's own

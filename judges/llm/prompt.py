@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,12 @@ class JudgeInput:
     left_out: dict[str, int] = field(default_factory=dict)
     shortened: int = 0
     merged: int = 0
+    # failed steps shown only as a line of `failed_steps_compact` (indexes, tool, error head)
+    compacted: int = 0
+    # the data block's own `left_out`, every count the judge reads (kinds of step omitted,
+    # planned steps, failed steps shortened, merged and compacted, goal or answer clipped):
+    # counts under a closed set of names, so safe to publish as the evaluation's provenance
+    cuts: dict[str, int] = field(default_factory=dict)
 
 
 # -- counting tokens ------------------------------------------------------------------------
@@ -148,12 +155,21 @@ TAIL_IN_PROMPT = 10  # the last steps: kept right after the failed ones when the
 # a failed step that does not fit whole is shown as its digest: the head and tail of its texts
 DIGEST_CHARS = 400
 BRIEF_CHARS = 120  # the shortest digest, when even digests of every failed step do not fit
-NOTE_ROOM = 400  # characters kept free for the note saying what was left out
 # When even the briefs of every failed step do not fit, failures that repeat (same kind, tool,
 # arguments and head of what went wrong) become one entry with their count and step indexes:
 # an agent retrying the same command forty times is one fact, said once.
 ERROR_HEAD_CHARS = 100
-AT_ENDS = 3  # a merged entry lists its first and its last step indexes, this many of each
+# Then every brief gets shorter, down to half its size: below that the clip mark takes most of
+# a brief's text, and a compact line says more of the error for the same room. Then every
+# failure not shown otherwise becomes part of a line of COMPACT, [step indexes, tool, error
+# head], failures of the same tool and head sharing one line; the head is the longest (at most
+# BRIEF_CHARS) that lets every failure fit, so a short budget groups more of them: each failed
+# step is still named by its index, its tool and the start of what went wrong.
+SHORTEST_BRIEF = BRIEF_CHARS // 2
+COMPACT = "failed_steps_compact"
+_MARK_START = " …[clipped "  # how `clip`'s mark (models/events.py) begins: the tail follows
+# bounds a corrupted data block's index ranges when one is parsed again (`shrink_input`)
+_MOST_INDEXES = 100_000
 
 
 @dataclass(frozen=True)
@@ -197,14 +213,17 @@ def build_input(
     # still be recognised as the same failure as a whole copy of it
     keys = {s["i"]: _repeat_key(s) for s in data.get("steps", []) if _failed(s)}
     _shorten_fixed(data, room)
-    _select(data, room.scaled(UNMASKED_SLACK), keys)  # cheap: fewer steps to mask
+    # cheap: fewer steps to mask; every failed step stays for the cut below to list
+    _select(data, room.scaled(UNMASKED_SLACK), keys, prefilter=True)
     data = mask_any(data)
     rendered = _fit(data, room, keys)
     left_out = _left_out_of(data)
+    cuts = {k: v for k, v in sorted(left_out.items()) if v}
     shortened = int(left_out.pop(_SHORTENED, 0))
     merged = int(left_out.pop(_MERGED, 0))
-    steps = sum(v for k, v in left_out.items() if k != _PLANNED)
-    return JudgeInput(_fenced(rendered), steps, dict(left_out), shortened, merged)
+    compacted = int(left_out.pop(_COMPACTED, 0))
+    steps = sum(v for k, v in left_out.items() if k not in _NOT_STEPS)
+    return JudgeInput(_fenced(rendered), steps, dict(left_out), shortened, merged, compacted, cuts)
 
 
 def shrink_input(content: str, max_chars: int, max_tokens: int | None = None) -> str | None:
@@ -227,7 +246,10 @@ def shrink_input(content: str, max_chars: int, max_tokens: int | None = None) ->
 LEFT_OUT = "left_out"  # the data's field: kind of step -> count, what the prompt left out
 _SHORTENED = "failed_steps_shortened_to_digests"
 _MERGED = "failed_steps_merged_into_repeats"  # shown only as part of a merged entry's count
+_COMPACTED = "failed_steps_listed_compactly"  # shown only in a line of COMPACT
 _PLANNED = "planned_steps"  # left out of the plan, not steps of the run
+_CLIPPED = {"goal": "goal_clipped", "final_output": "final_output_clipped"}  # 1: clipped
+_NOT_STEPS = {_SHORTENED, _MERGED, _COMPACTED, _PLANNED, *_CLIPPED.values()}
 _ENVELOPE = len(INSTRUCTION) + len(OPEN) + len(CLOSE) + 4  # the newlines
 
 
@@ -249,15 +271,15 @@ def _failed(step: dict[str, Any]) -> bool:
     return step.get("ok") is False or step.get("exec_success") is False or "error" in step
 
 
-def _brief(step: dict[str, Any]) -> dict[str, Any]:
+def _brief(step: dict[str, Any], size: int = BRIEF_CHARS) -> dict[str, Any]:
     """The shortest digest of a failed step: what it ran and the ends of what went wrong."""
     brief: dict[str, Any] = {k: step[k] for k in ("i", "type", "tool", "ok", "phase") if k in step}
     said = step.get("args") or step.get("action")
     if isinstance(said, str):
-        brief["args"] = clip(said, BRIEF_CHARS // 2)
-    wrong = step.get("error") or step.get("result") or step.get("observation")
-    if isinstance(wrong, str):
-        brief["error"] = clip(wrong, BRIEF_CHARS)
+        brief["args"] = clip(said, size // 2)
+    wrong = _wrong(step)
+    if wrong is not None:
+        brief["error"] = clip(wrong, size)
     for k in ("repeated", "at"):  # a merged entry cut again stays merged
         if k in step:
             brief[k] = step[k]
@@ -282,13 +304,112 @@ def _repeat_key(step: dict[str, Any]) -> tuple[str, ...] | None:
     )
 
 
-def _merged(group: list[dict[str, Any]]) -> dict[str, Any]:
-    """One entry for a failure repeated: the last one's brief, how many, and where."""
-    entry = _brief(group[-1])
-    at = sorted({i for s in group for i in s.get("at", [s.get("i")]) if isinstance(i, int)})
+def _wrong(step: dict[str, Any]) -> str | None:
+    """What went wrong in a failed step, as far as its fields say."""
+    wrong = step.get("error") or step.get("result") or step.get("observation")
+    return wrong if isinstance(wrong, str) else None
+
+
+def _merged(group: list[dict[str, Any]], size: int = BRIEF_CHARS) -> dict[str, Any]:
+    """One entry for a failure repeated: the last one's brief, how many, and every step index
+    (as ranges)."""
+    entry = _brief(group[-1], size)
     entry["repeated"] = sum(int(s.get("repeated", 1)) for s in group)
-    entry["at"] = at if len(at) <= 2 * AT_ENDS else at[:AT_ENDS] + at[-AT_ENDS:]
+    entry["at"] = ranges(i for s in group for i in _at(s))
     return entry
+
+
+def ranges(indexes: Iterable[int]) -> str:
+    """Step indexes as ranges: 3-7,9,12-13."""
+    spans: list[list[int]] = []  # [first, last]
+    for i in sorted(set(indexes)):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def indexes_of(text: str) -> list[int]:
+    """The step indexes `ranges` wrote (unreadable parts skipped, at most _MOST_INDEXES)."""
+    found: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            continue
+        first, last = int(low), int(high or low)
+        found.extend(range(first, min(last + 1, first + _MOST_INDEXES - len(found))))
+        if len(found) >= _MOST_INDEXES:
+            break
+    return found
+
+
+def _at(step: dict[str, Any]) -> list[int]:
+    """The step indexes a step or a merged entry stands for."""
+    at = step.get("at")
+    if isinstance(at, str):
+        return indexes_of(at)
+    if isinstance(at, list):  # a data block written before indexes were ranges
+        return [i for i in at if isinstance(i, int)]
+    i = step.get("i")
+    return [i] if isinstance(i, int) else []
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A failed step (or several: an entry or a line of an earlier cut) to list compactly."""
+
+    at: tuple[int, ...]
+    tool: str
+    text: str  # what went wrong, whitespace runs made one space, up to any clip mark
+    kind: str  # its kind of step, for the count when even its line is left out
+
+
+def _failure(step: dict[str, Any]) -> _Failure:
+    wrong = " ".join((_wrong(step) or "").split())
+    mark = wrong.find(_MARK_START)
+    tool = step.get("tool") or step.get("phase") or step.get("type") or "step"
+    return _Failure(
+        tuple(_at(step)), str(tool), wrong if mark < 0 else wrong[:mark], str(step.get("type"))
+    )
+
+
+def _listed(lines: Any) -> list[_Failure]:
+    """The failures an earlier cut listed in COMPACT (a data block parsed again)."""
+    if not isinstance(lines, list):
+        return []
+    return [
+        _Failure(tuple(indexes_of(line[0])), line[1], line[2], "failed_step")
+        for line in lines
+        if isinstance(line, list) and len(line) == 3 and all(isinstance(v, str) for v in line)
+    ]
+
+
+_Group = tuple[str, str, list[_Failure]]  # tool, error head, the failures
+
+
+def _grouped(failures: list[_Failure], size: int) -> list[_Group]:
+    """Failures of the same tool whose errors begin with the same `size` characters, in the
+    order of their first step."""
+    groups: dict[tuple[str, str], list[_Failure]] = {}
+    for f in failures:
+        groups.setdefault((f.tool, f.text[:size].rstrip()), []).append(f)
+    ordered = sorted(groups.items(), key=lambda g: min((i for f in g[1] for i in f.at), default=0))
+    return [(tool, head, members) for (tool, head), members in ordered]
+
+
+def _lines(groups: list[_Group]) -> list[list[str]]:
+    return [[ranges(i for f in fs for i in f.at), tool, head] for tool, head, fs in groups]
+
+
+def _largest(low: int, high: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest size in [low, high] that fits (fitting is monotone in it); None if none."""
+    if not fits(low):
+        return None
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
 
 
 _Keys = dict[Any, tuple[str, ...] | None]  # a step's "i" -> its `_repeat_key`
@@ -323,6 +444,10 @@ def _cost(value: Any) -> tuple[int, int]:
     return len(text) + 1, estimate_tokens(text) + 1  # +1: the comma between steps
 
 
+def _sum(*costs: tuple[int, int]) -> tuple[int, int]:
+    return sum(c for c, _ in costs), sum(t for _, t in costs)
+
+
 def _left_out_of(data: dict[str, Any]) -> Counter[str]:
     counted = data.get(LEFT_OUT)
     left_out: Counter[str] = Counter()
@@ -332,7 +457,7 @@ def _left_out_of(data: dict[str, Any]) -> Counter[str]:
 
 
 def _note(left_out: Counter[str]) -> str | None:
-    kinds = {k: v for k, v in left_out.items() if k not in (_SHORTENED, _PLANNED, _MERGED) and v}
+    kinds = {k: v for k, v in left_out.items() if k not in _NOT_STEPS and v}
     parts = []
     if kinds:
         listed = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
@@ -350,41 +475,67 @@ def _note(left_out: Counter[str]) -> str | None:
     if left_out.get(_MERGED):
         parts.append(
             f"{left_out[_MERGED]} more failed step(s) merged into entries of the same failure "
-            '(same tool, arguments and error head): "repeated" counts them, "at" lists the '
-            f"first and last {AT_ENDS} step indexes"
+            '(same tool, arguments and error head): "repeated" counts them, "at" lists their '
+            "step indexes"
         )
+    if left_out.get(_COMPACTED):
+        parts.append(
+            f"{left_out[_COMPACTED]} more failed step(s) listed only in {COMPACT}, a line "
+            "[step indexes, tool, head of the error] for each failure or failures sharing "
+            "tool and error head"
+        )
+    clipped = [name for name, key in _CLIPPED.items() if left_out.get(key)]
+    if clipped:
+        parts.append(f"{' and '.join(clipped)} clipped (head and tail kept)")
     return "; ".join(parts) or None
 
 
-def _select(data: dict[str, Any], room: _Room, keys: _Keys | None = None) -> None:
-    """Keep in `data["steps"]` what fits in `room` beside the rest of `data`, in priority
-    order; count what is left out (and shortened) in `data[LEFT_OUT]`. One rendering per step
-    (and per failed step's digest), not one per step left out."""
+def _note_room(steps: list[dict[str, Any]], listed: int, left_out: Counter[str]) -> Any:
+    """The left_out counts and note at their longest for these steps: what to keep free."""
+    most = 10 ** len(str(len(steps) + listed + sum(left_out.values()))) - 1
+    kinds = {str(s.get("type", "step")) for s in steps} | set(left_out) | _NOT_STEPS
+    bound = Counter(dict.fromkeys(kinds, most))
+    return {LEFT_OUT: dict(bound), "note": _note(bound)}
+
+
+def _select(
+    data: dict[str, Any], room: _Room, keys: _Keys | None = None, *, prefilter: bool = False
+) -> None:
+    """Keep in `data["steps"]` (and COMPACT) what fits in `room` beside the rest of `data`, in
+    priority order; count what is left out (and shortened) in `data[LEFT_OUT]`. One rendering
+    per step (and per failed step's digest), not one per step left out.
+
+    `prefilter`: a first cut of the unmasked data, only to mask fewer steps: it keeps every
+    failed step at least brief whatever the room, for the cut of the masked data to list."""
     steps: list[dict[str, Any]] = data.get("steps", [])
+    listed = _listed(data.pop(COMPACT, None))  # failures an earlier cut listed compactly
     left_out = _left_out_of(data)
     data["steps"] = []
     data.pop("note", None)
-    data[LEFT_OUT] = dict(left_out)
-    base_chars, base_tokens = _cost(data)
-    used = [base_chars + NOTE_ROOM, base_tokens + NOTE_ROOM // ASCII_CHARS_PER_TOKEN]
+    data.pop(LEFT_OUT, None)
+    note = _note_room(steps, sum(len(f.at) for f in listed), left_out)
+    used = list(_sum(_cost(data), _cost(note)))
     full = [_cost(step) for step in steps]
-    if room.holds(used[0] + sum(c for c, _ in full), used[1] + sum(t for _, t in full)):
-        data["steps"] = steps
-        _count_shown(steps, left_out)
-        _set_left_out(data, left_out)
+    lines = _lines(_grouped(listed, BRIEF_CHARS))
+    lines_cost = _cost({COMPACT: lines}) if lines else (0, 0)
+    if room.holds(*_sum((used[0], used[1]), lines_cost, *full)):
+        _settle(data, steps, lines, left_out)
         return
     n = len(steps)
     chosen: dict[int, dict[str, Any]] = {}
     costs: dict[int, tuple[int, int]] = {}
 
-    def take(j: int, form: dict[str, Any], cost: tuple[int, int]) -> None:
+    def take(j: int, form: dict[str, Any], cost: tuple[int, int], force: bool = False) -> None:
         before = costs.get(j, (0, 0))
         if cost[0] <= before[0]:  # never a shorter form of a step already shown
             return
         chars, tokens = used[0] + cost[0] - before[0], used[1] + cost[1] - before[1]
-        if room.holds(chars, tokens):
+        if force or room.holds(chars, tokens):
             used[0], used[1] = chars, tokens
             chosen[j], costs[j] = form, cost
+
+    def fit(*costs_: tuple[int, int]) -> bool:
+        return room.holds(*_sum((used[0], used[1]), *costs_))
 
     failed = [j for j in range(n) if _failed(steps[j])]
     # the last failure whole, and the agent's own last one when a harness's limit ended the
@@ -392,25 +543,48 @@ def _select(data: dict[str, Any], room: _Room, keys: _Keys | None = None) -> Non
     own = [j for j in failed if not LIMIT.search(str(steps[j].get("tool", "")))]
     for j in dict.fromkeys(failed[-1:] + own[-1:]):
         take(j, steps[j], full[j])
-    briefs = {j: _brief(steps[j]) for j in failed if j not in chosen}
-    brief_costs = {j: _cost(b) for j, b in briefs.items()}
+    rest = [j for j in failed if j not in chosen]
     groups: list[list[int]] = []
-    if not room.holds(
-        used[0] + sum(c for c, _ in brief_costs.values()),
-        used[1] + sum(t for _, t in brief_costs.values()),
-    ):  # not every failed step fits even brief: a repeated failure becomes one entry
-        groups = _repeats(steps, list(briefs), keys)
+
+    def briefs(size: int) -> dict[int, dict[str, Any]]:
+        forms = {j: _brief(steps[j], size) for j in rest}
         for group in groups:
-            entry = _merged([steps[j] for j in group])
             for j in group[:-1]:
-                del briefs[j]
-            briefs[group[-1]], brief_costs[group[-1]] = entry, _cost(entry)
-    for j in reversed(failed):  # every failed step at least brief, the last first
-        if j in briefs:
-            take(j, briefs[j], brief_costs[j])
+                del forms[j]
+            forms[group[-1]] = _merged([steps[j] for j in group], size)
+        return forms
+
+    def briefs_fit(size: int) -> bool:
+        # an earlier cut's lines stay beside the briefs; rendering is the cost: stop once over
+        chars, tokens = _sum((used[0], used[1]), lines_cost)
+        for brief in briefs(size).values():
+            c, t = _cost(brief)
+            chars, tokens = chars + c, tokens + t
+            if not room.holds(chars, tokens):
+                return False
+        return room.holds(chars, tokens)
+
+    size: int | None = BRIEF_CHARS
+    if not briefs_fit(BRIEF_CHARS):
+        # not every failed step fits even brief: a repeated failure becomes one entry
+        groups = _repeats(steps, rest, keys)
+        if not prefilter and not briefs_fit(BRIEF_CHARS):
+            size = _largest(SHORTEST_BRIEF, BRIEF_CHARS, briefs_fit)  # shorter briefs
+    compacted: set[int] = set()
+    forms: dict[int, dict[str, Any]] = {}
+    if size is None:  # every failure not shown whole becomes part of a line of COMPACT
+        compacted = set(rest)
+        lines = _compact_lines(listed + [_failure(steps[j]) for j in rest], used, room, left_out)
+        lines_cost = _cost({COMPACT: lines}) if lines else (0, 0)
+    else:
+        forms = briefs(size)
+    used[0], used[1] = _sum((used[0], used[1]), lines_cost)
+    for j in reversed(rest):  # every failed step at least brief, the last first
+        if j in forms:
+            take(j, forms[j], _cost(forms[j]), force=prefilter)
     # the steps a merged entry shown stands for; an entry that did not fit merges nothing
-    grouped = {j for g in groups for j in g}
-    absorbed = {j for g in groups if g[-1] in chosen for j in g[:-1]}
+    grouped = {j for g in groups for j in g} | compacted
+    absorbed = {j for g in groups if g[-1] in chosen for j in g[:-1]} | compacted
     for j in reversed(failed):  # then as a digest
         if j not in grouped:
             short = _digest(steps[j], DIGEST_CHARS)
@@ -421,25 +595,65 @@ def _select(data: dict[str, Any], room: _Room, keys: _Keys | None = None) -> Non
     for j in range(n - 1, max(-1, n - 1 - TAIL_IN_PROMPT), -1):  # the last steps
         if j not in chosen and j not in absorbed:
             take(j, steps[j], full[j])
-    rest = sorted(
+    rest_ = sorted(
         (j for j in range(n) if j not in chosen and j not in absorbed),
         key=lambda j: (min(j, n - 1 - j), -j),
     )
-    for j in rest:  # the others, from both ends inward: the middle goes first
+    for j in rest_:  # the others, from both ends inward: the middle goes first
         take(j, steps[j], full[j])
     for j in range(n):
         if j not in chosen and j not in absorbed:
             left_out[str(steps[j].get("type", "step"))] += int(steps[j].get("repeated", 1))
-    data["steps"] = [chosen[j] for j in sorted(chosen)]
-    _count_shown(data["steps"], left_out)
+    _settle(data, [chosen[j] for j in sorted(chosen)], lines, left_out)
+
+
+def _compact_lines(
+    failures: list[_Failure], used: list[int], room: _Room, left_out: Counter[str]
+) -> list[list[str]]:
+    """The lines of COMPACT for `failures`, with the longest error head that lets them all fit
+    beside `used`; when not even their indexes and tools fit, the lines of the latest failures
+    that do (the others counted in `left_out`)."""
+
+    def lines_fit(size: int) -> bool:
+        return room.holds(
+            *_sum((used[0], used[1]), _cost({COMPACT: _lines(_grouped(failures, size))}))
+        )
+
+    size = _largest(0, BRIEF_CHARS, lines_fit)
+    if size is not None:
+        return _lines(_grouped(failures, size))
+    kept: list[_Group] = []
+    groups = _grouped(failures, 0)
+    for group in sorted(groups, key=lambda g: -max((i for f in g[2] for i in f.at), default=0)):
+        if room.holds(*_sum((used[0], used[1]), _cost({COMPACT: _lines([*kept, group])}))):
+            kept.append(group)
+        else:
+            for f in group[2]:
+                left_out[f.kind] += len(f.at)
+    return _lines([g for g in groups if g in kept])
+
+
+def _settle(
+    data: dict[str, Any],
+    steps: list[dict[str, Any]],
+    lines: list[list[str]],
+    left_out: Counter[str],
+) -> None:
+    data["steps"] = steps
+    data.pop(COMPACT, None)
+    if lines:
+        data[COMPACT] = lines
+    _count_shown(data, left_out)
     _set_left_out(data, left_out)
 
 
-def _count_shown(steps: list[dict[str, Any]], left_out: Counter[str]) -> None:
+def _count_shown(data: dict[str, Any], left_out: Counter[str]) -> None:
     # counted on what is shown: a step shortened or merged by an earlier cut may be left out by
     # this one
+    steps: list[dict[str, Any]] = data.get("steps", [])
     left_out[_SHORTENED] = sum(1 for step in steps if step.get("shortened"))
     left_out[_MERGED] = sum(int(step.get("repeated", 1)) - 1 for step in steps)
+    left_out[_COMPACTED] = sum(len(f.at) for f in _listed(data.get(COMPACT)))
 
 
 def _shorten_fixed(data: dict[str, Any], room: _Room) -> None:
@@ -449,18 +663,20 @@ def _shorten_fixed(data: dict[str, Any], room: _Room) -> None:
     if room.holds(*(2 * c for c in _cost(fixed))):
         return
     share = max(200, room.chars_at_most() // 5)
+    left_out = _left_out_of(data)
     for name in ("goal", "final_output"):
-        if isinstance(data.get(name), str):
+        if isinstance(data.get(name), str) and len(data[name]) > share:
             data[name] = clip(data[name], share)
+            left_out[_CLIPPED[name]] = 1
     plan = data.get("planned_steps")
     if isinstance(plan, list):
         each = max(100, share // 10)
         keep = max(1, share // each)
         if len(plan) > keep:
-            left_out = _left_out_of(data)
             left_out[_PLANNED] += len(plan) - keep
-            data[LEFT_OUT] = dict(left_out)
         data["planned_steps"] = [clip(p, each) if isinstance(p, str) else p for p in plan[:keep]]
+    if left_out:
+        data[LEFT_OUT] = dict(left_out)
 
 
 def _set_left_out(data: dict[str, Any], left_out: Counter[str]) -> None:
@@ -484,7 +700,7 @@ def _fit(data: dict[str, Any], room: _Room, keys: _Keys | None = None) -> str:
         left_out = _left_out_of(data)
         gone = steps.pop(len(steps) // 2)
         left_out[str(gone.get("type", "step"))] += int(gone.get("repeated", 1))
-        _count_shown(steps, left_out)
+        _count_shown(data, left_out)
         _set_left_out(data, left_out)
         rendered = _render(data)
     for name in ("goal", "final_output"):
@@ -492,6 +708,7 @@ def _fit(data: dict[str, Any], room: _Room, keys: _Keys | None = None) -> str:
             # the goal and the answer come first: they are shortened only when the rest is
             # gone, head and tail kept
             data[name] = clip(data[name], max(200, len(data[name]) * 2 // 5))
+            data[LEFT_OUT] = {**_left_out_of(data), _CLIPPED[name]: 1}
             _select(data, room, keys)
             rendered = _render(data)
     limit = 1000

@@ -46,7 +46,8 @@ def render(
             f"{when} {rid} score={event.get('overall_score')} "
             f"{'PASS' if event.get('passed') else 'FAIL'} success={event.get('success')} "
             f"incomplete={event.get('incomplete')} closed_by={event.get('closed_by')} "
-            f"judge={event.get('judge_status')} | {_short(event.get('summary'))}"
+            f"judge={'pending' if event.get('final') is False else event.get('judge_status')}"
+            f" | {_short(event.get('summary'))}"
         )
     if kind == names.ALERTS:
         return (

@@ -323,6 +323,8 @@ async def _publish_and_collect(
             if rid not in wanted:
                 continue
             if kind == names.EVALUATIONS:
+                if value.get("final") is False:
+                    continue  # the rules' verdict at close: the judge's replaces it
                 verdicts[rid] = value
             else:
                 extras[rid][kind] += 1

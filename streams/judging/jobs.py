@@ -26,6 +26,8 @@ def record_outcome(metrics: Metrics, outcome: JudgeOutcome) -> None:
         metrics.judge_latency.observe(outcome.latency_s)
     if outcome.budget_spent is not None:
         metrics.judge_budget_skips.labels(outcome.budget_spent).inc()
+    if outcome.expired:
+        metrics.judge_expired.inc()
     call = outcome.call
     if call is None or call.cached:
         return
@@ -62,8 +64,10 @@ class JudgeJobHandler:
         job = JudgeJob.model_validate_json(record.value or b"")
         verdict, outcome = await self.stage.judged(job)
         record_outcome(self.metrics, outcome)
+        # the time to a first verdict was measured when the pending one went out
+        terminal_at = None if job.pending_published else job.terminal_at
         await self.publisher.publish(
-            made_of(verdict, job.timeline, job.timeline_not_kept), job.terminal_at
+            made_of(verdict, job.timeline, job.timeline_not_kept), terminal_at
         )
 
     async def aclose(self) -> None:

@@ -114,7 +114,10 @@ async def _serve(settings: Settings) -> None:
     async def judge_record(record: Any) -> None:
         await errors.run(InRecord.of_aiokafka(record), handler)
 
-    runner = JudgeRunner(settings, settings.topic(names.JUDGE_REQUESTS), judge_record)
+    # jobs taken only while the judge's client has a call slot for them (`JudgeStage.room`)
+    runner = JudgeRunner(settings, settings.topic(names.JUDGE_REQUESTS), judge_record, stage.room)
+    metrics.readings.judge_queue_lag = lambda: runner.queue_lag
+    metrics.readings.judge_oldest_job_age = runner.oldest_age
     pages = await _pages(settings, runner, metrics)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -144,7 +147,17 @@ async def _serve(settings: Settings) -> None:
 
 async def _pages(settings: Settings, runner: JudgeRunner, metrics: Metrics) -> web.AppRunner:
     async def health(request: web.Request) -> web.Response:
-        body = {"status": "ok" if runner.assigned else "starting", "counters": dict(metrics.counts)}
+        body: dict[str, Any] = {
+            "status": "ok" if runner.assigned else "starting",
+            "counters": dict(metrics.counts),
+            "judge": {
+                "assigned": runner.assigned,
+                "queue_lag": runner.queue_lag,
+                "oldest_job_age_s": round(runner.oldest_age(), 1),
+            },
+        }
+        if not runner.assigned:
+            body["waiting_for"] = ["judge consumer assigned"]
         return web.json_response(body, status=200 if runner.assigned else 503)
 
     async def exposition(request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
@@ -25,10 +26,17 @@ from tracejudge.models.outputs import Alert, JudgeCall
 from tracejudge.prompts import JudgePrompt, final_judge_prompt
 from tracejudge.streams.judging.budget import BudgetLimits, SpendBudget
 from tracejudge.streams.judging.cache import JudgeCache
-from tracejudge.streams.judging.rate_limit import SharedRateLimiter
+from tracejudge.streams.judging.rate_limit import SharedRateLimiter, SharedTokenLimiter
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# Jobs taken from Kafka beyond the calls the client may have out now (`JudgeStage.room`): a
+# cache hit or a budget skip finishes without a call slot, and a job spends a moment before its
+# call (the cache lookup) and after it (publishing), so a couple more keep the call slots busy.
+# Only these few wait locally for a slot, far within TRACEJUDGE_LLM_QUEUE_WAIT_S; the rest wait
+# in Kafka, counted as the judge queue's lag, instead of timing out in a local queue
+JOB_HEADROOM = 2
 
 
 def judge_version(settings: Settings, prompt: JudgePrompt) -> str:
@@ -69,12 +77,15 @@ class JudgeStage:
         redis: aioredis.Redis | None,
         policy: Policy,
         version: str,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.clock = clock  # the closer's: a job's age is measured from its closed_at
         self.policy = policy
         self.version = version
         self.prompt = final_judge_prompt()
         self.limiter = SharedRateLimiter(redis, settings.llm_rpm)
+        self.tokens = SharedTokenLimiter(redis, settings.llm_tpm)
         self.cache = JudgeCache(redis, settings.llm_cache_ttl_s)
         self.prices = prices_of(settings)
         self.budget = SpendBudget(redis, budget_limits(settings))
@@ -109,7 +120,14 @@ class JudgeStage:
             self.prompt,
             breaker=self.breaker,
             limiter=self.limiter,
+            tokens=self.tokens if settings.llm_tpm else None,
         )
+
+    def room(self, unfinished: int) -> int:
+        """How many more judge jobs may be taken now, with `unfinished` taken and not finished:
+        the call slots the adaptive limit allows now (fewer while the server pushes back)
+        plus JOB_HEADROOM (`consumer.JudgeRunner`)."""
+        return self.client.limit.slots + JOB_HEADROOM - unfinished
 
     async def outcome(self, job: JudgeJob) -> JudgeOutcome:
         key = cache_key(job.content, self.prompt, self.settings.llm_model)
@@ -117,6 +135,15 @@ class JudgeStage:
         if cached is not None:  # costs nothing: served past a spent budget too
             call = self._provenance(CallRecord(), job, cached=True)
             return JudgeOutcome("ok", answer=cached, cached=True, call=call)
+        waited = self.clock() - job.closed_at
+        if waited > self.settings.llm_job_max_age_s:
+            # the backlog is bounded in age, not in count: a verdict this late helps nobody,
+            # and the rules' one went out at close; a costless cache answer is still taken
+            note = (
+                f"not judged: waited {waited:.0f}s in the judge queue "
+                f"(TRACEJUDGE_LLM_JOB_MAX_AGE_S {self.settings.llm_job_max_age_s:g}s)"
+            )
+            return JudgeOutcome("skipped", note=note, expired=True)
         spent = await self.budget.spent()
         if spent is not None:
             return JudgeOutcome("skipped", note=spent.note, budget_spent=spent.period)
@@ -171,6 +198,7 @@ class JudgeStage:
             cached_input_tokens=None if tokens is None else tokens.cached_input,
             cost_usd=None if tokens is None or self.prices is None else self.prices.cost(tokens),
             steps_omitted=job.steps_omitted,
+            input_left_out=job.left_out,
             input_halved=record.input_halved,
         )
 

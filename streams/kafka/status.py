@@ -1,5 +1,6 @@
 """What `tracejudge status` reports: topics with partitions, the last minute's records and the
-group's lag, and each worker's /health. Read-only: nothing joins the group or commits."""
+group's lag, the judge queue, and each worker's /health. Read-only: nothing joins a group or
+commits."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ class TopicStatus:
     partitions: int
     records: int  # on the broker now (end minus start offsets)
     last_minute: int  # records written in the last minute
-    lag: int | None  # input topics: records the worker group has not committed
+    lag: int | None  # input topics: records the worker group has not committed; the judge
+    # requests: jobs the judge group has not committed
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class WorkerStatus:
     code: int  # HTTP status of /health; 0: unreachable
     status: str
     counters: dict[str, int] = field(default_factory=dict)
+    # where it judges: its judge consumer's queue (`judge` in /health)
+    judge: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,23 @@ class Status:
     settings: dict[str, Any]
     topics: list[TopicStatus]
     workers: list[WorkerStatus]
+
+    @property
+    def judge_waiting(self) -> int | None:
+        """Judge jobs the judge group has not committed (being judged or waiting)."""
+        judge = settings_topic(self.settings, names.JUDGE_REQUESTS)
+        return next((t.lag for t in self.topics if t.topic == judge), None)
+
+    @property
+    def judge_oldest_age_s(self) -> float | None:
+        """The oldest unfinished judge job's age as the judging workers given report it; None
+        when none of them reports a judge queue."""
+        ages = [
+            float(w.judge["oldest_job_age_s"])
+            for w in self.workers
+            if w.judge is not None and isinstance(w.judge.get("oldest_job_age_s"), int | float)
+        ]
+        return max(ages) if ages else None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, default=str)
@@ -55,15 +76,27 @@ async def collect_status(settings: Settings, workers: list[str], timeout_s: floa
     return Status(settings.masked(), topics, list(checked))
 
 
+def settings_topic(masked: dict[str, Any], name: str) -> str:
+    """A topic's full name from the (masked) settings dump, as `Settings.topic` names it."""
+    return f"{masked.get('topic_prefix') or ''}{name}"
+
+
 async def _topics(settings: Settings) -> list[TopicStatus]:
-    # a consumer of the worker group, never subscribed: OffsetFetch only, as the watchdog does
+    # consumers of the worker group and of the judge group, never subscribed: OffsetFetch
+    # only, as the watchdog does
     consumer = AIOKafkaConsumer(
         **client_options(settings),
         group_id=settings.app_id,
         enable_auto_commit=False,
     )
+    judges = AIOKafkaConsumer(
+        **client_options(settings),
+        group_id=f"{settings.app_id}{names.JUDGE_GROUP_SUFFIX}",
+        enable_auto_commit=False,
+    )
     counts = await partition_counts(settings)
     await consumer.start()
+    await judges.start()
     try:
         found = []
         for name in (*names.INPUTS, *names.OUTPUTS, *names.INTERNAL):
@@ -80,8 +113,9 @@ async def _topics(settings: Settings) -> list[TopicStatus]:
             since = await consumer.offsets_for_times({tp: minute_ago for tp in tps})
             recent = sum(ends[tp] - (since[tp].offset if since[tp] else ends[tp]) for tp in tps)
             lag = None
-            if name in names.INPUTS:
-                committed = {tp: await consumer.committed(tp) for tp in tps}
+            group = consumer if name in names.INPUTS else judges
+            if name in names.INPUTS or name == names.JUDGE_REQUESTS:
+                committed = {tp: await group.committed(tp) for tp in tps}
                 # never negative: a committed offset past the end would be a broker's
                 # miscount, which `_true_ends` corrects where the records show it
                 lag = sum(max(0, ends[tp] - (committed[tp] or starts[tp])) for tp in tps)
@@ -90,6 +124,7 @@ async def _topics(settings: Settings) -> list[TopicStatus]:
         return found
     finally:
         await consumer.stop()
+        await judges.stop()
 
 
 async def _true_ends(
@@ -136,7 +171,14 @@ def worker_health(url: str, timeout_s: float = 3.0) -> WorkerStatus:
         body, code = json.loads(exc.read() or b"{}"), exc.code
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return WorkerStatus(url, 0, f"unreachable ({getattr(exc, 'reason', exc)})")
-    return WorkerStatus(url, code, str(body.get("status", "?")), dict(body.get("counters", {})))
+    judge = body.get("judge")
+    return WorkerStatus(
+        url,
+        code,
+        str(body.get("status", "?")),
+        dict(body.get("counters", {})),
+        judge if isinstance(judge, dict) else None,
+    )
 
 
 def render_status(status: Status) -> str:
@@ -155,6 +197,16 @@ def render_status(status: Status) -> str:
         lag = "-" if t.lag is None else str(t.lag)
         parts = str(t.partitions) if t.partitions else "missing"
         lines.append(f"{t.topic:<40} {parts:>10} {t.records:>10} {t.last_minute:>9} {lag:>10}")
+    if s.get("llm_judge_enabled"):
+        waiting = status.judge_waiting
+        oldest = status.judge_oldest_age_s
+        lines += [
+            "",
+            "judge queue: "
+            + ("? jobs" if waiting is None else f"{waiting} jobs")
+            + " waiting or being judged, oldest "
+            + ("unknown (give a judging worker's URL)" if oldest is None else f"{oldest:.0f}s"),
+        ]
     lines += ["", "workers"]
     if not status.workers:
         lines.append("  (none given: --worker URL, or TRACEJUDGE_STATUS_WORKERS)")

@@ -58,8 +58,9 @@ class MemoryLookup:
         self.data[key] = value.model_dump_json()
         return True
 
-    async def put_encoded(self, key: str, value: bytes) -> bool:
-        self.data[key] = value.decode("utf-8")
+    async def put_encoded(self, key: str, value: bytes, *, only_new: bool = False) -> bool:
+        if not (only_new and key in self.data):
+            self.data[key] = value.decode("utf-8")
         return True
 
 

@@ -79,7 +79,10 @@ class Verdict:
             score=int(evaluation.get("overall_score") or 0),
             passed=bool(evaluation.get("passed")),
             quadrant=quadrant_of(evaluation),
-            judge_status=str(evaluation.get("judge_status")),
+            # the rules' verdict until the judge's replaces it (Evaluation.final)
+            judge_status="pending"
+            if evaluation.get("final") is False
+            else str(evaluation.get("judge_status")),
             summary=summary
             if len(summary) <= SUMMARY_CHARS
             else summary[: SUMMARY_CHARS - 1] + "…",
@@ -135,7 +138,15 @@ class VerdictStore:
         verdict = Verdict.of(
             evaluation, raw if raw is not None else json.dumps(evaluation).encode()
         )
-        old = self._verdicts.pop(rid, None)
+        old = self._verdicts.get(rid)
+        if (
+            old is not None
+            and old.evaluation_id == verdict.evaluation_id
+            and verdict.judge_status == "pending"
+            and old.judge_status != "pending"
+        ):
+            return  # delivered again after the judge's verdict, which replaced it for good
+        self._verdicts.pop(rid, None)
         verdict.outputs = self._early.pop(rid, None)
         if old is not None and old.evaluation_id == verdict.evaluation_id:
             verdict.outputs = old.outputs  # the same verdict again: what came with it stays

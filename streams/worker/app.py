@@ -147,8 +147,8 @@ def create_app(settings: Settings) -> faust.App:
     async def log_verdicts() -> None:
         ctx.publisher.log.flush()
 
-    _add_judge_stage(app, ctx)
-    _add_watchdog_and_pages(app, ctx, guard)
+    judge_runner = _add_judge_stage(app, ctx)
+    _add_watchdog_and_pages(app, ctx, guard, judge_runner)
     _add_phase_logs(app, settings)
     return app
 
@@ -262,16 +262,21 @@ def _add_phase_logs(app: faust.App, settings: Settings) -> None:
         gc.freeze()
 
 
-def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> None:
+def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> JudgeRunner | None:
     handler = ctx.judge_jobs
     if handler is None:
-        return
+        return None
 
     async def judge_record(record: Any) -> None:
         await ctx.errors.run(InRecord.of_aiokafka(record), handler)
 
     settings = ctx.settings
-    runner = JudgeRunner(settings, settings.topic(names.JUDGE_REQUESTS), judge_record)
+    # jobs taken only while the judge's client has a call slot for them (`JudgeStage.room`)
+    runner = JudgeRunner(
+        settings, settings.topic(names.JUDGE_REQUESTS), judge_record, handler.stage.room
+    )
+    ctx.metrics.readings.judge_queue_lag = lambda: runner.queue_lag
+    ctx.metrics.readings.judge_oldest_job_age = runner.oldest_age
 
     @app.task  # type: ignore[untyped-decorator]
     async def judging() -> None:
@@ -282,8 +287,12 @@ def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> None:
         except Exception as exc:
             ctx.errors.exit("the judge consumer stopped", exc)
 
+    return runner
 
-def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGuard) -> None:
+
+def _add_watchdog_and_pages(
+    app: faust.App, ctx: WorkerContext, guard: OffsetGuard, judge_runner: JudgeRunner | None
+) -> None:
     settings = ctx.settings
     events = settings.topic(names.EVENTS)
 
@@ -356,5 +365,6 @@ def _add_watchdog_and_pages(app: faust.App, ctx: WorkerContext, guard: OffsetGua
             rebalancing=bool(app.rebalancing),
             stalled=watchdog.stalled_since is not None,
             broker_unreachable=watchdog.broker_unreachable(),
+            judge=judge_runner,
         )
         return web.json(body, status=status)

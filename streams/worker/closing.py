@@ -64,12 +64,12 @@ class WindowCloser:
 
     async def _publish(self, closing: Closing, count: int, held: Held | None) -> None:
         made = make_verdict(self.judging, closing, self.rules)
+        if made.evaluation is not None:  # final, or pending the judge's
+            await self.publisher.publish(made, closing.terminal_at)
         if made.job is not None:
             # the judge runs in its own consumer: the agent goes on closing windows meanwhile
             await deliver(self.judge_requests, closing.request_id.encode(), made.job)
             self.publisher.metrics.counts["judge_queued"] += 1
-        else:
-            await self.publisher.publish(made, closing.terminal_at)
         self.store.forget_steps(closing.request_id, count)
         if held is not None:  # the window's held input records may be acknowledged now
             held.release()

@@ -115,7 +115,10 @@ class WorkerContext:
         )
         judge_jobs = None
         if llm is not None and settings.worker_judges:
-            stage = judge_stage or JudgeStage(settings, redis, settings.verdict_policy(), version)
+            stage = judge_stage or JudgeStage(
+                settings, redis, settings.verdict_policy(), version, clock
+            )
+            stage.clock = clock  # one clock for closing a request and aging its judge job
             judge_jobs = JudgeJobHandler(stage, publisher, metrics)
         judging = Judging(
             settings.tool_call_budget,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.worker.context import WorkerContext
 
 
@@ -14,9 +15,13 @@ def health_report(
     rebalancing: bool,
     stalled: bool,
     broker_unreachable: bool = False,
+    judge: JudgeRunner | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """The body and HTTP status of /health."""
-    up = ctx.liveness.assigned and recovered and not rebalancing
+    """The body and HTTP status of /health. A worker that judges (`judge`: its judge consumer)
+    is ready only once that consumer is assigned too: until then its judge jobs wait unread
+    (issue 38: /health said 200 about 30 s before the first job was taken)."""
+    judge_waiting = judge is not None and not judge.assigned
+    up = ctx.liveness.assigned and recovered and not rebalancing and not judge_waiting
     ready = up and not stalled and not broker_unreachable
     status = "ok"
     if broker_unreachable:
@@ -25,7 +30,17 @@ def health_report(
         status = "stalled"
     elif not ready:
         status = "starting"
-    body = {
+    waiting_for = [
+        what
+        for what, missing in (
+            ("input partitions assigned", not ctx.liveness.assigned),
+            ("tables recovered", not recovered),
+            ("rebalance to end", rebalancing),
+            ("judge consumer assigned", judge_waiting),
+        )
+        if missing
+    ]
+    body: dict[str, Any] = {
         "status": status,
         "broker": "unreachable" if broker_unreachable else "ok",
         "assigned": ctx.liveness.assigned,
@@ -35,4 +50,12 @@ def health_report(
         "redis_errors": ctx.lookup.errors,
         "counters": dict(ctx.counters),
     }
+    if waiting_for:
+        body["waiting_for"] = waiting_for
+    if judge is not None:
+        body["judge"] = {
+            "assigned": judge.assigned,
+            "queue_lag": judge.queue_lag,
+            "oldest_job_age_s": round(judge.oldest_age(), 1),
+        }
     return body, 200 if ready else 503

@@ -254,14 +254,22 @@ async def grouped(
     wait_for_all: bool = False,
     timeout_s: float = 60.0,
     settle_s: float = 1.0,
+    pending: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Values of an output topic whose `field` is one of `keys`, grouped by it.
 
     With `wait_for_all`, reads until every key has a value (then `settle_s` more, to catch
-    unexpected extras); otherwise reads what arrives within `settle_s`."""
+    unexpected extras); otherwise reads what arrives within `settle_s`. Evaluations published
+    while the LLM judge's is on its way (`final` false) are left out unless `pending`."""
+
+    def kept(value: dict[str, Any]) -> bool:
+        return pending or value.get("final") is not False
 
     def until(records: list[ConsumerRecord]) -> bool:
-        return not wait_for_all or keys <= {json.loads(r.value).get(field) for r in records}
+        if not wait_for_all:
+            return False
+        found = (json.loads(r.value) for r in records)
+        return keys <= {v.get(field) for v in found if kept(v)}
 
     records = await consume(
         worker.settings.kafka_bootstrap,
@@ -272,7 +280,7 @@ async def grouped(
     )
     found: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     for value in values(records):
-        if value.get(field) in found:
+        if value.get(field) in found and kept(value):
             found[value[field]].append(value)
     return found
 

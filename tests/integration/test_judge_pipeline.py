@@ -152,7 +152,8 @@ async def test_throughput_near_concurrency_over_latency_while_rule_windows_keep_
     def events_of(rid: str) -> list[dict[str, Any]]:
         return [{**e, "request_id": rid} for e in template]
 
-    arrival: dict[str, float] = {}
+    arrival: dict[str, float] = {}  # final verdicts
+    first: dict[str, float] = {}  # any verdict: a judged request's pending one first
     try:
         consumer = AIOKafkaConsumer(
             worker.topic("evaluations"),
@@ -178,6 +179,9 @@ async def test_throughput_near_concurrency_over_latency_while_rule_windows_keep_
                 for records in batch.values():
                     for r in records:
                         value = json.loads(r.value)
+                        first.setdefault(value["request_id"], time.monotonic())
+                        if value.get("final") is False:
+                            continue  # the rules' verdict at close: the judge's comes after
                         arrival.setdefault(value["request_id"], time.monotonic())
                         statuses[value["request_id"]] = value["judge_status"]
         finally:
@@ -202,6 +206,8 @@ async def test_throughput_near_concurrency_over_latency_while_rule_windows_keep_
     assert fake.max_in_flight == concurrency  # bounded, and used
     assert ratio >= 0.6
     assert rule_latest < judged_median  # rule-only windows did not wait for the judge
+    # nor did the judged requests wait for it for a verdict: the rules' came at close
+    assert max(first[r] - published for r in judged) < judged_median
 
 
 @pytest.mark.parametrize("victim", ["worker", "tracejudge judge"])
@@ -302,3 +308,47 @@ async def test_judge_down_falls_back_to_rules_with_one_alert(
     assert "circuit_open" in errors  # the breaker stopped calling a dead server
     unavailable = [a for a in alerts if a["kind"] == "judge_unavailable"]
     assert len(unavailable) == 1, alerts
+
+
+async def test_an_agent_waiting_for_its_verdict_gets_the_judges_and_the_rules_one_meanwhile(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, fake: FakeLLM
+) -> None:
+    import redis.asyncio as aioredis
+
+    from tracejudge.client import AsyncTracer
+    from tracejudge.models.names import REDIS_EVALUATION_KEY
+
+    # the judge finds undone what the rules call done, after a while
+    fake.script = lambda body, n: tool_call_reply(verdict(True, True, 30), delay_s=3.0)
+    worker = WorkerProcess(
+        judge_env(kafka_bootstrap, redis_url, tmp_path, "pending", fake.base_url),
+        tmp_path / "worker.log",
+    ).start()
+    s = worker.settings
+    tracer = AsyncTracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix)
+    from_topic = AsyncTracer(s.kafka_bootstrap, topic_prefix=s.topic_prefix)  # no Redis
+    redis = aioredis.from_url(redis_url)
+    try:
+        async with tracer.traced("refund order 7", agent_name="waiting-agent") as req:
+            req.tool_call("refund", args={"id": 7}, success=True)
+            req.final("Refunded order 7: 20 EUR back to the card.")
+        key = REDIS_EVALUATION_KEY.format(request_id=req.request_id)
+        for _ in range(600):  # up to 30 s
+            if await redis.get(key):
+                break
+            await asyncio.sleep(0.05)
+        # the rules' verdict is there while the judge still thinks: a short wait gets it
+        meanwhile = await tracer.wait_for_evaluation(req.request_id, timeout=0.3)
+        assert meanwhile is not None and not meanwhile.final
+        assert (meanwhile.judge_status, meanwhile.incomplete) == ("skipped", False)
+        # a longer wait gets the judge's, from Redis and from the topic alike
+        final = await tracer.wait_for_evaluation(req.request_id, timeout=30)
+        topic_final = await from_topic.wait_for_evaluation(req.request_id, timeout=30)
+    finally:
+        await redis.aclose()
+        await tracer.close()
+        await from_topic.close()
+        worker.stop()
+    for got in (final, topic_final):
+        assert got is not None and got.final and got.judge_status == "ok" and got.incomplete
+        assert got.evaluation_id == meanwhile.evaluation_id

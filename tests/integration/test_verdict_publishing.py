@@ -158,3 +158,34 @@ async def test_a_worker_with_redis_down_publishes_every_verdict_and_counts_the_f
     assert all(len(v) == 1 for v in found.values()), found
     # the failed writes are counted in the reading /metrics serves
     assert code == 200 and health["redis"] is True and health["redis_errors"] == len(rids)
+
+
+async def test_a_pending_verdict_never_replaces_the_judges_final_one_in_redis(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    from dataclasses import replace as replaced
+
+    from tracejudge.judges.making import Judging, LLMRouting
+    from tracejudge.judges.verdicts import Policy
+
+    settings = await settings_with_topics(
+        worker_env(kafka_bootstrap, redis_url, tmp_path, "vpend"), tmp_path
+    )
+    judged = Judging(12, Policy(), "test", LLMRouting(sample_rate=1.0, max_input_chars=4000))
+    closing = closings()[0]
+    pending = replaced(make_verdict(judged, closing), job=None)
+    final = make_verdict(JUDGING, closing)  # stands for the judge's: same id, not pending
+    assert pending.summary is not None and pending.summary.pending
+    key = names.REDIS_EVALUATION_KEY.format(request_id=closing.request_id)
+    redis = aioredis.from_url(redis_url)
+    try:
+        await redis.delete(key)  # another test of this module published the same request
+        await publish_all(settings, [pending])
+        assert await redis.get(key) == pending.evaluation  # a verdict at once
+        # the judge's, then the pending delivered again (a crash before its record was acked)
+        await publish_all(settings, [final])
+        await publish_all(settings, [pending])
+        assert await redis.get(key) == final.evaluation
+    finally:
+        await redis.delete(key)
+        await redis.aclose()
