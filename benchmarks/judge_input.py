@@ -142,6 +142,7 @@ class Figures:
     prompts: int = 0
     over_budget: int = 0
     missed: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)  # each prompt's, estimated (for sizing)
 
     def lines(self, name: str, context: int) -> list[str]:
         def share(a: int, b: int) -> str:
@@ -157,9 +158,18 @@ class Figures:
             ("  only in a compact line", str(self.failed_compact)),
             ("  its error head, median characters", median),
             ("prompts over the budget", str(self.over_budget)),
+            ("prompt tokens, estimated: median, p90", _spread(self.tokens)),
         )
         header = f"== {name}, context {context} tokens: {self.prompts} judge inputs"
         return [header, *(f"  {label:<39}{value}" for label, value in rows)]
+
+
+def _spread(values: list[int]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return f"{statistics.median(ordered):,.0f}, {p90:,}"
 
 
 def measure(
@@ -170,6 +180,7 @@ def measure(
     figures = Figures()
     for rid, content in inputs.items():
         figures.prompts += 1
+        figures.tokens.append(estimate_tokens(content) + fixed)
         if estimate_tokens(content) + fixed + reserve > context:
             figures.over_budget += 1
         data = block(content)

@@ -92,6 +92,7 @@ async def test_a_job_older_than_its_bound_is_not_sent_and_its_rules_verdict_beco
         llm_base_url=fake.base_url,
         llm_sample_rate=1.0,
         llm_job_max_age_s=60,
+        llm_alert_min_requests=1,
     )
     for event in run("r1"):
         await w.event(event)
@@ -107,6 +108,8 @@ async def test_a_job_older_than_its_bound_is_not_sent_and_its_rules_verdict_beco
     )
     assert (final["overall_score"], final["success"]) == (pending["overall_score"], True)
     assert "tracejudge_judge_expired_total 1.0" in w.ctx.metrics.exposition().decode()
+    # a backlog is not the model down: no judge_unavailable alert for a job never sent
+    assert w.channel("alerts").sent == []
 
 
 def test_the_explorer_keeps_the_judges_verdict_when_the_pending_one_comes_again() -> None:

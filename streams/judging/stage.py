@@ -208,7 +208,10 @@ class JudgeStage:
         outcome = await self.outcome(job)
         now = time.time()
         verdict = conclude(job.facts, job.rules, outcome, self.policy, self.version, now)
-        if self.monitor.record(outcome.status == "ok", time.monotonic()):
+        # only calls tried count: a request not sent (a spent budget, a job past its age) is
+        # the operator's choice or the backlog's, each with its own counter, not the model down
+        tried = outcome.status in ("ok", "fallback")
+        if tried and self.monitor.record(outcome.status == "ok", time.monotonic()):
             evaluation = verdict.evaluation
             verdict.alerts.append(
                 Alert.of(
