@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from tracejudge.judges.clipping import head_whole
+
 Action = Literal["stop", "finalize", "hint"]
 Reason = Literal[
     "conclusion", "task_status", "observation_success", "no_experiment", "consecutive_success"
@@ -121,7 +123,8 @@ def extract_tag(text: str, tag: str) -> str | None:
 
 def _clip(text: str) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= EVIDENCE_LIMIT else flat[: EVIDENCE_LIMIT - 1] + "…"
+    # masked only where it is stored: a secret split by the cut would not be recognised there
+    return flat if len(flat) <= EVIDENCE_LIMIT else head_whole(flat, EVIDENCE_LIMIT - 1) + "…"
 
 
 def conclusion(response: str) -> str | None:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pydantic_core
 
+from tracejudge.judges.clipping import clip_whole
 from tracejudge.judges.early_stop import Round
 from tracejudge.judges.norms import call_key
 from tracejudge.judges.redact import mask
@@ -25,7 +26,6 @@ from tracejudge.models.events import (
     ToolCall,
     UserMessage,
     Validation,
-    clip,
 )
 from tracejudge.models.window import ClosedBy, Window, assemble_window
 
@@ -47,7 +47,9 @@ _NOT_EVENT_FIELDS = frozenset({DROPPED, OPENED_AT, PARTITION, "args_key", ROUND}
 # A failed step beyond the step limit keeps a digest of its text: the head and tail of its
 # error (or, without one, of its result) and of its arguments. A run that ends badly usually
 # ends on failures, and past the limit they were only a name and "failed" to the judge. Bound:
-# at most DIGEST_ERROR_CHARS + DIGEST_ARGS_CHARS characters more per failed step.
+# at most DIGEST_ERROR_CHARS + DIGEST_ARGS_CHARS characters more per failed step. Clipped by
+# clip_whole: kept unmasked like every step record, and masked wherever it goes out, where a
+# secret split by the cut would no longer be recognised.
 DIGEST_ERROR_CHARS = 400
 DIGEST_ARGS_CHARS = 200
 
@@ -107,7 +109,7 @@ def step_record(
             # without an error the result says what went wrong (a failed build's log)
             _digest(stub, args=event.args_summary, error=event.error)
             if not event.error and event.result_preview:
-                stub["result_preview"] = clip(event.result_preview, DIGEST_ERROR_CHARS)
+                stub["result_preview"] = clip_whole(event.result_preview, DIGEST_ERROR_CHARS)
     if digest and isinstance(event, ReasoningStep) and event.error:
         stub["phase"] = event.phase
         _digest(stub, args=None, error=event.error)
@@ -116,9 +118,9 @@ def step_record(
 
 def _digest(stub: dict[str, Any], *, args: str | None, error: str | None) -> None:
     if args:
-        stub["args_summary"] = clip(args, DIGEST_ARGS_CHARS)
+        stub["args_summary"] = clip_whole(args, DIGEST_ARGS_CHARS)
     if error:
-        stub["error"] = clip(error, DIGEST_ERROR_CHARS)
+        stub["error"] = clip_whole(error, DIGEST_ERROR_CHARS)
 
 
 def round_of_record(value: bytes | str | dict[str, Any]) -> Round:

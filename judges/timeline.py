@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracejudge.judges.clipping import clip_whole
 from tracejudge.judges.redact import mask
-from tracejudge.models.events import clip
 from tracejudge.models.window import Window
 
 TEXT_LIMIT = 300  # per text of a step: enough to recognise it, not the whole of it
@@ -21,7 +21,8 @@ MAX_ENTRIES = 200
 def _text(value: Any) -> str | None:
     if value is None or value == "":
         return None
-    return mask(clip(str(value), TEXT_LIMIT))
+    # clipped first, so only what is kept is masked; clip_whole, so no secret is split by the cut
+    return mask(clip_whole(str(value), TEXT_LIMIT))
 
 
 def timeline_of(window: Window) -> list[dict[str, Any]]:

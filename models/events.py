@@ -32,17 +32,35 @@ _CUT_MARK = " …[clipped {}]… "  # where the middle went, and how many charac
 def clip(text: str, limit: int) -> str:
     """Clip `text` to at most `limit` characters: its head and its tail, with a mark saying how
     much of the middle was cut. A log's last lines are usually the ones that matter (a 107k
-    build log's `BUILD FAILURE` is at its end), its first say what ran."""
+    build log's `BUILD FAILURE` is at its end), its first say what ran.
+
+    Cuts through whatever is there: a text not masked yet is clipped by
+    `judges.clipping.clip_whole`, which moves the cuts off secrets."""
+    cuts = clip_cuts(text, limit)
+    return text if cuts is None else clip_between(text, *cuts)
+
+
+def clip_cuts(text: str, limit: int) -> tuple[int, int] | None:
+    """Where `clip` cuts `text`: the head's end and the tail's start (equal: no tail, no
+    mark); None when it fits."""
     if len(text) <= limit:
-        return text
+        return None
     mark = _CUT_MARK.format(len(text) - limit)
     for _ in range(3):  # the count's own digits change how much is cut: settle it
         mark = _CUT_MARK.format(len(text) - (limit - len(mark)))
     keep = limit - len(mark)
     if keep < 2:  # too short for a mark and both ends
-        return text[:limit]
+        return limit, len(text)
     head = (keep + 1) // 2
-    return text[:head] + mark + text[len(text) - (keep - head) :]
+    return head, len(text) - (keep - head)
+
+
+def clip_between(text: str, head_end: int, tail_start: int) -> str:
+    """`text` without [head_end, tail_start), a mark counting what went in its place; with no
+    tail (tail_start at the end) only the head, as `clip` does when the limit is too short."""
+    if tail_start >= len(text):
+        return text[:head_end]
+    return text[:head_end] + _CUT_MARK.format(tail_start - head_end) + text[tail_start:]
 
 
 class _Event(BaseModel):

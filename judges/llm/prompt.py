@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracejudge.judges.clipping import clip_whole
 from tracejudge.judges.llm.answer import TOOL_NAME
 from tracejudge.judges.records import DIGEST_ARGS_CHARS
 from tracejudge.judges.redact import mask_any
@@ -212,7 +213,9 @@ def build_input(
     # on the steps as they came: each cut below shortens texts, and a brief of a failure must
     # still be recognised as the same failure as a whole copy of it
     keys = {s["i"]: _repeat_key(s) for s in data.get("steps", []) if _failed(s)}
-    _shorten_fixed(data, room)
+    # before masking, so every text cut here is cut by clip_whole: a secret across a cut would
+    # leave a fragment the masker no longer recognises (judges/clipping.py)
+    _shorten_fixed(data, room, clip_whole)
     # cheap: fewer steps to mask; every failed step stays for the cut below to list
     _select(data, room.scaled(UNMASKED_SLACK), keys, prefilter=True)
     data = mask_any(data)
@@ -271,15 +274,19 @@ def _failed(step: dict[str, Any]) -> bool:
     return step.get("ok") is False or step.get("exec_success") is False or "error" in step
 
 
-def _brief(step: dict[str, Any], size: int = BRIEF_CHARS) -> dict[str, Any]:
+# how a text is clipped: `clip` once masked; `clip_whole` before, which never splits a secret
+_Cut = Callable[[str, int], str]
+
+
+def _brief(step: dict[str, Any], size: int = BRIEF_CHARS, cut: _Cut = clip) -> dict[str, Any]:
     """The shortest digest of a failed step: what it ran and the ends of what went wrong."""
     brief: dict[str, Any] = {k: step[k] for k in ("i", "type", "tool", "ok", "phase") if k in step}
     said = step.get("args") or step.get("action")
     if isinstance(said, str):
-        brief["args"] = clip(said, size // 2)
+        brief["args"] = cut(said, size // 2)
     wrong = _wrong(step)
     if wrong is not None:
-        brief["error"] = clip(wrong, size)
+        brief["error"] = cut(wrong, size)
     for k in ("repeated", "at"):  # a merged entry cut again stays merged
         if k in step:
             brief[k] = step[k]
@@ -294,12 +301,13 @@ def _repeat_key(step: dict[str, Any]) -> tuple[str, ...] | None:
     if not isinstance(said, str):
         return None
     wrong = step.get("error") or step.get("result") or step.get("observation")
-    # a call beyond the step limit keeps clip(args, DIGEST_ARGS_CHARS): the same cut on a whole
-    # copy of it makes the two equal; an error's head, as its tail often holds a time or an id
+    # a call beyond the step limit keeps clip_whole(args, DIGEST_ARGS_CHARS): the same cut on a
+    # whole copy of it makes the two equal; an error's head, as its tail often holds a time or
+    # an id
     return (
         str(step.get("type")),
         str(step.get("tool") or step.get("phase") or ""),
-        clip(said, DIGEST_ARGS_CHARS),
+        clip_whole(said, DIGEST_ARGS_CHARS),
         wrong[:ERROR_HEAD_CHARS] if isinstance(wrong, str) else "",
     )
 
@@ -310,10 +318,12 @@ def _wrong(step: dict[str, Any]) -> str | None:
     return wrong if isinstance(wrong, str) else None
 
 
-def _merged(group: list[dict[str, Any]], size: int = BRIEF_CHARS) -> dict[str, Any]:
+def _merged(
+    group: list[dict[str, Any]], size: int = BRIEF_CHARS, cut: _Cut = clip
+) -> dict[str, Any]:
     """One entry for a failure repeated: the last one's brief, how many, and every step index
     (as ranges)."""
-    entry = _brief(group[-1], size)
+    entry = _brief(group[-1], size, cut)
     entry["repeated"] = sum(int(s.get("repeated", 1)) for s in group)
     entry["at"] = ranges(i for s in group for i in _at(s))
     return entry
@@ -430,11 +440,11 @@ def _repeats(
     return [g for g in groups.values() if len(g) > 1]
 
 
-def _digest(step: dict[str, Any], size: int) -> dict[str, Any]:
+def _digest(step: dict[str, Any], size: int, cut: _Cut = clip) -> dict[str, Any]:
     """A failed step shortened: its identity and the head and tail of each text."""
     if step.get("shortened") and all(len(v) <= size for v in step.values() if isinstance(v, str)):
         return step  # already as short
-    short = {k: clip(v, size) if isinstance(v, str) else v for k, v in step.items()}
+    short = {k: cut(v, size) if isinstance(v, str) else v for k, v in step.items()}
     short["shortened"] = True
     return short
 
@@ -507,6 +517,7 @@ def _select(
 
     `prefilter`: a first cut of the unmasked data, only to mask fewer steps: it keeps every
     failed step at least brief whatever the room, for the cut of the masked data to list."""
+    cut: _Cut = clip_whole if prefilter else clip  # unmasked texts: never split a secret
     steps: list[dict[str, Any]] = data.get("steps", [])
     listed = _listed(data.pop(COMPACT, None))  # failures an earlier cut listed compactly
     left_out = _left_out_of(data)
@@ -547,11 +558,11 @@ def _select(
     groups: list[list[int]] = []
 
     def briefs(size: int) -> dict[int, dict[str, Any]]:
-        forms = {j: _brief(steps[j], size) for j in rest}
+        forms = {j: _brief(steps[j], size, cut) for j in rest}
         for group in groups:
             for j in group[:-1]:
                 del forms[j]
-            forms[group[-1]] = _merged([steps[j] for j in group], size)
+            forms[group[-1]] = _merged([steps[j] for j in group], size, cut)
         return forms
 
     def briefs_fit(size: int) -> bool:
@@ -587,7 +598,7 @@ def _select(
     absorbed = {j for g in groups if g[-1] in chosen for j in g[:-1]} | compacted
     for j in reversed(failed):  # then as a digest
         if j not in grouped:
-            short = _digest(steps[j], DIGEST_CHARS)
+            short = _digest(steps[j], DIGEST_CHARS, cut)
             take(j, short, _cost(short))
     for j in reversed(failed):  # then whole
         if j not in grouped:
@@ -656,7 +667,7 @@ def _count_shown(data: dict[str, Any], left_out: Counter[str]) -> None:
     left_out[_COMPACTED] = sum(len(f.at) for f in _listed(data.get(COMPACT)))
 
 
-def _shorten_fixed(data: dict[str, Any], room: _Room) -> None:
+def _shorten_fixed(data: dict[str, Any], room: _Room, cut: _Cut = clip) -> None:
     """The goal, the answer and the plan over half the room: each cut to a share of it, head
     and tail kept, so that the failed and the last steps fit beside them."""
     fixed = {k: v for k, v in data.items() if k != "steps"}
@@ -666,7 +677,7 @@ def _shorten_fixed(data: dict[str, Any], room: _Room) -> None:
     left_out = _left_out_of(data)
     for name in ("goal", "final_output"):
         if isinstance(data.get(name), str) and len(data[name]) > share:
-            data[name] = clip(data[name], share)
+            data[name] = cut(data[name], share)
             left_out[_CLIPPED[name]] = 1
     plan = data.get("planned_steps")
     if isinstance(plan, list):
@@ -674,7 +685,7 @@ def _shorten_fixed(data: dict[str, Any], room: _Room) -> None:
         keep = max(1, share // each)
         if len(plan) > keep:
             left_out[_PLANNED] += len(plan) - keep
-        data["planned_steps"] = [clip(p, each) if isinstance(p, str) else p for p in plan[:keep]]
+        data["planned_steps"] = [cut(p, each) if isinstance(p, str) else p for p in plan[:keep]]
     if left_out:
         data[LEFT_OUT] = dict(left_out)
 
