@@ -8,8 +8,9 @@ handlers, as `tracejudge replay` does: the same windows, step limit, baselines l
 order the runs come, rules only. Per set it prints the AUC of `overall_score` against the label,
 the ok runs alerted (`passed` false) and sent to reflection (`incomplete`), the failed runs
 flagged (not passed, not success or incomplete), and per rule how often it fired on ok and on
-failed runs. A rule whose rate on ok runs reaches 80 % of its rate on failed runs tells nothing
-about the outcome: the last column says so.
+failed runs (the table of `tracejudge agreement`, judges/rule_rates.py). A rule whose rate on ok
+runs reaches 80 % of its rate on failed runs tells nothing about the outcome: the last column
+says so.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from benchmarks.data import SHARED_DATA, require
 from tracejudge.judges.agreement import auc, label_ok
+from tracejudge.judges.rule_rates import RuleRate, rule_rates, rule_table
 from tracejudge.models.events import STEP_TYPES, parse_event
 from tracejudge.models.window import Window, assemble_window
 from tracejudge.streams.replay.engine import lines_of, replay
@@ -35,8 +37,6 @@ from tracejudge.streams.settings import Settings
 OK_ALERTED_MAX = 0.15
 OK_REFLECTED_MAX = 0.10
 FAILED_FLAGGED_MIN = 0.50
-USELESS_RATIO = 0.8
-MIN_FIRED = 5  # runs a rule must fire on before its rates say anything
 
 
 def windows(path: Path, max_steps: int = 50) -> dict[str, Window]:
@@ -74,7 +74,7 @@ class SetResult:
     ok_alerted: float
     ok_reflected: float
     failed_flagged: float
-    rules: dict[str, tuple[float, float]]  # rule -> (rate on ok runs, rate on failed runs)
+    rules: list[RuleRate]  # the per-rule table, as `tracejudge agreement` prints it
 
     @property
     def meets(self) -> bool:
@@ -86,16 +86,7 @@ class SetResult:
         )
 
     def useless_rules(self) -> list[str]:
-        return [r for r, rates in self.rules.items() if _useless(self, *rates)]
-
-
-def _fired_on(result: SetResult, ok: float, bad: float) -> int:
-    return round(ok * result.ok + bad * result.failed)
-
-
-def _useless(result: SetResult, ok: float, bad: float) -> bool:
-    """Fires on ok runs at 80 % or more of its rate on failed runs, on enough runs to tell."""
-    return ok > 0 and ok >= USELESS_RATIO * bad and _fired_on(result, ok, bad) >= MIN_FIRED
+        return [r.rule for r in self.rules if r.useless]
 
 
 def score_set(
@@ -110,10 +101,6 @@ def score_set(
     def rate(runs: list[str], hit: Any) -> float:
         return sum(1 for r in runs if hit(evaluations[r])) / len(runs) if runs else 0.0
 
-    fired: dict[str, set[str]] = defaultdict(set)
-    for r in ok:
-        for finding in evaluations[r].get("findings", []):
-            fired[finding["rule"]].add(r)
     return SetResult(
         name=name,
         runs=len(ok),
@@ -123,13 +110,9 @@ def score_set(
         ok_alerted=rate(good, lambda e: not e["passed"]),
         ok_reflected=rate(good, lambda e: e["incomplete"]),
         failed_flagged=rate(bad, lambda e: not e["passed"] or not e["success"] or e["incomplete"]),
-        rules={
-            rule: (
-                rate(good, lambda e, s=rids: e["request_id"] in s),
-                rate(bad, lambda e, s=rids: e["request_id"] in s),
-            )  # type: ignore[misc]
-            for rule, rids in sorted(fired.items())
-        },
+        rules=rule_rates(
+            ((f["rule"] for f in evaluations[r].get("findings", [])), v) for r, v in ok.items()
+        ),
     )
 
 
@@ -151,16 +134,8 @@ def render(result: SetResult) -> list[str]:
         f"  ok runs alerted             {bar(result.ok_alerted, OK_ALERTED_MAX, True)}",
         f"  ok runs sent to reflection  {bar(result.ok_reflected, OK_REFLECTED_MAX, True)}",
         f"  failed runs flagged         {bar(result.failed_flagged, FAILED_FLAGGED_MIN, False)}",
-        f"  {'rule':<28} {'on ok':>7} {'on failed':>10}  ok/failed",
     ]
-    for rule, (ok, bad) in result.rules.items():
-        ratio = ok / bad if bad else float("inf") if ok else 0.0
-        verdict = ""
-        if _useless(result, ok, bad):
-            verdict = "  <- no better than chance"
-        elif _fired_on(result, ok, bad) < MIN_FIRED:
-            verdict = f"  (fired on {_fired_on(result, ok, bad)} runs: too few to tell)"
-        lines.append(f"  {rule:<28} {ok:>7.1%} {bad:>10.1%}  {ratio:8.2f}{verdict}")
+    lines += rule_table(result.rules)
     return lines
 
 

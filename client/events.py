@@ -9,7 +9,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, clip
+from pydantic import ValidationError
+
+from tracejudge.models.errors import InvalidEvent
+from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, Outcome, clip, describe
 
 Emit = Callable[[dict[str, Any]], bool]  # queue an event; False: the queue was full (dropped)
 
@@ -201,6 +204,34 @@ def model_usage(
         "latency_ms": latency_ms,
     }
     return {k: v for k, v in given.items() if v is not None}
+
+
+def outcome_event(
+    request_id: str,
+    *,
+    ok: bool | None = None,
+    score: float | None = None,
+    source: str = "user",
+    note: str | None = None,
+) -> dict[str, Any]:
+    """The contract's `outcome` event for a request, validated as the worker validates it (so
+    a bad one is refused here, where the caller can be told, not dead-lettered later);
+    InvalidEvent saying why not. `note` is clipped to the contract's limit."""
+    given = {"ok": ok, "score": score, "source": source, "note": note}
+    value = {
+        "type": "outcome",
+        "request_id": request_id,
+        "ts": time.time(),
+        **{k: v for k, v in given.items() if v is not None},
+    }
+    try:
+        event = Outcome.model_validate(value)
+    except ValidationError as exc:
+        raise InvalidEvent("invalid_fields", describe(exc)) from exc
+    dumped = event.model_dump(exclude_none=True)
+    if not dumped["clipped"]:
+        del dumped["clipped"]
+    return dumped
 
 
 def _clipped(text: str | None) -> str | None:

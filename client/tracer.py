@@ -1,7 +1,7 @@
 """Tracers: record an agent's events without ever blocking or breaking it, read verdicts back.
 
 `Tracer` for plain code, `AsyncTracer` for asyncio agents: the same surface (`request`,
-`traced`, `flush`, `close`, `early_stop`, `wait_for_evaluation`, `sent`, `dropped`,
+`traced`, `outcome`, `flush`, `close`, `early_stop`, `wait_for_evaluation`, `sent`, `dropped`,
 `queued`, a context manager), the second with awaitables where the first blocks. Both hand
 events to the same `Sender` (client/transport.py): nothing connects when a tracer is made,
 events are buffered while the broker is away and delivered once it answers, a full buffer
@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from tracejudge.client.early_stop import AsyncEarlyStopClient, EarlyStopClient, redis_module
-from tracejudge.client.events import Recorder
+from tracejudge.client.events import Recorder, outcome_event
 from tracejudge.client.transport import Sender
 from tracejudge.client.verdicts import evaluation_from_topic
+from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.names import EVALUATIONS, EVENTS, REDIS_EVALUATION_KEY
 from tracejudge.models.outputs import EarlyStopDecision, Evaluation
 
@@ -85,6 +86,34 @@ class _Tracing:
     def request(self, goal: str, **kwargs: Any) -> Recorder:
         """A recorder for one request; its `task_started` is handed over at once."""
         return Recorder(self._offer, goal, **kwargs)
+
+    def outcome(
+        self,
+        request_id: str,
+        ok: bool | None = None,
+        score: float | None = None,
+        source: str = "user",
+        note: str | None = None,
+    ) -> bool:
+        """Ground truth about a request, any time after its verdict (minutes to days): `ok`
+        (did the run do what it was for) and/or a `score` in 0-1; `source` a short lowercase
+        word saying where it comes from (human, test, reward, user: a later outcome of the
+        same source replaces the earlier); `note`, free text, clipped (and masked wherever
+        tracejudge outputs it). Sent like the request's events, keyed by `request_id`.
+
+        False when it was not sent: bad arguments (no `ok` nor `score`, a score outside 0-1,
+        a source not a lowercase word) are logged on the `tracejudge.client` logger and
+        counted in `dropped`, as a full buffer is. Never raises."""
+        try:
+            event = outcome_event(request_id, ok=ok, score=score, source=source, note=note)
+        except InvalidEvent as exc:
+            # the reason names the field, never the request: one warning per interval for all
+            self._sender.drop(f"an outcome refused: {exc.reason}")
+            return False
+        except Exception as exc:  # whatever was passed, the agent goes on
+            self._sender.drop(f"an outcome refused: {type(exc).__name__}: {exc}")
+            return False
+        return self._offer(event)
 
     def emit(self, event: dict[str, Any]) -> bool:
         """Hand over one contract event as it is (integrations build their own); False when it

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+# first: from here on, events parsed in this process are clipped off secrets (judges/clipping.py)
+from tracejudge.judges import clipping  # noqa: F401
 from tracejudge.judges.early_stop import EarlyStop, EarlyStopPolicy, Round, check_early_stop
 from tracejudge.judges.generic import AnswerAssessment, assess_answer
 from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer

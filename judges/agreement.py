@@ -29,7 +29,31 @@ VerdictSource = Literal["rules", "judge", "blend"]
 VERDICT_SOURCES: tuple[VerdictSource, ...] = ("rules", "judge", "blend")
 Z95 = 1.959964  # the normal quantile of a two-sided 95 % interval
 CALIBRATION_BINS = 10  # score bins of the reliability plot: 0-9, 10-19, ..., 90-100
-FINDINGS_CHARS = 96  # the findings kept with a verdict, joined by commas, at most this long
+FINDINGS_CHARS = 48  # findings no bit below names, kept by name, joined, at most this long
+# Findings kept as bits of one number (a request keeps < 128 bytes, issue 39): APPEND ONLY, a
+# kept verdict is read back by position. A finding not listed is kept by name.
+KNOWN_FINDINGS = (
+    "unrecovered_failure",
+    "last_attempt_failed",
+    "stopped_at_limit",
+    "says_work_remains",
+    "confirmed_not_done",
+    "pending_action",
+    "planned_step_not_attempted",
+    "placeholder_answer",
+    "generic_answer",
+    "no_final_response",
+    "claim_without_call",
+    "change_without_go_ahead",
+    "patch_adds_only",
+    "identical_call_loop",
+    "compound_trouble",
+    "failures_for_agent",
+    "changes_for_agent",
+    "long_for_agent",
+    "slow_for_agent",
+)
+_FINDING_BIT = {name: 1 << i for i, name in enumerate(KNOWN_FINDINGS)}
 
 
 def auc(scores: Mapping[str, float], ok: Mapping[str, bool]) -> float:
@@ -98,12 +122,23 @@ class Kept:
         return found
 
     def encode(self) -> str:
-        def v(view: View | None) -> list[int] | None:
+        """A JSON list: agent, version, threshold, each view as one number (score × 4 + its
+        two flags), the findings as bits of KNOWN_FINDINGS and by name, calibration, time in
+        whole seconds. About 60–110 bytes."""
+
+        def v(view: View | None) -> int | None:
             if view is None:
                 return None
-            return [view.score, int(view.alerted) | int(view.flagged) << 1]
+            return view.score * 4 + int(view.alerted) + 2 * int(view.flagged)
 
-        findings = ",".join(self.findings)[:FINDINGS_CHARS]
+        bits = 0
+        others = []
+        for name in self.findings:
+            bit = _FINDING_BIT.get(name)
+            if bit is None:
+                others.append(name)
+            else:
+                bits |= bit
         row = [
             self.agent,
             self.version,
@@ -111,23 +146,27 @@ class Kept:
             v(self.rules),
             v(self.judge),
             v(self.blend),
-            findings,
+            bits,
+            ",".join(others)[:FINDINGS_CHARS],
             self.calibration,
-            round(self.ts, 1),
+            round(self.ts),
         ]
         return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def decode(cls, text: str | bytes) -> Kept:
-        agent, version, threshold, rules, judge, blend, findings, calibration, ts = json.loads(text)
+        agent, version, threshold, rules, judge, blend, bits, others, calibration, ts = json.loads(
+            text
+        )
 
-        def v(row: list[int] | None) -> View | None:
-            if row is None:
+        def v(n: int | None) -> View | None:
+            if n is None:
                 return None
-            return View(int(row[0]), bool(row[1] & 1), bool(row[1] & 2))
+            return View(int(n) // 4, bool(n & 1), bool(n & 2))
 
         kept_rules = v(rules)
         assert kept_rules is not None
+        named = tuple(name for name in KNOWN_FINDINGS if bits & _FINDING_BIT[name])
         return cls(
             agent,
             version,
@@ -135,7 +174,7 @@ class Kept:
             kept_rules,
             v(judge),
             v(blend),
-            tuple(f for f in findings.split(",") if f),
+            named + tuple(f for f in others.split(",") if f),
             calibration,
             float(ts),
         )

@@ -6,6 +6,7 @@ completeness. Pure: no I/O, the same window always gives the same findings.
 
 from __future__ import annotations
 
+from tracejudge.judges.clipping import quote_whole
 from tracejudge.judges.conversation import pending_action, unmet_confirmation
 from tracejudge.judges.outcomes import (
     admitted_failure,
@@ -35,8 +36,8 @@ def answer_outcome(
     output = text.prose
     cap = 100
     if not text.artifact and (is_placeholder(output) or _announces_nothing(output)):
-        findings.append(("placeholder_answer", output.strip()[:80] or "(empty)"))
-        reasons.append(f"the final answer is a placeholder ('{output.strip()[:40]}')")
+        findings.append(("placeholder_answer", quote_whole(output.strip(), 80) or "(empty)"))
+        reasons.append(f"the final answer is a placeholder ('{quote_whole(output.strip(), 40)}')")
         remaining.append("give the user the actual result")
         return 10
     calls = window.tool_calls
@@ -52,10 +53,10 @@ def answer_outcome(
             continue
         findings.append(("claim_without_call", claim.evidence))
         reasons.append(
-            f"the answer says '{claim.evidence[:120]}' but no successful tool call "
+            f"the answer says '{quote_whole(claim.evidence, 120)}' but no successful tool call "
             f"did it ({claim.family})"
         )
-        remaining.append(f"actually {claim.family}: {claim.evidence[:120]}")
+        remaining.append(f"actually {claim.family}: {quote_whole(claim.evidence, 120)}")
         cap = min(cap, 40)
     # (rule, evidence, why, work left, completeness cap): each makes the request incomplete
     checks = (
@@ -91,8 +92,9 @@ def answer_outcome(
     for rule, evidence, why, left, limit in checks:
         if evidence:
             findings.append((rule, evidence))
-            reasons.append(why.format(short=evidence[:120]))
-            remaining.append(left.format(full=evidence, short=evidence[:120]))
+            short = quote_whole(evidence, 120)
+            reasons.append(why.format(short=short))
+            remaining.append(left.format(full=evidence, short=short))
             cap = min(cap, limit)
     return cap
 

@@ -15,9 +15,11 @@ from functools import cache
 
 import opencc
 
+from tracejudge.judges.clipping import quote_whole
 from tracejudge.prompts import read_prompt
 
 CJK = re.compile(r"[\u3400-\u9fff]")
+QUOTE_CHARS = 60  # of a sentence quoted as the pattern found
 # An answer that ends its one announcement with an ellipsis shows the work starting (seed 004:
 # "I can see this is...\n\nLet me analyze..." is not filler); "Setting up the context..." is.
 _CONTINUES = re.compile(r"^\s*let me \w+(?: \w+)?\s*(?:\.\.\.|…)\s*$", re.IGNORECASE)
@@ -200,6 +202,13 @@ def strip_acknowledgements(norm: str) -> str:
     return norm
 
 
+def _quote(sentence: str) -> str:
+    """A sentence of the answer quoted as the pattern found: as written, not normalised (the
+    masker recognises no secret lower-cased and stripped of its punctuation), and never cut
+    through one (judges/clipping.py)."""
+    return quote_whole(sentence.strip(), QUOTE_CHARS)
+
+
 def continues(sentence: str) -> bool:
     """ "Let me analyze..." with the work following (seed 004's own example)."""
     return _CONTINUES.match(sentence) is not None
@@ -222,7 +231,7 @@ def clarification_in(sentence: str, norm: str) -> str | None:
     if sentence.rstrip().endswith(("?", "？")) and _TO_THE_USER.search(
         strip_acknowledgements(norm)
     ):
-        return norm[:60]
+        return _quote(sentence)
     return None
 
 
@@ -311,7 +320,7 @@ def vague_step(sentence: str, norm: str) -> str | None:
     a plan of such steps, never carried out, did no work."""
     if _CONCRETE.search(sentence):
         return None
-    return next((norm[:60] for p in families().vague_steps if p.search(norm)), None)
+    return next((_quote(sentence) for p in families().vague_steps if p.search(norm)), None)
 
 
 def reports_outcome(norm: str) -> bool:
@@ -369,7 +378,7 @@ def filler_in(sentence: str, norm: str, *, about_itself: bool = False) -> str | 
 def _filler_in(sentence: str, norm: str, about_itself: bool = False) -> str | None:
     fam = families()
     if fam.tool_echo.search(sentence):
-        return norm[:60] or "tool call"  # "⏺ Read(src/app.py)": a call, not its result
+        return _quote(sentence) or "tool call"  # "⏺ Read(src/app.py)": a call, not its result
     hit = first(norm, fam.filler)
     if hit:
         return hit

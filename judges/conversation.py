@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from tracejudge.judges.clipping import quote_whole
 from tracejudge.judges.outcomes import reads_only
 from tracejudge.judges.sentences import sentences
 from tracejudge.judges.text_kinds import prose
@@ -163,9 +164,9 @@ def pending_action(text: str) -> str | None:
             continue
         announced = _ANNOUNCED.search(sentence)
         if announced and not _CONDITION.search(sentence[: announced.start()]):
-            return sentence[:200]
+            return quote_whole(sentence, 200)
         if _NEEDS_INPUT.search(sentence):
-            return sentence[:200]
+            return quote_whole(sentence, 200)
         if _ASKS_GO_AHEAD.search(sentence) and (
             _is_question(sentence) or re.search(r"\bconfirm\b|确认", sentence, re.I)
         ):
@@ -174,7 +175,7 @@ def pending_action(text: str) -> str | None:
             if _HANDOFF_WORDS.search(said):
                 continue
             if _ACTION.search(sentence):
-                return sentence[:200]
+                return quote_whole(sentence, 200)
     return None
 
 
@@ -209,7 +210,7 @@ def unmet_confirmation(window: Window) -> str | None:
             told.append(prose(window.final.output))
         explained = any(_EXPLAINED.search(text) for text in told)
         done = any(call.success for call in later)
-        unmet = None if done or withdrawn or explained else step.text[:200]
+        unmet = None if done or withdrawn or explained else quote_whole(step.text, 200)
     return unmet
 
 
@@ -249,5 +250,5 @@ def unconfirmed_changes(window: Window) -> list[str]:
             and last_user is not None
             and not _GO_AHEAD.search(last_user)
         ):
-            found.append(f"{step.tool} after '{last_user[:120]}'")
+            found.append(f"{step.tool} after '{quote_whole(last_user, 120)}'")
     return found

@@ -7,7 +7,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracejudge.judges.agreement import Kept, kept_of
 from tracejudge.judges.redact import masked_json
+from tracejudge.judges.rules import RuleVerdict
 from tracejudge.judges.verdicts import Verdict
 from tracejudge.models.outputs import Usage
 
@@ -44,6 +46,8 @@ class Made:
     summary: Summary | None = None
     job: bytes | None = None
     timeline: bytes | None = None  # judges/timeline.py, JSON: kept where the evaluation is
+    # what a final verdict keeps for its request's outcomes to meet (None: not final)
+    kept: Kept | None = None
 
 
 def encode(model: Any) -> bytes:
@@ -52,10 +56,14 @@ def encode(model: Any) -> bytes:
 
 
 def made_of(
-    verdict: Verdict, timeline: list[dict[str, Any]] | None = None, not_kept: str = "off"
+    verdict: Verdict,
+    timeline: list[dict[str, Any]] | None = None,
+    not_kept: str = "off",
+    rules: RuleVerdict | None = None,
 ) -> Made:
     """`not_kept`: why there is no timeline when `timeline` is None (the evaluation's
-    `timeline` field says it, for `tracejudge show` and the explorer)."""
+    `timeline` field says it, for `tracejudge show` and the explorer). `rules`: the rules' own
+    verdict of a request the LLM judge read (its job's), kept beside the judge's."""
     kept = "kept" if timeline is not None else not_kept
     evaluation = verdict.evaluation.model_copy(update={"timeline": kept})
     summary = Summary(
@@ -79,4 +87,5 @@ def made_of(
         [encode(alert) for alert in verdict.alerts],
         summary,
         timeline=None if timeline is None else json.dumps(timeline, ensure_ascii=False).encode(),
+        kept=kept_of(evaluation, rules) if evaluation.final else None,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tracejudge.judges.clipping import quote_whole
 from tracejudge.judges.sentences import sentence_at, sentences
 
 # action family -> (English past participles, Chinese verbs, tool-name stems that perform it)
@@ -164,12 +165,12 @@ def claimed_actions(text: str) -> list[Claim]:
             if _NOTHING_AFTER.match(after):
                 continue
             family = _PAST[match.group("verb").lower()]
-            found.setdefault(family, Claim(family, stripped[:200]))
+            found.setdefault(family, Claim(family, quote_whole(stripped, 200)))
         for match in _CLAIM_ZH.finditer(stripped):
             if _NEGATED_ZH.search(stripped[max(0, match.start() - 20) : match.start()]):
                 continue
             family = _ZH[match.group("verb") or match.group("verb2")]
-            found.setdefault(family, Claim(family, stripped[:200]))
+            found.setdefault(family, Claim(family, quote_whole(stripped, 200)))
     return list(found.values())
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracejudge.judges.answer_checks import answer_outcome
+from tracejudge.judges.clipping import head_whole, quote_whole
 from tracejudge.judges.conversation import is_conversation, unconfirmed_changes
 from tracejudge.judges.generic import assess_answer
 from tracejudge.judges.norms import MEASURES, Norms, RunStats
@@ -135,7 +136,9 @@ class RuleJudge:
         limit = stopped_at_limit(window)
         if limit:
             findings.append(("stopped_at_limit", limit))
-            reasons.append(f"the run stopped at a limit, not by finishing ('{limit[:80]}')")
+            reasons.append(
+                f"the run stopped at a limit, not by finishing ('{quote_whole(limit, 80)}')"
+            )
             suggestions.append("find what made the run reach its limit (a loop, a dead end)")
         health = self._health(window, stats, failed, limit, reasons, suggestions, findings)
         unconfirmed = unconfirmed_changes(window)
@@ -294,7 +297,7 @@ class RuleJudge:
                 + ("a stock phrase" if kind == "generic" else "only asking for clarification")
             )
             suggestions.append("answer with the result of the task, not filler or a question")
-            findings.append((f"{kind}_answer", output[:120]))
+            findings.append((f"{kind}_answer", quote_whole(output, 120)))
         left = first_match(output, REMAINING_WORK_RE)
         if left:
             score -= 30
@@ -370,7 +373,7 @@ class RuleJudge:
         for rule, evidence, why, fix, cost in signals:
             if evidence:
                 findings.append((rule, evidence))
-                reasons.append(why.format(evidence=evidence[:120]))
+                reasons.append(why.format(evidence=quote_whole(evidence, 120)))
                 suggestions.append(fix)
                 score -= cost
         step_errors = sum(1 for r in window.reasoning if r.error) + sum(
@@ -474,7 +477,7 @@ def _loop(window: Window, stats: RunStats) -> str | None:
         run = run + 1 if signature == previous and call.args_summary is not None else 1
         previous = signature
         if run >= LOOP_RUN:
-            return f"{call.tool} {(call.args_summary or '')[:60]}"
+            return f"{call.tool} {head_whole(call.args_summary or '', 60)}"
     if stats.identical_streak >= LOOP_RUN:
         return f"{stats.streak_tool} ({stats.identical_streak} identical calls in a row)"
     return None

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from tracejudge.judges.clipping import quote_whole
+
 # titles, Latin and business abbreviations and months: they take a full stop and are usually
 # followed by more of the same sentence
 # fmt: off
@@ -68,6 +70,6 @@ def sentence_at(text: str, at: int, limit: int = 200) -> str:
     start = 0
     for end in boundaries(text):
         if end > at:
-            return text[start:end].strip()[:limit]
+            return quote_whole(text[start:end].strip(), limit)
         start = end
-    return text[start:].strip()[:limit]
+    return quote_whole(text[start:].strip(), limit)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from tracejudge.judges.clipping import head_whole, quote_whole
 from tracejudge.judges.text_kinds import prose
 from tracejudge.models.events import ReasoningStep, ToolCall, UserMessage
 from tracejudge.models.window import Window
@@ -84,7 +85,7 @@ def stopped_at_limit(window: Window) -> str | None:
         for text in texts:
             found = LIMIT.search(text or "")
             if found:
-                return (text or "")[:200]
+                return quote_whole(text or "", 200)
     if window.final is not None:
         found = LIMIT.search(prose(window.final.output)[:2000])
         if found:
@@ -126,8 +127,12 @@ def last_attempt_failed(window: Window) -> str | None:
         tries[action] = tries.get(action, 0) + 1
     for action, call in last.items():
         if tries[action] >= 2 and not call.success:
-            name = " ".join(part for part in action if part)
-            return f"{name}: {tries[action]} attempts, the last failed ({(call.error or '')[:80]})"
+            # named from the call's own words: the action is lower-cased for grouping, and a
+            # secret lower-cased or cut is one the masker no longer recognises
+            said = (call.args_summary or "").split()
+            name = " ".join(p for p in (call.tool, head_whole(said[0], 40) if said else "") if p)
+            error = quote_whole(call.error or "", 80)
+            return f"{name}: {tries[action]} attempts, the last failed ({error})"
     return None
 
 
@@ -151,7 +156,7 @@ def claim_contradicts_result(window: Window) -> str | None:
         for sentence in re.split(r"(?<=[.!?。])\s+|\n", prose(text)):
             found = _SUCCESS_CLAIM.search(sentence)
             if found and not _HEDGED.search(sentence[: found.start()]):
-                return f"'{sentence.strip()[:120]}' after {last.tool} failed"
+                return f"'{quote_whole(sentence.strip(), 120)}' after {last.tool} failed"
     return None
 
 

@@ -9,6 +9,7 @@ own runs (`Norms`): a coding agent's 40 commands are its normal, a support bot's
 
 from __future__ import annotations
 
+from tracejudge.judges.clipping import quote_whole
 from tracejudge.judges.norms import Norms, RunStats
 from tracejudge.models.outputs import FailedStep
 
@@ -51,8 +52,8 @@ def trouble_kinds(
     runs that end well; two together mark a run that deserves a look."""
     kinds: list[str] = []
     if unconfirmed:
-        kinds.append(f"changed state without a go-ahead ({unconfirmed[0][:80]})")
+        kinds.append(f"changed state without a go-ahead ({quote_whole(unconfirmed[0], 80)})")
     for last in ended_on[:1]:  # the failed call the run ended on (RuleJudge finds it)
-        kinds.append(f"ended on a failed call ({last.tool}: {last.reason[:60]})")
+        kinds.append(f"ended on a failed call ({last.tool}: {quote_whole(last.reason, 60)})")
     kinds += [evidence for _, evidence in relative]
     return kinds

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tracejudge.judges.calibration import Calibration, CalibrationBook
 from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.norms import RunStats
@@ -19,6 +20,7 @@ from tracejudge.judges.rules import RuleVerdict
 from tracejudge.models.ids import stable_id
 from tracejudge.models.outputs import (
     Alert,
+    CalibrationUsed,
     DimensionScores,
     Evaluation,
     FailedStep,
@@ -52,6 +54,16 @@ class Policy:
     rule_weight: float = 0.6
     # the length of an iterative loop whose events carry no max_iterations (the design's 5)
     max_iterations: int = DEFAULT_MAX_ITERATIONS
+    # per-agent thresholds learned from outcomes (issue 39), in place of warn_threshold. The
+    # policy is built once from settings and shared; the book is the one part learned while
+    # the process runs, so it is held by reference and refreshed in place (its `replace`), and
+    # left out of equality. None: calibration off.
+    calibrations: CalibrationBook | None = field(default=None, compare=False)
+
+    def threshold_for(self, agent_name: str | None) -> tuple[int, Calibration | None]:
+        """The alert threshold of an agent's verdicts now, and the calibration behind it."""
+        found = self.calibrations.get(agent_name) if self.calibrations is not None else None
+        return (self.warn_threshold, None) if found is None else (found.threshold, found)
 
 
 @dataclass(frozen=True)
@@ -224,6 +236,9 @@ def conclude(
         suggestions = list(rules.suggestions)
     if outcome.note is not None:
         reasons.append(outcome.note)
+    threshold, calibration = policy.threshold_for(facts.agent_name)
+    if calibration is not None:
+        reasons.append(calibration.words())
     overall = round(exact)
     evaluation = Evaluation(
         evaluation_id=evaluation_id,
@@ -238,8 +253,8 @@ def conclude(
         llm_score=llm_score,
         dimension_scores=dimensions,
         # the design tests the threshold on the score before rounding: 59.8 does not pass 60
-        passed=exact >= policy.warn_threshold,
-        warn_threshold=policy.warn_threshold,
+        passed=exact >= threshold,
+        warn_threshold=threshold,
         success=rules.success if verdict.success is None else verdict.success,
         incomplete=rules.incomplete if verdict.incomplete is None else verdict.incomplete,
         failed_steps=_masked_steps(verdict.failed_steps),
@@ -261,6 +276,7 @@ def conclude(
         trace_id=facts.trace_id,
         span_id=facts.span_id,
         judge=outcome.call,
+        calibration=None if calibration is None else _used(calibration),
         final=not outcome.pending,
         ts=now,
     )
@@ -271,10 +287,21 @@ def conclude(
     return _plan(evaluation, facts, policy, now, exact)
 
 
+def _used(c: Calibration) -> CalibrationUsed:
+    return CalibrationUsed(
+        id=c.id,
+        threshold=c.threshold,
+        target=c.target,
+        ok_runs=c.ok_runs,
+        failed_runs=c.failed_runs,
+    )
+
+
 def _plan(
     evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float, exact: float
 ) -> Verdict:
     evaluation_id = evaluation.evaluation_id
+    threshold = evaluation.warn_threshold  # the agent's calibrated one, when it has one
     alerts: list[Alert] = []
     if not evaluation.passed:
         # the score the threshold was tested on: "59.8 below 60", never "60 below 60"
@@ -283,8 +310,8 @@ def _plan(
             Alert.of(
                 "low_score",
                 evaluation_id,
-                "critical" if exact < policy.warn_threshold / 2 else "warning",
-                f"score {shown} below threshold {policy.warn_threshold}: {evaluation.summary}",
+                "critical" if exact < threshold / 2 else "warning",
+                f"score {shown} below threshold {threshold}: {evaluation.summary}",
                 now,
                 request_id=facts.request_id,
                 evaluation_id=evaluation_id,

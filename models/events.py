@@ -7,6 +7,7 @@ window never holds more than the contract allows: no full chain-of-thought is ev
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -26,6 +27,8 @@ SUMMARY_LIMIT = 2_000
 LONG_TEXT_LIMIT = 8_000
 MAX_PLANNED_STEPS = 100
 CLIP_MARK = " …[clipped]"
+# an outcome's source: a short lowercase token, so it can be a label and a Redis hash field
+OUTCOME_SOURCE = r"^[a-z][a-z0-9_-]{0,31}$"
 _CUT_MARK = " …[clipped {}]… "  # where the middle went, and how many characters of it
 
 
@@ -38,6 +41,21 @@ def clip(text: str, limit: int) -> str:
     `judges.clipping.clip_whole`, which moves the cuts off secrets."""
     cuts = clip_cuts(text, limit)
     return text if cuts is None else clip_between(text, *cuts)
+
+
+# How an event's text over its limit is clipped as the event is parsed, before anything is
+# masked: a secret across this cut would leave, in every output, a fragment the masker cannot
+# recognise. Importing `tracejudge.judges` (the worker, replay) installs a clip that moves the
+# cut off secrets (judges/clipping.py); the models cannot import it (they import nothing of
+# ours: pyproject's import contracts), and the light client, which parses events with these
+# models but masks nothing, must not load the detectors: it keeps the plain cut.
+_arrival_clip: Callable[[str, int], str] = clip
+
+
+def set_arrival_clip(clip_: Callable[[str, int], str]) -> None:
+    """Clip arriving texts with `clip_` (same contract as `clip`: at most `limit` characters)."""
+    global _arrival_clip
+    _arrival_clip = clip_
 
 
 def clip_cuts(text: str, limit: int) -> tuple[int, int] | None:
@@ -90,7 +108,7 @@ class _Event(BaseModel):
         for name, limit in self.TEXT_LIMITS.items():
             value = getattr(self, name)
             if isinstance(value, str) and len(value) > limit:
-                object.__setattr__(self, name, clip(value, limit))
+                object.__setattr__(self, name, _arrival_clip(value, limit))
                 clipped.append(name)
         object.__setattr__(self, "clipped", clipped)
         return self
@@ -226,11 +244,57 @@ class FinalResponse(_Event):
     usage: ModelUsage | None = None
 
 
+class Outcome(_Event):
+    """Ground truth about a request, sent any time after its verdict (minutes to days later):
+    a test that passed in CI, a refund that went through, a thumbs-down, a reviewer's call.
+
+    Not a step of the request: it never opens, reopens or closes a window. The worker hands it
+    to the agreement store, which joins it to the request's verdict; a second outcome of the
+    same request and `source` replaces the first. `note` is a person's free text: clipped here,
+    never stored by the worker and, like every text, masked wherever it is output.
+    """
+
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {"note": SUMMARY_LIMIT}
+    type: Literal["outcome"]
+    ok: bool | None = Field(default=None, description="Whether the run did what it was for.")
+    score: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="0-1, higher is better; counted ok at 0.5 or more when `ok` is absent.",
+    )
+    source: str = Field(
+        default="user",
+        pattern=OUTCOME_SOURCE,
+        description="Where the truth comes from: a short lowercase token (human, test, reward, "
+        "user, ...). One outcome per request and source counts; a later one replaces it.",
+    )
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _says_something(self) -> Outcome:
+        # an outcome with neither would be counted as nothing, or worse as a default: refused
+        if self.ok is None and self.score is None:
+            raise ValueError("an outcome needs `ok` (true/false) or `score` (0-1), or both")
+        return self
+
+    @property
+    def counted_ok(self) -> bool:
+        """The outcome as agreement counts it: `ok` when given, else `score` >= 0.5."""
+        if self.ok is not None:
+            return self.ok
+        assert self.score is not None  # the validator saw to it
+        return self.score >= 0.5
+
+
 Event = Annotated[
-    TaskStarted | UserMessage | ReasoningStep | ToolCall | Iteration | FinalResponse,
+    TaskStarted | UserMessage | ReasoningStep | ToolCall | Iteration | FinalResponse | Outcome,
     Field(discriminator="type"),
 ]
 STEP_TYPES = frozenset({"user_message", "reasoning_step", "tool_call", "iteration"})
+# not part of any window: routed by the worker to the agreement store
+OUTSIDE_WINDOWS = frozenset({"outcome"})
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 

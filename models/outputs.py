@@ -133,6 +133,16 @@ class JudgeCall(_Output):
     )
 
 
+class CalibrationUsed(_Output):
+    """The calibration that set an evaluation's warn_threshold (judges/calibration.py)."""
+
+    id: str = Field(description="Deterministic: from the agent, threshold, target and counts.")
+    threshold: int = Field(ge=0, le=100)
+    target: float = Field(gt=0, lt=1, description="The share of ok runs it aims to alert.")
+    ok_runs: int = Field(ge=0, description="Ok outcomes it was learned from.")
+    failed_runs: int = Field(ge=0, description="Failed outcomes it was learned from.")
+
+
 class Evaluation(_Output):
     type: Literal["evaluation"] = "evaluation"
     evaluation_id: str = Field(
@@ -199,6 +209,11 @@ class Evaluation(_Output):
         default=None,
         description="The LLM judge's model, prompt, attempts, latency, tokens and cost; None "
         "when the judge did not handle the request (judge_status disabled or skipped).",
+    )
+    calibration: CalibrationUsed | None = Field(
+        default=None,
+        description="The agent's calibrated alert threshold that made this verdict (learned "
+        "from its outcomes); None: the configured warn_threshold applied.",
     )
     ts: float
 

@@ -10,6 +10,7 @@ from tracejudge.models.events import (
     Event,
     FinalResponse,
     Iteration,
+    Outcome,
     ReasoningStep,
     TaskStarted,
     ToolCall,
@@ -80,7 +81,7 @@ def assemble_window(
             task = task or event
         elif isinstance(event, FinalResponse):
             final = final or event
-        else:
+        elif not isinstance(event, Outcome):  # never part of a window: the worker routes it
             steps.append((event.step_index, arrival, event))
     steps.sort(key=lambda item: (item[0], item[1]))
     return Window(

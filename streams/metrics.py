@@ -59,6 +59,8 @@ class Readings:
     judge_oldest_job_age: Callable[[], float] = lambda: 0.0
     # (topic, partition) -> records not yet committed by the group
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
+    # the tracejudge_agreement_* families of the last refresh (`agreement.live.LiveAgreement`)
+    agreement: Callable[[], list[Metric]] = lambda: []
 
 
 class _Readings(Collector):
@@ -104,6 +106,7 @@ class _Readings(Collector):
         for (topic, partition), behind in sorted(r.lag.items()):
             lag.add_metric([topic, str(partition)], behind)
         yield lag
+        yield from r.agreement()
 
 
 def _gauge(name: str, doc: str, value: float) -> Metric:
@@ -247,6 +250,7 @@ class Metrics:
         self.judge_cache_hits = Counter(
             "tracejudge_judge_cache_hits", "Judge verdicts served from the cache.", registry=r
         )
+        self._outcome_series(r)
         self._judge_spend_series(r)
         self.agents = AgentMetrics(r)
         # the process's own series (CPU, memory, open files, GC) and which build runs
@@ -257,6 +261,18 @@ class Metrics:
             {"version": PACKAGE_VERSION}
         )
         r.register(_Readings(self.readings))
+
+    def _outcome_series(self, r: CollectorRegistry) -> None:
+        """Outcome events (issue 39): the figures they make are `agreement.live`'s."""
+        self.outcomes = Counter(
+            "tracejudge_outcomes",
+            "Outcome events by result: joined (to the request's verdict), same (as the one "
+            "counted), replaced (another of the same source), early (before the verdict: "
+            "joined when it comes), unmatched (a request this worker does not know), failed "
+            "(the agreement store was unavailable: dead-lettered), invalid (dead-lettered).",
+            ["result"],
+            registry=r,
+        )
 
     def _judge_spend_series(self, r: CollectorRegistry) -> None:
         """What the LLM judge costs: its calls, tokens, spend and the requests a budget kept

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from tracejudge.judges.made import Made, encode
 from tracejudge.models.names import REDIS_EVALUATION_KEY, REDIS_TIMELINE_KEY
+from tracejudge.streams.agreement.store import AgreementStore
 from tracejudge.streams.commit import later
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.otel.evaluations import EvaluationExporter
@@ -102,6 +103,8 @@ class VerdictPublisher:
     log: VerdictLog = field(default_factory=VerdictLog)
     # each evaluation also as an OpenTelemetry event (TRACEJUDGE_OTEL_EVALUATIONS_ENDPOINT)
     exporter: EvaluationExporter | None = None
+    # where a final verdict is kept for its outcomes (None: no Redis, no live agreement)
+    agreement: AgreementStore | None = None
 
     async def publish(self, made: Made, terminal_at: float | None = None) -> None:
         """Send a verdict's encoded records; the acks and the Redis write are left for
@@ -143,6 +146,10 @@ class VerdictPublisher:
             if terminal_at is not None:
                 m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
             return
+        if self.agreement is not None and made.kept is not None:
+            # before the input record is acknowledged: a crash publishes it again, and keeps
+            # it again (a pair counts once however often); never raises (`RedisAgreementStore`)
+            await self.agreement.keep(made.request_id, made.kept)
         if self.exporter is not None:
             self.exporter.offer(json.loads(made.evaluation))
         self.metrics.counts["evaluations"] += 1

@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defaults of the judges' own settings are theirs: written there once, read here.
 from tracejudge.judges.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
+from tracejudge.judges.calibration import CalibrationBook, CalibrationRule
 from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
 from tracejudge.judges.llm.client import LLMConfig
 from tracejudge.judges.llm.prompt import input_token_budget
@@ -276,6 +277,14 @@ class RedisSettings(BaseModel):
         description="Redis URL for verdict look-ups; empty disables Redis.",
     )
     evaluation_ttl_s: int = Field(86400, ge=1, description="TTL of evaluations kept in Redis.")
+    agreement_retention_s: int = Field(
+        7 * 86400,
+        ge=3600,
+        description="How long Redis keeps what a final verdict leaves for its outcome (about "
+        "150 bytes a request), the outcomes, and the agreement tally they make: an outcome "
+        "arriving later than this after its verdict is counted unmatched, and the live "
+        "agreement figures cover this period.",
+    )
     timelines: Literal["all", "flagged", "off"] = Field(
         "flagged",
         description="Which requests keep their steps (clipped to 300 characters and masked) in "
@@ -299,7 +308,49 @@ class RuleSettings(BaseModel):
         "digest (tool, arguments, head and tail of the error) whatever this says.",
     )
     warn_threshold: int = Field(
-        Policy.warn_threshold, ge=0, le=100, description="Scores below it raise an alert."
+        Policy.warn_threshold,
+        ge=0,
+        le=100,
+        description="Scores below it raise an alert (an agent with a calibration uses its own: "
+        "TRACEJUDGE_CALIBRATION_ENABLED).",
+    )
+    calibration_enabled: bool = Field(
+        True,
+        description="Per agent, replace TRACEJUDGE_WARN_THRESHOLD by the threshold its own "
+        "outcomes say alerts at most TRACEJUDGE_CALIBRATION_TARGET of its ok runs, once it has "
+        "the minimum of ok and failed outcomes (learned from the agreement tally in Redis, "
+        "refreshed every TRACEJUDGE_CALIBRATION_REFRESH_S; verdicts made after use it, and "
+        "each names its calibration). On by default: nothing changes until outcomes are sent, "
+        "and a fixed threshold alerts anywhere from none to most of an agent's good runs "
+        "depending on how its scores fall. Off: the fixed threshold for every agent.",
+    )
+    calibration_target: float = Field(
+        CalibrationRule.target,
+        gt=0,
+        le=0.5,
+        description="The share of an agent's ok runs a calibrated threshold may alert. 5 % by "
+        "default: alerts people keep reading (one in twenty good runs), while the threshold "
+        "stays high enough to flag most runs that score like failures.",
+    )
+    calibration_min_ok_runs: int = Field(
+        CalibrationRule.min_ok_runs,
+        ge=1,
+        description="Ok outcomes an agent needs before its threshold is calibrated. Below about "
+        "30 the threshold rests on the lowest one or two ok runs and moves many points with "
+        "each new outcome (and under 1/target - 1 no threshold can keep the target at all).",
+    )
+    calibration_min_failed_runs: int = Field(
+        CalibrationRule.min_failed_runs,
+        ge=1,
+        description="Failed outcomes an agent needs before its threshold is calibrated: both "
+        "kinds present, so the outcomes come from something that reports failures, not only "
+        "successes.",
+    )
+    calibration_refresh_s: float = Field(
+        60.0,
+        ge=1,
+        description="How often the worker and `tracejudge judge` learn the calibrations again "
+        "from the agreement tally (one Redis read of the tally each time).",
     )
     reflection_enabled: bool = Field(
         Policy.reflection_enabled, description="Emit reflection requests."
@@ -641,13 +692,23 @@ class Settings(
             values = {**values, "llm_judge_enabled": configured}
         return values
 
-    def verdict_policy(self) -> Policy:
+    def verdict_policy(self, calibrations: CalibrationBook | None = None) -> Policy:
+        """`calibrations`: the book a calibration refresher fills (one per process, shared
+        by every policy it builds); None, or the calibration off: the fixed threshold."""
         return Policy(
             warn_threshold=self.warn_threshold,
             reflection_enabled=self.reflection_enabled,
             max_reflection_rounds=self.max_reflection_rounds,
             rule_weight=self.rule_weight,
             max_iterations=self.max_iterations,
+            calibrations=calibrations if self.calibration_enabled else None,
+        )
+
+    def calibration_rule(self) -> CalibrationRule:
+        return CalibrationRule(
+            self.calibration_target,
+            self.calibration_min_ok_runs,
+            self.calibration_min_failed_runs,
         )
 
     def early_stop_policy(self) -> EarlyStopPolicy:

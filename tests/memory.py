@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from aiokafka.errors import MessageSizeTooLargeError
 
+from tracejudge.streams.agreement.store import AgreementStore
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.replay.engine import MemoryLookup
 from tracejudge.streams.settings import Settings
@@ -115,13 +116,22 @@ class MemoryWorker:
         await self.ctx.errors.run(self.record("responses", value), self.ctx.responses)
 
 
-def memory_worker(**settings: Any) -> MemoryWorker:
+def memory_worker(agreement: AgreementStore | None = None, **settings: Any) -> MemoryWorker:
+    """`agreement`: where final verdicts are kept and outcomes joined (None: outcomes are only
+    counted, as in a worker without Redis)."""
     channels = Channels(*(MemoryChannel() for _ in range(8)))
     tables = Tables({}, {}, {})
     lookup, clock = MemoryLookup(), Clock()
     config = Settings(redis_url="", **settings)
     ctx = WorkerContext.build(
-        config, channels, tables, None, lookup=lookup, clock=clock, exit=fake_exit
+        config,
+        channels,
+        tables,
+        None,
+        lookup=lookup,
+        clock=clock,
+        exit=fake_exit,
+        agreement=agreement,
     )
     # every partition consumed live from the start, as after a worker caught up
     ctx.partitions.observe({p: 0 for p in range(config.partitions)}, {})

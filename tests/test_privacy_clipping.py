@@ -8,6 +8,7 @@ log (its first line, its `BUILD FAILURE` line) does."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -15,12 +16,14 @@ from typing import Any
 
 import pytest
 
+from tests.memory import memory_worker
 from tests.test_judge_input import block
 from tests.test_rules import window_of
 from tests.test_windows import store
-from tracejudge.judges.clipping import MARGIN, clip_whole, head_whole
+from tracejudge.judges.clipping import _ENDS, MARGIN, SHORT, clip_whole, head_whole
 from tracejudge.judges.llm.prompt import BRIEF_CHARS, DIGEST_CHARS, build_input
 from tracejudge.judges.records import DIGEST_ERROR_CHARS
+from tracejudge.judges.redact import mask, spans
 from tracejudge.judges.timeline import TEXT_LIMIT, timeline_of
 from tracejudge.models.events import SUMMARY_LIMIT, clip, clip_cuts, parse_event
 
@@ -108,8 +111,8 @@ def failing_run(error: str, fails: int = 7, steps: int = 7) -> list[dict[str, An
     return events
 
 
-def cases(limit: int) -> list[Any]:
-    head, tail = clip_cuts("x" * LENGTH, limit) or (0, 0)
+def cases(limit: int, length: int = LENGTH) -> list[Any]:
+    head, tail = clip_cuts("x" * length, limit) or (0, 0)
     return [
         pytest.param(context, raw, cut, side, id=f"{kind}-{side}")
         for kind, (context, raw) in KINDS.items()
@@ -179,3 +182,86 @@ def test_a_cut_moved_off_a_secret_keeps_the_limit_and_counts_what_went() -> None
     assert head_whole(log, head) == kept_head
     plain = "x=1 " * MARGIN  # one line, no secret
     assert clip_whole(plain, 400) == clip(plain, 400)
+
+
+def test_only_short_secrets_and_a_urls_password_hold_what_ends_a_window() -> None:
+    # judges/clipping.py reads around a cut only as far as the run that no long secret crosses:
+    # a kind added to the detectors that breaks the rule must widen the window, not leak
+    for line in CORPUS.read_text(encoding="utf-8").splitlines():
+        text = json.loads(line)["text"]
+        for start, end, kind in spans(text):
+            value = text[start:end]
+            if kind != "private_key" and any(c in value for c in _ENDS):
+                assert len(value) <= SHORT or (
+                    kind == "url_password" and "://" in text[max(0, start - 600) : start]
+                ), (kind, value)
+
+
+def minified(raw: str, at: int, length: int) -> str:
+    """One JSON line of `length` characters with no space, `raw` a value crossing offset `at`."""
+    filler = json.dumps([{"id": i, "ok": True} for i in range(2000)], separators=(",", ":"))
+    opening = '{"token":"'
+    # of raw, before the cut: half, or what the room on either side allows
+    before = min(max(len(raw) // 2, len(raw) - (length - at - 2)), at - len(opening))
+    start = at - before - len(opening)
+    text = filler[:start] + opening + raw + '"}' + filler
+    text = text[:length]
+    assert " " not in text and text.index(raw) < at < text.index(raw) + len(raw)
+    return text
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        KINDS["jwt"][1],
+        KINDS["github_token"][1],
+        "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwiYXVkIjoiYXBpIn0"
+        + ".s1Gn"
+        + "_x9Kq" * 300,
+        "https://deploy:" + "p4ss,w0rd;{x}" * 19 + "@example.com/repo",
+    ],
+    ids=["jwt", "github", "jwt-1.5k", "url-password-with-json-punctuation"],
+)
+@pytest.mark.parametrize("limit", [BRIEF_CHARS, DIGEST_CHARS, SUMMARY_LIMIT])
+def test_a_secret_in_minified_json_across_a_cut_is_kept_whole_or_dropped(
+    raw: str, limit: int
+) -> None:
+    # no space to end a window: the punctuation of JSON does, but not inside a URL's password
+    length = 3 * limit + 2 * MARGIN
+    head, tail = clip_cuts("x" * length, limit) or (0, 0)
+    secret = raw.split("://deploy:")[-1].split("@")[0]
+    for at in (head, tail):
+        text = minified(raw, at, length)
+        for clipped in (clip_whole(text, limit), head_whole(text, at)):
+            assert leaks(mask(clipped), secret) == []
+
+
+ARRIVAL = 3 * SUMMARY_LIMIT // 2  # a tool call's error over its contract limit
+
+
+@pytest.mark.parametrize(("context", "raw", "cut", "side"), cases(SUMMARY_LIMIT, ARRIVAL))
+async def test_a_secret_across_the_cut_of_an_arriving_event_reaches_no_output(
+    context: str, raw: str, cut: int, side: str
+) -> None:
+    # the worker clips an event's text over its limit as it parses it, before anything is
+    # masked: the cut installed by judges/clipping.py moves off the secret
+    log = across(context, raw, cut, side, ARRIVAL)
+    w = memory_worker(
+        llm_judge_enabled=True,
+        llm_base_url="http://127.0.0.1:9/v1",
+        worker_judges=False,  # the job is published, not judged here
+        llm_judge_flagged=True,
+        llm_sample_rate=1.0,
+        timelines="all",
+    )
+    for event in failing_run(log, fails=2, steps=3):
+        await w.event(event)
+    await asyncio.sleep(0)  # publishing is scheduled: let it run
+    (evaluation,) = w.channel("evaluations").values()
+    (job,) = w.channel("judge_requests").values()
+    sent = [m.value.decode() for c in vars(w.channels).values() for m in c.sent if m.value]
+    assert "…[clipped" in job["content"] and job["timeline"]
+    for found in (evaluation, job["content"], job["timeline"], sent):
+        assert leaks(found, raw) == []
+    # what is around the secret is kept: the log's first line and its last
+    assert FIRST.strip() in job["content"] and LAST.strip() in job["content"]

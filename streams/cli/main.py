@@ -1,5 +1,5 @@
 """`tracejudge` command line: worker, judge, demo, status, show, ui, tail, publish, replay,
-schema."""
+agreement, schema."""
 
 from __future__ import annotations
 
@@ -83,6 +83,8 @@ def command_settings() -> dict[str, list[str]]:
         "tail": _group(KafkaSettings),
         "status": _group(KafkaSettings) + _names("status_workers", "web_port"),
         "replay": _group(RuleSettings) + _group(JudgeSettings) + _group(KafkaSettings),
+        # Redis only as the judge's cache, as in a replay
+        "agreement": _group(RuleSettings) + _group(JudgeSettings) + _names("redis_url"),
         "publish": _group(KafkaSettings) + _names("max_event_bytes"),
         "schema": [],
     }
@@ -224,6 +226,22 @@ def _offline(command: Command) -> None:
     replay.add_argument(
         "--since", default="1h", metavar="DURATION", help="with --from-topic: 30m, 2h, 1d (1h)"
     )
+    agreement = command(
+        "agreement",
+        "how right the verdicts are for labelled runs, per agent and verdict source: events "
+        "re-evaluated offline under the settings, joined to their labels as outcomes are live",
+    )
+    agreement.add_argument(
+        "events", metavar="EVENTS", help="recorded events, JSONL (outcome events in it count)"
+    )
+    agreement.add_argument(
+        "--labels",
+        required=True,
+        metavar="FILE",
+        help="JSON {request_id: label} or JSONL rows {request_id, ok|reward|success|score, "
+        "source?}; a label: true/false, a 0-1 reward, or such an object",
+    )
+    agreement.add_argument("--json", action="store_true", help="print one JSON document")
     schema = command("schema", "print or write the JSON Schemas of the contract")
     schema.add_argument("--out", type=Path, default=None, help="write one file per schema here")
 
@@ -293,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
             from tracejudge.streams.cli.replay import run_replay
 
             return run_replay(settings, args)
+        if args.command == "agreement":
+            from tracejudge.streams.cli.agreement import run_agreement
+
+            return run_agreement(settings, args)
         if args.command == "status":
             return _status(settings, args.worker, args.json)
         if args.command == "schema":

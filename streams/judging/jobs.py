@@ -67,7 +67,7 @@ class JudgeJobHandler:
         # the time to a first verdict was measured when the pending one went out
         terminal_at = None if job.pending_published else job.terminal_at
         await self.publisher.publish(
-            made_of(verdict, job.timeline, job.timeline_not_kept), terminal_at
+            made_of(verdict, job.timeline, job.timeline_not_kept, job.rules), terminal_at
         )
 
     async def aclose(self) -> None:

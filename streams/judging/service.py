@@ -20,7 +20,10 @@ from typing import Any
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
 
+from tracejudge.judges.calibration import CalibrationBook
 from tracejudge.models import names
+from tracejudge.streams.agreement.calibrations import refresher_of
+from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.errors import DeadLetters, ErrorPolicy
 from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.judging.jobs import JudgeJobHandler
@@ -102,8 +105,13 @@ async def _serve(settings: Settings) -> None:
         RedisSink(redis, settings.evaluation_ttl_s),
         metrics,
         exporter=evaluation_exporter(settings, metrics),
+        # the verdicts judged here meet their outcomes in the worker's store
+        agreement=agreement_store(settings, redis),
     )
-    stage = JudgeStage(settings, redis, settings.verdict_policy(), judging_version(settings))
+    # its verdicts use the agents' calibrated thresholds too, refreshed as the worker's are
+    book = CalibrationBook()
+    stage = JudgeStage(settings, redis, settings.verdict_policy(book), judging_version(settings))
+    refresher = refresher_of(settings, book, publisher.agreement)
     handler = JudgeJobHandler(stage, publisher, metrics)
     metrics.readings.breaker_open = lambda: handler.breaker_open
     metrics.readings.rate_limit_waits = lambda: handler.rate_limit_waits
@@ -124,6 +132,7 @@ async def _serve(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     running = asyncio.create_task(runner.run())
+    calibrating = asyncio.create_task(refresher.run()) if refresher is not None else None
     log.info("judging %s as group %s", runner.topic, runner.group_id)
     try:
         while not (stop.is_set() or running.done()):
@@ -134,6 +143,10 @@ async def _serve(settings: Settings) -> None:
         running.cancel()  # unfinished jobs are not committed: they come again
         with contextlib.suppress(asyncio.CancelledError):
             await running
+        if calibrating is not None:
+            calibrating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await calibrating
         await pages.cleanup()
         await kafka.stop()  # sends what is buffered
         await stage.aclose()

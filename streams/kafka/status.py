@@ -14,9 +14,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from tracejudge.judges.agreement import Tally
 from tracejudge.models import names
+from tracejudge.streams.agreement.live import agreement_store
+from tracejudge.streams.agreement.report import agreement_json, agreement_lines
+from tracejudge.streams.agreement.store import AgreementUnavailable
 from tracejudge.streams.kafka.admin import partition_counts
 from tracejudge.streams.kafka.security import client_options
+from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
 
 WINDOW_S = 60.0  # "the last minute"
@@ -48,6 +53,10 @@ class Status:
     settings: dict[str, Any]
     topics: list[TopicStatus]
     workers: list[WorkerStatus]
+    # agent -> agreement figures from the shared tally in Redis (`agreement/report.py`); None:
+    # no Redis (no live agreement) or Redis unreachable (`agreement_error` says which)
+    agreement: dict[str, Any] | None = None
+    agreement_error: str | None = None
 
     @property
     def judge_waiting(self) -> int | None:
@@ -73,7 +82,29 @@ class Status:
 async def collect_status(settings: Settings, workers: list[str], timeout_s: float = 10.0) -> Status:
     topics = await asyncio.wait_for(_topics(settings), timeout_s)
     checked = await asyncio.gather(*(asyncio.to_thread(worker_health, url) for url in workers))
-    return Status(settings.masked(), topics, list(checked))
+    tally, error = await _agreement(settings, timeout_s)
+    return Status(
+        settings.masked(),
+        topics,
+        list(checked),
+        None if tally is None else agreement_json(tally),
+        error,
+    )
+
+
+async def _agreement(settings: Settings, timeout_s: float) -> tuple[Tally | None, str | None]:
+    """The tally every worker and judge process counts into, read once."""
+    redis = redis_client(settings.redis_url, timeout_s=min(timeout_s, 3.0))
+    if redis is None:
+        return None, "off: no Redis (TRACEJUDGE_REDIS_URL is empty)"
+    store = agreement_store(settings, redis)
+    assert store is not None
+    try:
+        return await store.tally(), None
+    except AgreementUnavailable as exc:
+        return None, f"Redis unreachable: {exc}"
+    finally:
+        await redis.aclose()
 
 
 def settings_topic(masked: dict[str, Any], name: str) -> str:
@@ -216,4 +247,11 @@ def render_status(status: Status) -> str:
             f"{k}={c[k]}" for k in ("events_added", "evaluations", "dead_lettered") if k in c
         )
         lines.append(f"  {w.url}  {w.status} ({w.code})" + (f"  {seen}" if seen else ""))
+    lines += ["", "agreement with outcomes (per agent, within the retention)"]
+    if status.agreement_error is not None:
+        lines.append(f"  {status.agreement_error}")
+    elif not status.agreement:
+        lines.append("  no outcomes joined to verdicts yet")
+    else:
+        lines += agreement_lines(status.agreement)
     return "\n".join(lines)

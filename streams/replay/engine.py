@@ -15,7 +15,9 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
+from tracejudge.judges.agreement import Tally
 from tracejudge.models import names
+from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
@@ -81,6 +83,12 @@ class ReplayResult:
     alerts: list[dict[str, Any]]
     early_stops: list[dict[str, Any]]
     dead_letters: int
+    # request_id -> the judge job sent for it (the last one): its `rules` are what the rules
+    # said where the judge's verdict replaced theirs (`kept_of`'s `rules`)
+    judge_jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the outcome events in the file joined to the verdicts, as the live worker joins them
+    # (a memory store: same semantics); None when the file holds no outcome
+    agreement: Tally | None = None
 
 
 async def replay(
@@ -94,8 +102,15 @@ async def replay(
     # a replay judges what it queues itself, whatever the cluster's workers do
     settings = settings.model_copy(update={"worker_judges": True})
     redis = redis_client(settings.redis_url) if settings.llm_judge_enabled else None
+    agreement = MemoryAgreementStore()  # never the live tally in Redis
     ctx = WorkerContext.build(
-        settings, channels, Tables({}, {}, {}), redis, lookup=MemoryLookup(), exit=_stop
+        settings,
+        channels,
+        Tables({}, {}, {}),
+        redis,
+        lookup=MemoryLookup(),
+        exit=_stop,
+        agreement=agreement,
     )
     ctx.partitions.observe({p: 0 for p in range(settings.partitions)}, {})  # all live
     topic = settings.topic(names.EVENTS)
@@ -117,7 +132,10 @@ async def replay(
             await ctx.judge_jobs.aclose()
         if redis is not None:
             await redis.aclose()
-    return _result(settings, count, channels, ctx)
+    result = _result(settings, count, channels, ctx)
+    if agreement.outcomes:
+        result.agreement = await agreement.tally()
+    return result
 
 
 @dataclass
@@ -165,6 +183,7 @@ def _result(
         alerts=sent(channels.alerts),
         early_stops=sent(channels.control),
         dead_letters=ctx.counters["dead_lettered"],
+        judge_jobs={j["facts"]["request_id"]: j for j in sent(channels.judge_requests)},
     )
 
 

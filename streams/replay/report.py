@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracejudge.judges.agreement import auc, label_ok
+from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.metrics import quadrant
 from tracejudge.streams.replay.engine import ReplayResult
 
@@ -40,7 +41,19 @@ def summary(result: ReplayResult) -> list[str]:
         f"passed    {passed}/{len(evs)}   reflections {len(result.reflections)}   "
         f"early stops {len(result.early_stops)}",
         "alerts    " + ("  ".join(f"{k} {n}" for k, n in sorted(alerts.items())) or "none"),
+        *outcome_lines(result),
     ]
+
+
+def outcome_lines(result: ReplayResult) -> list[str]:
+    """The agreement of the file's outcome events with the replayed verdicts, per agent (the
+    figures the live worker serves)."""
+    if result.agreement is None:
+        return []
+    by_agent = agreement_json(result.agreement)
+    if not by_agent:
+        return ["outcomes  none joined to a replayed verdict"]
+    return ["outcomes  agreement per agent (the file's outcome events)", *agreement_lines(by_agent)]
 
 
 def agreement(result: ReplayResult, labels: Mapping[str, Any]) -> list[str]:

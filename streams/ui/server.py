@@ -24,9 +24,11 @@ from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.show import judge_call, look_up, no_timeline
+from tracejudge.streams.ui.agreement import AgreementReader, agreement_of, auc_text, share_text
 from tracejudge.streams.ui.feed import feed
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
+from tracejudge.streams.ui.reliability import describe
 from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore, agent_label
 from tracejudge.streams.ui.trends import Figures, bins, changes, figures
 
@@ -48,6 +50,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 STORE = web.AppKey("store", VerdictStore)
 SETTINGS = web.AppKey("settings", Settings)
+AGREEMENT = web.AppKey("agreement", AgreementReader)
+# the page on sending outcomes; the explorer serves it from the source tree when it has one
+OUTCOMES_DOCS = Path(__file__).resolve().parents[2] / "docs" / "outcomes.md"
 
 
 def _loopback(host: str) -> bool:
@@ -116,6 +121,9 @@ def _environment() -> jinja2.Environment:
     env.filters["mask"] = mask  # the list's summaries, as the request page's texts
     env.filters["score_ci"] = _score_ci
     env.filters["rate_ci"] = _rate_ci
+    env.filters["auc"] = auc_text
+    env.filters["share"] = share_text
+    env.filters["bin"] = describe
     env.globals["agent_label"] = agent_label
     env.globals["judge_call"] = judge_call  # the figures `tracejudge show` prints
     env.globals["version"] = PACKAGE_VERSION
@@ -234,9 +242,14 @@ async def agent_page(request: web.Request) -> web.Response:
     if not verdicts:
         raise web.HTTPNotFound(text=f"no verdicts of agent {name}")
     found = changes(verdicts)
+    reader = request.app[AGREEMENT]
+    reading = await reader.current()
     return _page(
         "agent.html",
         name=name,
+        reading=reading,
+        agreement=agreement_of(reading.tally, name) if reading.tally is not None else None,
+        refresh_s=reader.every_s,
         overall=figures(verdicts),
         changes=found,
         plot=plot(bins(verdicts), found),
@@ -245,12 +258,22 @@ async def agent_page(request: web.Request) -> web.Response:
     )
 
 
+async def outcomes_docs(request: web.Request) -> web.Response:
+    if not OUTCOMES_DOCS.is_file():  # an installed package carries no docs folder
+        raise web.HTTPNotFound(text="docs/outcomes.md is in the tracejudge source repository")
+    return web.Response(text=OUTCOMES_DOCS.read_text(encoding="utf-8"), content_type="text/plain")
+
+
 async def health(request: web.Request) -> web.Response:
     store = request.app[STORE]
     return web.json_response({"status": "ok", "verdicts": len(store), "read": store.read})
 
 
-def make_app(settings: Settings, store: VerdictStore) -> web.Application:
+def make_app(
+    settings: Settings, store: VerdictStore, agreement: AgreementReader | None = None
+) -> web.Application:
+    """`agreement`: the reader of the agreement tally (by default the one in the Redis of
+    TRACEJUDGE_REDIS_URL, none without it)."""
     middlewares = [_headers]
     token = settings.ui_token.get_secret_value()
     if token:
@@ -258,12 +281,19 @@ def make_app(settings: Settings, store: VerdictStore) -> web.Application:
     app = web.Application(middlewares=middlewares)
     app[STORE] = store
     app[SETTINGS] = settings
+    app[AGREEMENT] = agreement if agreement is not None else AgreementReader.of_settings(settings)
+
+    async def close_agreement(app: web.Application) -> None:
+        await app[AGREEMENT].close()
+
+    app.on_cleanup.append(close_agreement)
     app.add_routes(
         [
             web.get("/", verdicts_page),
             web.get("/requests/{request_id:.+}", request_page),
             web.get("/agents", agents_page),
             web.get("/agents/{agent:.+}", agent_page),
+            web.get("/docs/outcomes.md", outcomes_docs),
             web.get("/health", health),
         ]
     )

@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from tracejudge.models import names
+from tracejudge.streams.agreement.calibrations import refresher_of
 from tracejudge.streams.commit import OffsetGuard
 from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.kafka import internals
@@ -146,6 +147,25 @@ def create_app(settings: Settings) -> faust.App:
     @app.timer(interval=ctx.publisher.log.interval_s)  # type: ignore[untyped-decorator]
     async def log_verdicts() -> None:
         ctx.publisher.log.flush()
+
+    refresher = refresher_of(settings, ctx.calibration_book, ctx.agreement)
+    if refresher is not None:  # per-agent alert thresholds learned from outcomes (issue 39)
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def calibrate() -> None:
+            await refresher.run()  # never raises: a failed read keeps the book as it was
+
+    if ctx.agreement is None:
+        log.warning(
+            "no Redis (TRACEJUDGE_REDIS_URL is empty): outcome events are counted, not "
+            "joined to verdicts; no live agreement"
+        )
+    live = ctx.live_agreement
+    if live is not None:  # tracejudge_agreement_* on /metrics, from the shared tally
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def agreement_figures() -> None:
+            await live.run()  # never raises: a failed read keeps the last figures
 
     judge_runner = _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard, judge_runner)

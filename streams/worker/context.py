@@ -14,8 +14,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from tracejudge.judges.calibration import CalibrationBook
 from tracejudge.judges.making import Judging, LLMRouting
 from tracejudge.judges.sampling import parse_rates
+from tracejudge.judges.verdicts import Policy
+from tracejudge.streams.agreement.live import LiveAgreement, agreement_store
+from tracejudge.streams.agreement.outcomes import AgreementOutcomes
+from tracejudge.streams.agreement.store import AgreementStore, RedisAgreementStore
 from tracejudge.streams.commit import CommitRule
 from tracejudge.streams.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.judging.jobs import JudgeJobHandler
@@ -30,6 +35,7 @@ from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.events import EventHandler
 from tracejudge.streams.worker.idle import IdleScanner, MarkerLog, Timeouts
 from tracejudge.streams.worker.liveness import PartitionLiveness
+from tracejudge.streams.worker.outcomes import CountingOutcomes, OutcomeTaker
 from tracejudge.streams.worker.responses import ResponseHandler
 from tracejudge.streams.worker.windows import WindowStore
 
@@ -73,10 +79,17 @@ class WorkerContext:
     errors: ErrorPolicy
     partitions: PartitionLiveness  # of the events topic: idle time counts only while live
     events: EventHandler
+    outcomes: OutcomeTaker  # where `events` hands outcome events (never to a window)
     responses: ResponseHandler
     idle: IdleScanner
     judge_jobs: JudgeJobHandler | None  # None: the LLM judge is off, or judges elsewhere
     commits: CommitRule  # when an input record is acknowledged (and so committed)
+    # the calibrated thresholds the verdict policy reads (the app refreshes them)
+    calibration_book: CalibrationBook = field(default_factory=CalibrationBook)
+    # where final verdicts meet their outcomes (None: no Redis), and the figures /metrics
+    # serves from it (the app runs `live_agreement.run()`)
+    agreement: AgreementStore | None = None
+    live_agreement: LiveAgreement | None = None
 
     @property
     def counters(self) -> Counter[str]:
@@ -96,12 +109,17 @@ class WorkerContext:
         clock: Callable[[], float] = time.time,
         exit: Exit = exit_for_supervisor,
         hold_s: float = 0.0,
+        outcomes: Callable[[Metrics], OutcomeTaker] | None = None,
+        agreement: AgreementStore | None = None,
     ) -> WorkerContext:
         """Wire the handlers. `lookup` and `judge_stage` default to the real ones; tests may
         pass their own (a memory lookup, a stage whose model is a fake server). `hold_s`: steps
         held in memory (`windows.py`); only where records are acknowledged when their work is
-        done."""
+        done. `outcomes`: makes, with the worker's metrics, where outcome events go (default:
+        joined in `agreement`, the agreement store: Redis's, or only counted without Redis)."""
         metrics = Metrics()
+        agreement = agreement or agreement_store(settings, redis)
+        taker = _taker(metrics, clock, outcomes, agreement)
         store = _store(settings, tables, hold_s)
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         version, llm = _versions(settings)
@@ -112,30 +130,20 @@ class WorkerContext:
             lookup,
             metrics,
             exporter=evaluation_exporter(settings, metrics),
+            agreement=agreement,
         )
+        book = CalibrationBook()  # one per process: the closer's policy and the judge's
+        policy = settings.verdict_policy(book)
         judge_jobs = None
         if llm is not None and settings.worker_judges:
-            stage = judge_stage or JudgeStage(
-                settings, redis, settings.verdict_policy(), version, clock
-            )
+            stage = judge_stage or JudgeStage(settings, redis, policy, version, clock)
             stage.clock = clock  # one clock for closing a request and aging its judge job
             judge_jobs = JudgeJobHandler(stage, publisher, metrics)
-        judging = Judging(
-            settings.tool_call_budget,
-            settings.verdict_policy(),
-            version,
-            llm,
-            # kept only where there is a Redis to keep them in (and the evaluations say so)
-            timelines=settings.timelines if lookup.enabled else "no_redis",
-        )
+        judging = _judging(settings, policy, version, llm, lookup)
         closer = WindowCloser(store, judging, publisher, channels.judge_requests, clock)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
-        timeouts = Timeouts(
-            settings.idle_timeout_s,
-            settings.closed_retention_s,
-            settings.changelog_retention_s / 2,  # written again well before retention
-        )
+        timeouts = _timeouts(settings)
         _read_into(metrics, store, lookup, judge_jobs)
         errors = ErrorPolicy(DeadLetters(channels.dlq, settings.dlq_payload, metrics), exit)
         return cls(
@@ -158,12 +166,38 @@ class WorkerContext:
                 max_event_bytes=settings.max_event_bytes,
                 judging=settings.enabled,
                 metrics=metrics,
+                outcomes=taker,
             ),
+            outcomes=taker,
             responses=_responses(settings, tables, channels, clock, metrics),
             idle=IdleScanner(store, channels.events, timeouts, markers, liveness, metrics, clock),
             judge_jobs=judge_jobs,
             commits=CommitRule(errors),
+            calibration_book=book,
+            agreement=agreement,
+            live_agreement=_live_agreement(agreement, metrics),
         )
+
+
+def _judging(
+    settings: Settings, policy: Policy, version: str, llm: LLMRouting | None, lookup: Lookup
+) -> Judging:
+    return Judging(
+        settings.tool_call_budget,
+        policy,
+        version,
+        llm,
+        # kept only where there is a Redis to keep them in (and the evaluations say so)
+        timelines=settings.timelines if lookup.enabled else "no_redis",
+    )
+
+
+def _timeouts(settings: Settings) -> Timeouts:
+    return Timeouts(
+        settings.idle_timeout_s,
+        settings.closed_retention_s,
+        settings.changelog_retention_s / 2,  # written again well before retention
+    )
 
 
 def _store(settings: Settings, tables: Tables, hold_s: float) -> WindowStore:
@@ -224,6 +258,29 @@ def _read_into(
     if judge_jobs is not None:  # as of the last judge call
         readings.breaker_open = lambda: judge_jobs.breaker_open
         readings.rate_limit_waits = lambda: judge_jobs.rate_limit_waits
+
+
+def _taker(
+    metrics: Metrics,
+    clock: Callable[[], float],
+    outcomes: Callable[[Metrics], OutcomeTaker] | None,
+    agreement: AgreementStore | None,
+) -> OutcomeTaker:
+    """Where outcome events go: the caller's taker, else joined in the agreement store (Redis,
+    shared by every process; a replay's in memory), else (no Redis) only counted."""
+    if outcomes is not None:
+        return outcomes(metrics)
+    if agreement is not None:
+        return AgreementOutcomes(agreement, metrics, clock)
+    return CountingOutcomes(metrics)
+
+
+def _live_agreement(agreement: AgreementStore | None, metrics: Metrics) -> LiveAgreement | None:
+    if not isinstance(agreement, RedisAgreementStore):
+        return None  # a replay's store: its report shows the figures
+    live = LiveAgreement(agreement)
+    metrics.readings.agreement = live.metrics
+    return live
 
 
 def _versions(settings: Settings) -> tuple[str, LLMRouting | None]:

@@ -7,7 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.models.errors import InvalidEvent
-from tracejudge.models.events import Iteration, parse_event
+from tracejudge.models.events import (
+    OUTSIDE_WINDOWS,
+    Event,
+    Iteration,
+    Outcome,
+    decode_object,
+    parse_event,
+)
 from tracejudge.models.names import MARKER_HEADER
 from tracejudge.streams.commit import later
 from tracejudge.streams.kafka.records import InRecord
@@ -16,6 +23,7 @@ from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.idle import MarkerLog, Timeouts, marker_applies
 from tracejudge.streams.worker.liveness import PartitionLiveness
+from tracejudge.streams.worker.outcomes import CountingOutcomes, OutcomeTaker
 from tracejudge.streams.worker.windows import Marker, WindowStore, is_terminal
 
 
@@ -31,6 +39,8 @@ class EventHandler:
     max_event_bytes: int | None = None
     judging: bool = True  # TRACEJUDGE_ENABLED=false: events are parsed and counted, no more
     metrics: Metrics = field(default_factory=Metrics)
+    # outcome events go here, never to a window (`WorkerContext.build` wires the metrics in)
+    outcomes: OutcomeTaker = field(default_factory=CountingOutcomes)
 
     async def __call__(self, record: InRecord) -> None:
         try:
@@ -45,10 +55,12 @@ class EventHandler:
             await self.on_marker(request_id, marker.decode(), record)  # type: ignore[arg-type]
             return
         # InvalidEvent: the error policy dead-letters the record and the agent goes on
-        event = parse_event(record.value, self.max_event_bytes)
+        event = self._parse(record)
         if record.key != event.request_id.encode("utf-8"):
             # Keyed otherwise, a request's events could reach two partitions (two workers) and
             # be judged twice, each half alone: refuse instead of splitting the request.
+            if isinstance(event, Outcome):
+                self._invalid_outcome()
             raise InvalidEvent(
                 "key_mismatch",
                 f"message key {record.key!r:.80} is not the event's request_id "
@@ -59,6 +71,11 @@ class EventHandler:
             self.metrics.event_count(event.type, "counted").inc()
             return
         rid = event.request_id
+        if isinstance(event, Outcome):
+            # after the verdict, maybe days later: it must neither reopen nor close a window
+            result = await self.outcomes.take(event, self.store.known(rid))
+            self.metrics.event_count(event.type, result).inc()
+            return
         status = self.store.add(event, record.partition, self.clock(), record.offset)
         if status == "reclose":  # the verdict may not have been acknowledged: publish it again
             await self.closer.close(rid, "final_response", record.timestamp, record.offset)
@@ -77,6 +94,21 @@ class EventHandler:
         if held is not None:
             # kept in memory only: acknowledged once written, or once its verdict is
             await later(held)
+
+    def _parse(self, record: InRecord) -> Event:
+        try:
+            return parse_event(record.value, self.max_event_bytes)
+        except InvalidEvent:
+            if _type_of(record.value, self.max_event_bytes) in OUTSIDE_WINDOWS:
+                self._invalid_outcome()
+            raise
+
+    def _invalid_outcome(self) -> None:
+        """A dead-lettered outcome, told apart from other dead letters: a label source whose
+        outcomes are refused (a score of 0-100, `ok` sent as "true") shows here."""
+        self.metrics.counts["outcomes_invalid"] += 1
+        self.metrics.outcomes.labels("invalid").inc()
+        self.metrics.event_count("outcome", "invalid").inc()
 
     async def on_marker(self, request_id: str, marker: Marker, record: InRecord) -> None:
         """A marker the idle scan sent through the stream; re-checked, since an event may have
@@ -106,3 +138,11 @@ class EventHandler:
         else:
             self.store.purge(request_id)
             self.metrics.counts["purged"] += 1
+
+
+def _type_of(value: bytes | None, max_bytes: int | None) -> object:
+    """The `type` of a record that failed validation, if it is a JSON object with one."""
+    try:
+        return decode_object(value, max_bytes).get("type")
+    except InvalidEvent:
+        return None

@@ -342,6 +342,17 @@ class WindowStore:
     def is_open(self, request_id: str) -> bool:
         return request_id in self.open
 
+    def known(self, request_id: str) -> bool:
+        """Whether this store has seen the request: its window open (in memory, or in its
+        records not read in yet), or closed and its marker not purged yet (kept for
+        TRACEJUDGE_CLOSED_RETENTION_S after the close). Reads only: nothing is created."""
+        return (
+            request_id in self.open
+            or request_id in self.closed
+            or self.meta.get(request_id) is not None
+            or self.steps.get(step_key(request_id, 0)) is not None
+        )
+
     def stored(self, request_id: str) -> tuple[WindowMeta, list[Any]]:
         """A window's counters and its step records as stored (None where one is missing)."""
         window = self.open.get(request_id)

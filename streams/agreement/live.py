@@ -1,0 +1,141 @@
+"""Live agreement figures for /metrics: the tally (merged over every process) read at most every
+`interval_s`, never per scrape, by a task off the event loop's hot path; a scrape reads the
+families made at the last refresh.
+
+Labels are bounded: `agent` is one of the TOP_AGENTS agents with most outcomes, or "other";
+`view` is rules, judge, blend or final. Every worker serves the same figures (they come from
+one tally): aggregate them with max(), never sum().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from tracejudge.judges.agreement import Figures, Tally
+from tracejudge.streams.agreement.store import RedisAgreementStore, keys_of
+from tracejudge.streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TOP_AGENTS = 20
+OTHER = "other"
+VIEWS = ("rules", "judge", "blend", "final")
+REFRESH_S = 30.0
+
+
+def agreement_store(settings: Settings, redis: aioredis.Redis | None) -> RedisAgreementStore | None:
+    """The process's store: None without Redis (no live agreement; said at start)."""
+    if redis is None:
+        return None
+    return RedisAgreementStore(
+        redis, settings.agreement_retention_s, prefix=keys_of(settings.topic_prefix)
+    )
+
+
+def bounded(tally: Tally, top: int = TOP_AGENTS) -> Tally:
+    """The tally with the agents past the `top` with most outcomes counted as "other"."""
+    runs: Counter[str] = Counter()
+    for cell, n in tally.counts.items():
+        if cell.view == "rules":  # every pair has one rules cell: one a run and source
+            runs[cell.agent] += n
+    kept = {agent for agent, _ in runs.most_common(top)}
+    out = Tally()
+    for cell, n in tally.counts.items():
+        out.counts[cell if cell.agent in kept else cell._replace(agent=OTHER)] += n
+    return out
+
+
+def by_agent(tally: Tally) -> dict[tuple[str, str], Figures]:
+    """(agent, view) -> figures, for every agent and view with runs."""
+    found: dict[tuple[str, str], Figures] = {}
+    for agent in tally.agents():
+        for view in VIEWS:
+            figures = tally.figures(view, agent=agent)
+            if figures.runs:
+                found[(agent, view)] = figures
+    return found
+
+
+SERIES: tuple[tuple[str, str, Callable[[Figures], float | None]], ...] = (
+    ("runs", "Runs with an outcome.", lambda f: f.runs),
+    ("ok_runs", "Runs whose outcome was ok.", lambda f: f.ok_runs),
+    ("failed_runs", "Runs whose outcome was failed.", lambda f: f.failed_runs),
+    ("auc", "AUC of the score against the outcome (0.5: chance).", lambda f: f.auc),
+    ("auc_low", "Low end of the AUC's 95 % interval.", lambda f: _end(f.auc_interval, 0)),
+    ("auc_high", "High end of the AUC's 95 % interval.", lambda f: _end(f.auc_interval, 1)),
+    ("ok_alerted", "Share of ok runs with a low_score alert.", lambda f: f.ok_alerted.value),
+    (
+        "failed_flagged",
+        "Share of failed runs flagged (not passed, not success, or incomplete).",
+        lambda f: f.failed_flagged.value,
+    ),
+    (
+        "alert_precision",
+        "Share of alerted runs whose outcome was failed.",
+        lambda f: f.alert_precision.value,
+    ),
+)
+
+
+def _end(interval: tuple[float, float] | None, i: int) -> float | None:
+    return None if interval is None else interval[i]
+
+
+def families(figures: dict[tuple[str, str], Figures]) -> list[Metric]:
+    made: list[Metric] = []
+    for name, doc, value_of in SERIES:
+        family = GaugeMetricFamily(
+            f"tracejudge_agreement_{name}",
+            f"{doc} Per agent and verdict source (view), over the agreement retention; the "
+            "same on every worker: aggregate with max().",
+            labels=["agent", "view"],
+        )
+        for (agent, view), f in sorted(figures.items()):
+            value = value_of(f)
+            if value is not None:  # no AUC without both kinds of outcome: no sample
+                family.add_metric([agent, view], value)
+        made.append(family)
+    return made
+
+
+@dataclass
+class LiveAgreement:
+    store: RedisAgreementStore
+    interval_s: float = REFRESH_S
+    clock: Callable[[], float] = time.monotonic
+    figures: dict[tuple[str, str], Figures] = field(default_factory=dict)
+    tally: Tally | None = None  # as of the last refresh that read it
+    failures: int = 0
+    _families: list[Metric] = field(default_factory=list)
+    _read_at: float | None = None
+
+    async def refresh(self) -> bool:
+        try:
+            tally = await self.store.tally()
+        except Exception as exc:  # the figures of the last read stay
+            self.failures += 1
+            log.warning("agreement figures not refreshed (%d failures): %r", self.failures, exc)
+            return False
+        self.tally = tally
+        self.figures = by_agent(bounded(tally))
+        self._families = families(self.figures)
+        self._read_at = self.clock()
+        return True
+
+    async def run(self) -> None:
+        """Refresh now, then every `interval_s`, until cancelled."""
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.interval_s)
+
+    def metrics(self) -> list[Metric]:
+        """What a scrape shows: the families of the last refresh (nothing before the first)."""
+        return self._families

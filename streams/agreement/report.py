@@ -1,0 +1,62 @@
+"""Agreement figures in words, per agent: what `tracejudge status` and `tracejudge replay`'s
+report print (and their --json forms)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracejudge.judges.agreement import Tally
+
+SOURCES = ("rules", "judge", "blend")
+
+
+def _share(s: dict[str, Any]) -> str:
+    if s["value"] is None:
+        return "-"
+    return f"{100 * s['value']:.0f}% ({s['hits']}/{s['count']})"
+
+
+def _auc(f: dict[str, Any]) -> str:
+    if f["auc"] is None:
+        return "AUC - (needs ok and failed runs)"
+    low, high = f["auc_interval"]
+    return f"AUC {f['auc']:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def agreement_lines(by_agent: dict[str, Any]) -> list[str]:
+    """From `agreement_json`: a line per agent (its final verdicts against the outcomes),
+    and, where the LLM judge read some of its runs, rules vs judge vs blend on those runs."""
+    lines = []
+    for agent, entry in by_agent.items():
+        f = entry["final"]
+        lines.append(
+            f"  {agent}: {f['runs']} runs with outcomes ({f['ok_runs']} ok, "
+            f"{f['failed_runs']} failed)  {_auc(f)}  ok alerted {_share(f['ok_alerted'])}  "
+            f"failed flagged {_share(f['failed_flagged'])}"
+        )
+        judged = entry.get("judged")
+        if judged:
+            sides = ", ".join(
+                f"{v} AUC {'-' if g['auc'] is None else format(g['auc'], '.3f')} "
+                f"(failed flagged {_share(g['failed_flagged'])})"
+                for v, g in judged.items()
+            )
+            lines.append(f"    judged runs ({judged['blend']['runs']}): {sides}")
+    return lines
+
+
+def agreement_json(tally: Tally) -> dict[str, Any]:
+    """agent -> {"final": figures, "judged": {rules, judge, blend: figures}} (judged: only
+    where the judge read some of its runs)."""
+    found: dict[str, Any] = {}
+    for agent in tally.agents():
+        final = tally.figures("final", agent=agent)
+        if not final.runs:
+            continue
+        entry: dict[str, Any] = {"final": final.as_dict()}
+        if tally.figures("blend", agent=agent, judged=True).runs:
+            entry["judged"] = {
+                v: tally.figures(v, agent=agent, judged=True).as_dict() for v in SOURCES
+            }
+        found[agent] = entry
+    return found

@@ -1,0 +1,320 @@
+"""Where a final verdict and the outcomes of its request meet, and the tally their pairs make.
+
+Redis (`RedisAgreementStore`), because it is shared by every worker and `tracejudge judge`
+process (a verdict kept by the judge process, its outcome handled by the worker owning the
+partition), survives a worker's kill -9 and a move of its partitions, expires by TTL (the
+retention, TRACEJUDGE_AGREEMENT_RETENTION_S), and runs a pair's update as one atomic script.
+
+Keys (prefix `tracejudge:agreement:`):
+- `kept:{rid}`: the final verdict's `Kept.encode()`;
+- `out:{rid}`: hash outcome source -> "{ok}|{at}" (1 or 0, then the outcome's time);
+- `pair:{rid}:{source}`: JSON `[day, [cell keys]]`, what that pair counts and in which bucket;
+- `tally:{utc day}`: hash cell key -> count, the pairs whose outcome came that day; a bucket
+  lives the retention plus a day.
+
+`keep` writes the kept verdict then reads the request's outcomes; `outcome` writes the outcome
+then reads the kept verdict. Redis runs commands one at a time, so whichever of the two comes
+second sees the other and joins them; both may (a race, or a record delivered again), and the
+pair script makes a join done twice count once: a pair equal to the stored one changes
+nothing, another one takes the stored one's cells back before counting its own.
+
+`MemoryAgreementStore` has the same semantics in a process (replay, the tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal, Protocol
+
+import redis.asyncio as aioredis
+
+from tracejudge.judges.agreement import Cell, Kept, Tally, Truth, cells
+
+log = logging.getLogger(__name__)
+
+PREFIX = "tracejudge:agreement:"
+DAY_S = 86400
+Result = Literal["joined", "same", "replaced", "early"]
+
+
+class AgreementStore(Protocol):
+    async def keep(self, request_id: str, kept: Kept) -> None:
+        """At a final verdict's publish: kept for its outcomes, joined to those already in."""
+        ...
+
+    async def outcome(self, request_id: str, truth: Truth, at: float) -> Result:
+        """An outcome of a request: "joined" to its verdict, the "same" as the one already
+        counted, "replaced" another of the same source, or "early" (no verdict yet: kept, and
+        joined when the verdict comes)."""
+        ...
+
+    async def tally(self, since: float | None = None) -> Tally:
+        """Every pair counted since `since` (None: within the retention)."""
+        ...
+
+
+class AgreementUnavailable(Exception):
+    """The store could not be read or written (Redis down, a timeout)."""
+
+
+def day_of(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d")
+
+
+def out_value(truth: Truth, at: float) -> str:
+    """An outcome as stored: its verdict first, so that the same one told again compares
+    equal on its first character whatever its time."""
+    return f"{int(truth.ok)}|{at:.1f}"
+
+
+def pair_of(kept: Kept, source: str, value: str) -> tuple[str, list[str], str]:
+    """What a stored outcome and a kept verdict count: the day bucket, the cell keys, and the
+    pair as stored (`pair:` key)."""
+    ok, _, at = value.partition("|")
+    day = day_of(float(at))
+    keys = [c.key() for c in cells(kept, Truth(ok == "1", source))]
+    return day, keys, json.dumps([day, keys], separators=(",", ":"), ensure_ascii=False)
+
+
+# A pair's update, atomic. KEYS[1] pair key; ARGV: the new pair as stored, the pair's TTL, a
+# bucket's TTL, the bucket key prefix, the new day, then the new cell keys.
+# Returns 0: the same pair (nothing changes), 1: a new pair, 2: it replaced another.
+PAIR_SCRIPT = """
+local old = redis.call('GET', KEYS[1])
+if old == ARGV[1] then return 0 end
+if old then
+  local o = cjson.decode(old)
+  local bucket = ARGV[4] .. o[1]
+  if redis.call('EXISTS', bucket) == 1 then
+    for _, c in ipairs(o[2]) do
+      if redis.call('HINCRBY', bucket, c, -1) <= 0 then redis.call('HDEL', bucket, c) end
+    end
+  end
+end
+local bucket = ARGV[4] .. ARGV[5]
+for i = 6, #ARGV do redis.call('HINCRBY', bucket, ARGV[i], 1) end
+redis.call('EXPIRE', bucket, ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+if old then return 2 end
+return 1
+"""
+
+# An outcome in, atomic. KEYS[1] out hash, KEYS[2] kept key; ARGV: source, value, TTL.
+# The same verdict told again keeps the first one's time (and so its day bucket).
+# Returns {the previous value, the value stored, the kept verdict}.
+OUTCOME_SCRIPT = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+local stored = ARGV[2]
+if old and string.sub(old, 1, 1) == string.sub(ARGV[2], 1, 1) then
+  stored = old
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return {old or false, stored, redis.call('GET', KEYS[2]) or false}
+"""
+
+PAIR_RESULTS: tuple[Result, Result, Result] = ("same", "joined", "replaced")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+@dataclass
+class RedisAgreementStore:
+    """The live store. `keep` never raises (its failures are counted in `errors` and logged
+    at most once a minute, as `outputs.RedisSink` does): a verdict is published whatever
+    Redis does. `outcome` and `tally` raise `AgreementUnavailable`, for their callers to
+    count."""
+
+    client: aioredis.Redis
+    retention_s: int
+    clock: Callable[[], float] = time.time
+    # `tracejudge:agreement:`, plus the deployment's topic prefix where it is not the
+    # default (`keys_of`): two deployments sharing a Redis keep apart tallies
+    prefix: str = PREFIX
+    errors: int = 0
+    MAX_BATCH: ClassVar[int] = 500
+    _last_log: float = field(default=0.0, init=False)
+    _queue: list[tuple[str, Kept, asyncio.Future[None]]] = field(default_factory=list, init=False)
+    _writer: asyncio.Task[None] | None = field(default=None, init=False)
+    # outcomes in flight at once: the client's pool (100 connections by default) is shared
+    # with the evaluations' writes and the judge's cache, and must never run dry
+    _calls: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16), init=False)
+
+    def __post_init__(self) -> None:
+        self._pair = self.client.register_script(PAIR_SCRIPT)
+        self._outcome = self.client.register_script(OUTCOME_SCRIPT)
+
+    @property
+    def bucket_ttl_s(self) -> int:
+        return self.retention_s + DAY_S
+
+    async def keep(self, request_id: str, kept: Kept) -> None:
+        # verdicts kept while a write is on its way go together in one pipeline
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((request_id, kept, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write())
+        await done
+
+    async def _write(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
+            try:
+                await self._keep_batch(batch)
+            except Exception as exc:  # RedisError, OSError, or anything: waiters must wake
+                self._failed(exc, len(batch))
+            for *_, done in batch:
+                if not done.done():
+                    done.set_result(None)
+
+    async def _keep_batch(self, batch: list[tuple[str, Kept, asyncio.Future[None]]]) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for rid, kept, _ in batch:
+                pipe.set(self.prefix + f"kept:{rid}", kept.encode(), ex=self.retention_s)
+                pipe.hgetall(self.prefix + f"out:{rid}")
+            replies = await pipe.execute()
+        joins = [
+            (rid, kept, _text(source), _text(value))
+            for (rid, kept, _), outcomes in zip(batch, replies[1::2], strict=True)
+            for source, value in outcomes.items()
+        ]
+        if not joins:  # the usual case: no outcome before its verdict
+            return
+        async with self.client.pipeline(transaction=False) as pipe:
+            for rid, kept, source, value in joins:
+                await self._pair_into(pipe, rid, source, *pair_of(kept, source, value))
+            await pipe.execute()
+
+    async def _pair_into(
+        self,
+        client: aioredis.Redis | aioredis.client.Pipeline,
+        rid: str,
+        source: str,
+        day: str,
+        keys: list[str],
+        stored: str,
+    ) -> Any:
+        return await self._pair(
+            keys=[self.prefix + f"pair:{rid}:{source}"],
+            args=[stored, self.retention_s, self.bucket_ttl_s, self.prefix + "tally:", day, *keys],
+            client=client,
+        )
+
+    async def outcome(self, request_id: str, truth: Truth, at: float) -> Result:
+        async with self._calls:
+            return await self._outcome_now(request_id, truth, at)
+
+    async def _outcome_now(self, request_id: str, truth: Truth, at: float) -> Result:
+        try:
+            old, stored, kept = await self._outcome(
+                keys=[self.prefix + f"out:{request_id}", self.prefix + f"kept:{request_id}"],
+                args=[truth.source, out_value(truth, at), self.retention_s],
+            )
+            if kept is None:
+                return "early" if old is None else "same" if old == stored else "replaced"
+            # joined even when the outcome was stored before: a crash may have come between
+            # storing it and counting its pair (the script counts a pair once)
+            pair = pair_of(Kept.decode(kept), truth.source, _text(stored))
+            done = await self._pair_into(self.client, request_id, truth.source, *pair)
+        except Exception as exc:
+            self._failed(exc, 1)
+            raise AgreementUnavailable(repr(exc)) from exc
+        return PAIR_RESULTS[int(done)]  # type: ignore[call-overload]
+
+    async def tally(self, since: float | None = None) -> Tally:
+        now = self.clock()
+        start = now - self.retention_s if since is None else max(since, now - self.bucket_ttl_s)
+        days = _days(start, now + DAY_S)  # a day ahead: an outcome's clock may run ahead
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for day in days:
+                    pipe.hgetall(self.prefix + f"tally:{day}")
+                buckets = await pipe.execute()
+        except Exception as exc:
+            self._failed(exc, 1)
+            raise AgreementUnavailable(repr(exc)) from exc
+        tally = Tally()
+        for bucket in buckets:
+            tally.merge(Tally.of_json({_text(k): int(n) for k, n in bucket.items() if int(n) > 0}))
+        return tally
+
+    def _failed(self, exc: BaseException, writes: int) -> None:
+        self.errors += writes
+        now = time.monotonic()
+        if now - self._last_log > 60:
+            self._last_log = now
+            log.warning("agreement store failed (%d so far): %r", self.errors, exc)
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+
+
+def keys_of(topic_prefix: str) -> str:
+    """The key prefix of a deployment (its topics' prefix)."""
+    return PREFIX if topic_prefix == "tracejudge." else f"{PREFIX}{topic_prefix}"
+
+
+def _days(start: float, end: float) -> list[str]:
+    """The UTC days from `start` to `end`, both included (a bounded count: the retention's)."""
+    first = int(start // DAY_S)
+    return [day_of(d * DAY_S) for d in range(first, int(end // DAY_S) + 1)]
+
+
+@dataclass
+class MemoryAgreementStore:
+    """The same semantics in a process: for `tracejudge replay` and the tests. No expiry."""
+
+    kept: dict[str, Kept] = field(default_factory=dict)
+    outcomes: dict[str, dict[str, str]] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], tuple[str, list[str], str]] = field(default_factory=dict)
+    buckets: dict[str, Tally] = field(default_factory=dict)
+    errors: int = 0
+
+    async def keep(self, request_id: str, kept: Kept) -> None:
+        self.kept[request_id] = kept
+        for source, value in self.outcomes.get(request_id, {}).items():
+            self._pair(request_id, source, pair_of(kept, source, value))
+
+    async def outcome(self, request_id: str, truth: Truth, at: float) -> Result:
+        stored_by = self.outcomes.setdefault(request_id, {})
+        old = stored_by.get(truth.source)
+        value = out_value(truth, at)
+        if old is not None and old[:1] == value[:1]:
+            value = old
+        stored_by[truth.source] = value
+        kept = self.kept.get(request_id)
+        if kept is None:
+            return "early" if old is None else "same" if old == value else "replaced"
+        return self._pair(request_id, truth.source, pair_of(kept, truth.source, value))
+
+    def _pair(self, rid: str, source: str, pair: tuple[str, list[str], str]) -> Result:
+        old = self.pairs.get((rid, source))
+        if old is not None and old[2] == pair[2]:
+            return "same"
+        if old is not None:
+            self.buckets[old[0]].add(_cells_of(old[1]), -1)
+        self.buckets.setdefault(pair[0], Tally()).add(_cells_of(pair[1]))
+        self.pairs[(rid, source)] = pair
+        return "joined" if old is None else "replaced"
+
+    async def tally(self, since: float | None = None) -> Tally:
+        first = None if since is None else day_of(since)
+        tally = Tally()
+        for day, bucket in self.buckets.items():
+            if first is None or day >= first:
+                tally.merge(bucket)
+        return tally
+
+
+def _cells_of(keys: Iterable[str]) -> list[Cell]:
+    return [Cell.of_key(k) for k in keys]

@@ -1,0 +1,162 @@
+"""How an agent's verdicts agree with its outcomes, for the explorer's agent page.
+
+The figures come from the agreement store's `tally()` (every worker's and judge process's pairs,
+in Redis), read by the explorer at most every REFRESH_S seconds and never waited for longer than
+WAIT_S on a page: a slow or absent Redis makes the page show the last figures read (or say they
+are being read), never hang."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from redis.exceptions import RedisError
+
+from tracejudge.judges.agreement import Figures, Share, Tally
+from tracejudge.streams.agreement.live import agreement_store
+from tracejudge.streams.agreement.store import AgreementUnavailable
+from tracejudge.streams.outputs import redis_client
+from tracejudge.streams.settings import Settings
+from tracejudge.streams.ui.reliability import reliability_plot
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 30.0  # the tally sums day buckets of every agent: not on every page view
+WAIT_S = 1.0  # the longest a page waits for a read under way
+READ_TIMEOUT_S = 10.0  # a read taking longer is given up (and tried again at the next refresh)
+
+State = Literal["off", "reading", "up", "down"]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The last tally read (None before the first), and how the store stood then."""
+
+    tally: Tally | None
+    state: State  # off: no store; reading: the first read under way; down: the last read failed
+    at: float = 0.0  # when `tally` was read (time.time())
+
+
+class AgreementReader:
+    """The tally as last read, refreshed in the background at most every `every_s`."""
+
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[Tally]] | None,
+        every_s: float = REFRESH_S,
+        wait_s: float = WAIT_S,
+        timeout_s: float = READ_TIMEOUT_S,
+        close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._read, self._close = read, close
+        self.every_s, self.wait_s, self.timeout_s = every_s, wait_s, timeout_s
+        self._reading = Reading(None, "off" if read is None else "reading")
+        self._last = -float("inf")  # time.monotonic() of the last read's start
+        self._task: asyncio.Task[None] | None = None
+
+    async def current(self) -> Reading:
+        if self._read is None:
+            return self._reading
+        if self._task is None and time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            self._task = asyncio.create_task(self._refresh(self._read))
+        if self._task is not None:
+            # shielded: a page that stops waiting leaves the read to finish for the next one
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), self.wait_s)
+        return self._reading
+
+    async def _refresh(self, read: Callable[[], Awaitable[Tally]]) -> None:
+        try:
+            tally = await asyncio.wait_for(read(), self.timeout_s)
+            self._reading = Reading(tally, "up", time.time())
+        except (AgreementUnavailable, OSError, RedisError, TimeoutError, ValueError) as exc:
+            log.warning("explorer: reading the agreement tally failed: %s", exc)
+            self._reading = replace(self._reading, state="down")
+        finally:
+            self._task = None
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._close is not None:
+            await self._close()
+
+    @classmethod
+    def of_settings(cls, settings: Settings) -> AgreementReader:
+        """The reader of the workers' store, in the Redis of TRACEJUDGE_REDIS_URL (none: off)."""
+        # a few seconds, not the worker's one: a tally is one pipeline of a hash per day
+        client = redis_client(settings.redis_url, timeout_s=READ_TIMEOUT_S / 2)
+        store = agreement_store(settings, client)  # the workers' keys: same topic prefix
+        if client is None or store is None:
+            return cls(None)
+        return cls(store.tally, close=client.aclose)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One verdict source's figures on a set of the agent's runs."""
+
+    label: str
+    view: str
+    figures: Figures
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """What the agent page shows: the final verdicts' figures on every run with an outcome,
+    then rules, judge and blend side by side on the runs the judge answered (when any), the
+    outcome sources and the final verdicts' reliability plot."""
+
+    columns: list[Column]
+    sources: list[tuple[str, int]]  # outcome source, runs with an outcome from it
+    plot: str
+
+    @property
+    def final(self) -> Figures:
+        return self.columns[0].figures
+
+
+def agreement_of(tally: Tally, agent: str) -> Agreement | None:
+    """The agent's agreement, or None when none of its runs has an outcome yet."""
+    final = tally.figures("final", agent=agent)
+    if not final.runs:
+        return None
+    columns = [Column("final verdicts, all runs", "final", final)]
+    judged = tally.figures("final", agent=agent, judged=True)
+    if judged.runs:  # the same runs for each, so the comparison is fair
+        for view, label in (("rules", "rules"), ("judge", "LLM judge"), ("blend", "blend")):
+            figures = tally.figures(view, agent=agent, judged=True)
+            columns.append(Column(f"{label}, judged runs", view, figures))
+    by_source: Counter[str] = Counter()
+    for cell, n in tally.counts.items():
+        if cell.agent == agent and cell.view == "rules" and n > 0:
+            by_source[cell.source] += n
+    return Agreement(columns, by_source.most_common(), reliability_plot(final))
+
+
+def auc_text(f: Figures) -> str:
+    """The AUC with its interval and what it was computed on."""
+    if f.auc is None or f.auc_interval is None:
+        return f"— (needs ok and failed runs: {f.ok_runs} ok, {f.failed_runs} failed)"
+    low, high = f.auc_interval
+    return f"{f.auc:.2f} [{low:.2f}–{high:.2f}] ({f.ok_runs} ok × {f.failed_runs} failed)"
+
+
+def share_text(s: Share) -> str:
+    """A share with its count and its 95 % interval: "6% (3 of 50) [2–16%]"."""
+    interval = s.interval
+    if s.value is None or interval is None:
+        return "— (none to count)"
+    return (
+        f"{100 * s.value:.0f}% ({s.hits} of {s.count}) "
+        f"[{100 * interval[0]:.0f}–{100 * interval[1]:.0f}%]"
+    )
