@@ -16,6 +16,7 @@ from functools import cache
 import opencc
 
 from tracejudge.judges.clipping import quote_whole
+from tracejudge.judges.redact import spans
 from tracejudge.prompts import read_prompt
 
 CJK = re.compile(r"[\u3400-\u9fff]")
@@ -209,6 +210,65 @@ def _quote(sentence: str) -> str:
     return quote_whole(sentence.strip(), QUOTE_CHARS)
 
 
+def _folding(text: str) -> tuple[str, list[int]] | None:
+    """`normalise(text)` and, for each of its characters, the index in `text` of the one it
+    came from; None when folding changed the number of characters (an OpenCC phrase of another
+    length, "İ" lower-cased to two), where no such map exists."""
+    folded = fold_chinese(text)
+    lowered = folded.lower()
+    if not len(text) == len(folded) == len(lowered):
+        return None
+    words: list[str] = []
+    where: list[int] = []
+    # normalise's "punctuation to one space, then split" is a join of the runs of \w
+    for run in re.finditer(r"\w+", lowered):
+        if words:
+            where.append(run.start() - 1)  # the joining space: the gap before the run
+        words.append(run.group())
+        where.extend(range(run.start(), run.end()))
+    return " ".join(words), where
+
+
+def _quote_found(sentence: str, norm: str, start: int, end: int) -> str:
+    """`norm[start:end]`, a pattern's match (or the folded remainder) to quote, as it is
+    written in `sentence`: what a pattern took of the answer's words may hold a secret, which
+    the masker recognises as written, not lower-cased and split at its punctuation. `norm` is
+    `normalise(sentence)` or its end (a list marker dropped: "1. Read it" -> "read it");
+    otherwise, and where folding has no map, the sentence's head is quoted instead."""
+    while start < end and norm[start] == " ":
+        start += 1
+    while end > start and norm[end - 1] == " ":
+        end -= 1
+    folding = _folding(sentence)
+    if start == end or folding is None or not folding[0].endswith(norm):
+        return _quote(sentence)
+    full, where = folding
+    base = len(full) - len(norm)
+    first, last = where[base + start], where[base + end - 1] + 1
+    # a match starts where a folded word does, which may be inside a secret ("sk-proj-…" is
+    # "sk proj …"): quoted from the secret's start instead, whole or not at all
+    first = next((s for s, e, _ in spans(sentence) if s < first < e), first)
+    # cut at the match's end, moved off any secret it would split
+    return quote_whole(sentence[first:], min(last - first, QUOTE_CHARS)).rstrip()
+
+
+def _search(pattern: re.Pattern[str], rest: str, joined: str) -> tuple[int, int] | None:
+    """Where `pattern` matches `rest`, or else `joined` (`rest` with the spaces between Chinese
+    characters taken out), as a span of `rest`."""
+    found = pattern.search(rest)
+    if found is not None:
+        return found.span()
+    found = pattern.search(joined)
+    if found is None:
+        return None
+    gaps = {m.start() for m in _CJK_GAP.finditer(rest)}
+    kept = [i for i in range(len(rest)) if i not in gaps]  # kept[j]: rest's index of joined[j]
+    start, end = found.span()
+    if start == end:
+        return start, start
+    return kept[start], kept[end - 1] + 1
+
+
 def continues(sentence: str) -> bool:
     """ "Let me analyze..." with the work following (seed 004's own example)."""
     return _CONTINUES.match(sentence) is not None
@@ -223,7 +283,7 @@ def clarification_in(sentence: str, norm: str) -> str | None:
     for pattern in fam.clarification_patterns:
         found = pattern.search(norm)
         if found and not _CONCRETE.search(sentence):
-            return found.group(0)
+            return _quote_found(sentence, norm, *found.span())  # "把…发给我" takes its words
     # a question to the user (a translated or quoted question in another language is not; one
     # that names code, "Are you looking for `df.rename(...)`?", carries the answer)
     if _answers_in_code(sentence):
@@ -337,16 +397,14 @@ def reports_outcome(norm: str) -> bool:
     return False
 
 
-def announcement_in(norm: str) -> str | None:
+def announcement_in(norm: str) -> bool:
+    """The folded sentence announces work. Whether, not what: it has no sentence to quote
+    from, and a folded quote carries a secret past the masker (see `_quote_found`)."""
     if reports_outcome(norm):
-        return None
+        return False
     rest = strip_acknowledgements(norm)
     joined = _CJK_GAP.sub("", rest)
-    for pattern in families().announcements:
-        found = pattern.search(rest) or pattern.search(joined)
-        if found:
-            return found.group(0).strip() or rest[:60]
-    return None
+    return any(p.search(rest) or p.search(joined) for p in families().announcements)
 
 
 def asks_for_code(prompt: str) -> bool:
@@ -384,26 +442,27 @@ def _filler_in(sentence: str, norm: str, about_itself: bool = False) -> str | No
         return hit
     rest = strip_acknowledgements(norm)
     if not rest:
-        return norm
+        return norm  # acknowledgements only: the family's own words, nothing of the answer's
     if _CONTINUES.match(sentence):
         return None
-    joined_early = _CJK_GAP.sub("", rest)
+    # what a pattern found in `rest` (the end of `norm`) is quoted from the sentence as written
+    at = len(norm) - len(rest)
+    joined = _CJK_GAP.sub("", rest)  # "抱歉 我无法帮助您" -> "抱歉我无法帮助您"
     for pattern in () if reports_outcome(norm) else fam.announcements:
-        found = pattern.search(rest) or pattern.search(joined_early)
-        if found:
-            return found.group(0).strip() or rest[:60]
+        span = _search(pattern, rest, joined)
+        if span:
+            return _quote_found(sentence, norm, at + span[0], at + span[1])
     if _CONCRETE.search(sentence):
         return None  # "It's a known issue in pandas 2.0: use .loc" says something
-    joined = _CJK_GAP.sub("", rest)  # "抱歉 我无法帮助您" -> "抱歉我无法帮助您"
     patterns = fam.filler_patterns if about_itself else (*fam.filler_patterns, *fam.capability)
     for pattern in patterns:
-        found = pattern.search(rest) or pattern.search(joined)
-        if found:
-            return found.group(0).strip() or rest[:60]
+        span = _search(pattern, rest, joined)
+        if span:
+            return _quote_found(sentence, norm, at + span[0], at + span[1])
     latin = re.findall(r"[a-z0-9]+", rest)
     if any(w not in fam.meta_words for w in latin):
         return None
     # Chinese: what is left once the words of assistant-speak are gone
     if len(CJK.findall(fam.meta_hanzi.sub("", rest))) <= 1:
-        return rest[:60]
+        return _quote_found(sentence, norm, at, len(norm))
     return None
