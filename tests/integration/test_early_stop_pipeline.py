@@ -68,27 +68,9 @@ async def test_early_stop_decisions_in_kafka_and_redis(pipeline_worker: WorkerPr
     )
     # the same iteration events again: no second decision
     await produce_events(bootstrap, topic, done_events[1:])
-    found = await decisions(pipeline_worker, {done, never, observed})
-    [stop] = found[done]
-    assert (stop["iteration"], stop["action"], stop["reason"]) == (2, "stop", "conclusion")
-    assert "cache was cold" in stop["evidence"]
-    assert found[never] == []
-    [finalize] = found[observed]  # at most one stop/finalize: the later conclusion adds none
-    assert (finalize["iteration"], finalize["action"], finalize["reason"]) == (
-        2,
-        "finalize",
-        "observation_success",
-    )
-
-    client = EarlyStopClient(pipeline_worker.settings.redis_url)
-    checked = client.check(done)
-    assert checked is not None and checked.model_dump() == stop
-    assert client.check(never) is None
-    async_client = AsyncEarlyStopClient(pipeline_worker.settings.redis_url)
-    assert (await async_client.check(observed)) is not None
-    await async_client.aclose()
-
-    # the loop ran one more round after the stop, then answered
+    # the loop runs one more round after the stop, then answers: sent as soon as the stop is
+    # out, before the checks below, so that the window (idle timeout 2 s) is still open
+    await grouped(pipeline_worker, "control", {done}, wait_for_all=True, timeout_s=20, settle_s=0)
     await produce_events(
         bootstrap,
         topic,
@@ -109,6 +91,27 @@ async def test_early_stop_decisions_in_kafka_and_redis(pipeline_worker: WorkerPr
             },
         ],
     )
+    found = await decisions(pipeline_worker, {done, never, observed})
+    [stop] = found[done]
+    assert (stop["iteration"], stop["action"], stop["reason"]) == (2, "stop", "conclusion")
+    assert "cache was cold" in stop["evidence"]
+    assert found[never] == []
+    [finalize] = found[observed]  # at most one stop/finalize: the later conclusion adds none
+    assert (finalize["iteration"], finalize["action"], finalize["reason"]) == (
+        2,
+        "finalize",
+        "observation_success",
+    )
+
+    client = EarlyStopClient(pipeline_worker.settings.redis_url)
+    checked = client.check(done)
+    assert checked is not None and checked.model_dump() == stop
+    assert client.check(never) is None
+    async_client = AsyncEarlyStopClient(pipeline_worker.settings.redis_url)
+    assert (await async_client.check(observed)) is not None
+    await async_client.aclose()
+
+    # (the loop's one more round after the stop, and its answer, went in above)
     deadline = time.monotonic() + 30
     evaluation = None
     while evaluation is None and time.monotonic() < deadline:
