@@ -229,10 +229,21 @@ def _offline(command: Command) -> None:
     agreement = command(
         "agreement",
         "how right the verdicts are for labelled runs, per agent and verdict source: events "
-        "re-evaluated offline under the settings, joined to their labels as outcomes are live",
+        "re-evaluated offline under the settings (EVENTS), or the verdicts the worker published "
+        "(--evaluations), joined to their labels as outcomes are live",
     )
     agreement.add_argument(
-        "events", metavar="EVENTS", help="recorded events, JSONL (outcome events in it count)"
+        "events",
+        nargs="?",
+        metavar="EVENTS",
+        help="recorded events, JSONL (outcome events in it count), re-evaluated here",
+    )
+    agreement.add_argument(
+        "--evaluations",
+        metavar="FILE",
+        help="instead of EVENTS: evaluations as published, JSONL (`tracejudge tail evaluations "
+        "--json --from-beginning --idle-exit 10`); the last final one of each request counts, "
+        "the figures are the live worker's and no setting plays a part",
     )
     agreement.add_argument(
         "--labels",

@@ -1,19 +1,35 @@
-"""`tracejudge agreement`: a replay's final verdicts joined to labels, and how they agree.
+"""`tracejudge agreement`: final verdicts joined to labels, and how they agree.
 
-The join is the live worker's: each final verdict's `kept_of` (with the rules' own verdict of
-its judge job, where the judge's replaced it) is kept in a `MemoryAgreementStore`, each label
-is an outcome told to it, and the figures come from its `Tally`. So the figures printed here
-are those the worker reports for the same events and outcomes, by construction.
+The verdicts are a replay's (the events re-evaluated under the settings: `join`) or those the
+worker published (its evaluations, as `tracejudge tail evaluations --json` prints them:
+`join_published`). The join is the live worker's: each final verdict's `kept_of` (with the
+rules' own verdict of its judge job, where the judge's replaced it) is kept in a
+`MemoryAgreementStore`, each label is an outcome told to it, and the figures come from its
+`Tally`. So the figures printed here are those the worker reports for the same verdicts and
+outcomes, by construction. A replay's verdicts can differ a little from the worker's where
+they depend on the order runs close (the agent's baseline); the published ones cannot.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tracejudge.judges.agreement import NO_AGENT, NO_VERSION, Figures, Share, Tally, kept_of
+from pydantic import ValidationError
+
+from tracejudge.judges.agreement import (
+    NO_AGENT,
+    NO_VERSION,
+    Figures,
+    Kept,
+    Share,
+    Tally,
+    View,
+    kept_of,
+)
 from tracejudge.judges.rule_rates import RuleRate, rule_rates
 from tracejudge.judges.rules import RuleVerdict
 from tracejudge.models.outputs import Evaluation
@@ -43,23 +59,137 @@ class Joined:
     no_verdict: list[str]  # labelled requests without a final verdict
     no_label: list[str]  # final verdicts without a label
     labels: Labels = field(default_factory=Labels)
+    published: Published | None = None  # the verdicts were read from this, not replayed
+    approximated: int = 0  # judged requests whose rules' own view is not known exactly
 
 
 async def join(result: ReplayResult, labels: Labels) -> Joined:
-    """Keep every final verdict, then tell the store every label in order."""
-    store = MemoryAgreementStore()
-    finals: dict[str, tuple[str, str, tuple[str, ...]]] = {}
-    judged = 0
+    """A replay's final verdicts (each judged one with its judge job's rules) and the labels."""
+    kept: dict[str, Kept] = {}
     for rid, published in result.evaluations.items():
         evaluation = Evaluation.model_validate(published)
         if not evaluation.final:  # a pending verdict whose judge job never ran: never kept
             continue
         job = result.judge_jobs.get(rid)
-        kept = kept_of(evaluation, RuleVerdict.model_validate(job["rules"]) if job else None)
+        kept[rid] = kept_of(evaluation, RuleVerdict.model_validate(job["rules"]) if job else None)
+    return await _joined(kept, labels)
+
+
+# -- the verdicts as published ----------------------------------------------------------------
+
+SHOWN = 5  # lines not understood named in the report, the rest counted
+
+
+@dataclass
+class Published:
+    """An evaluations file: what the worker kept for each request's last final verdict. Only
+    the `Kept` (about 100 bytes) is held per request, so a topic read from its beginning fits."""
+
+    name: str
+    finals: dict[str, Kept] = field(default_factory=dict)
+    approximated: set[str] = field(default_factory=set)  # their rules' view not known exactly
+    judge_statuses: Counter[str] = field(default_factory=Counter)  # of the last finals
+    read: int = 0  # lines (records) read
+    pending: int = 0  # pending evaluations: never a verdict of their own
+    pending_only: int = 0  # requests with a pending evaluation and no final one
+    not_understood: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def refuse(self, where: str, why: str) -> None:
+        self.not_understood += 1
+        if len(self.examples) < SHOWN:
+            self.examples.append(f"{where}: {why}")
+
+
+def read_published(lines: Iterable[bytes], name: str) -> Published:
+    """One evaluation a line, in the order published (`tracejudge tail evaluations --json`, or
+    `tracejudge replay --out`'s evaluations files). A later final verdict of a request replaces
+    an earlier one, as in the live store. A line that is not an evaluation is counted and
+    named, never guessed."""
+    found = Published(name)
+    statuses: dict[str, str] = {}
+    # the last pending evaluation of each request: the rules' own verdict of a request the
+    # judge then read, which its final evaluation no longer holds
+    pending: dict[str, Kept] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        found.read += 1
+        where = f"{name}:{number}"
+        try:
+            value = json.loads(line)
+        except ValueError:
+            found.refuse(where, "not JSON")
+            continue
+        kind = value.get("type") if isinstance(value, dict) else type(value).__name__
+        if kind != "evaluation":
+            found.refuse(where, f"not an evaluation (type {kind})")
+            continue
+        try:
+            evaluation = Evaluation.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            at = ".".join(str(p) for p in first["loc"])
+            found.refuse(where, f"not a valid evaluation ({at}: {first['msg']})")
+            continue
+        rid = evaluation.request_id
+        if not evaluation.final:
+            found.pending += 1
+            pending[rid] = kept_of(evaluation)
+            continue
+        kept, exact = kept_published(evaluation, pending.get(rid))
+        found.finals[rid] = kept
+        statuses[rid] = evaluation.judge_status
+        if exact:
+            found.approximated.discard(rid)
+        else:
+            found.approximated.add(rid)
+    found.pending_only = len(pending.keys() - found.finals.keys())
+    found.judge_statuses = Counter(statuses.values())
+    return found
+
+
+def kept_published(final: Evaluation, pending: Kept | None) -> tuple[Kept, bool]:
+    """What the worker kept for a published final verdict, and whether this is it exactly.
+
+    For a request the judge read, the worker keeps the rules' view from the judge job, which
+    is not published; the pending evaluation published at close is the same rules' verdict
+    (score, alert, success as the rules decided), so with it (`pending`: its `kept_of`) the
+    view is exact. Without it (a worker older than pending verdicts, or a file that starts
+    later), the view is the published rule_score against the threshold, flagged by the
+    published success and incomplete (the judge's, when it gave a verdict): an approximation,
+    which the report counts."""
+    kept = kept_of(final)
+    if final.judge_status != "ok":  # the rules decided: the evaluation is their own verdict
+        return kept, True
+    if (
+        pending is not None
+        and pending.threshold == final.warn_threshold
+        and pending.rules.score == final.rule_score
+    ):
+        return replace(kept, rules=pending.rules), True
+    near = View.of(final.rule_score, final.warn_threshold, final.success, final.incomplete)
+    return replace(kept, rules=near), False
+
+
+async def join_published(published: Published, labels: Labels) -> Joined:
+    """The published final verdicts and the labels."""
+    joined = await _joined(published.finals, labels)
+    joined.published = published
+    joined.approximated = len(published.approximated)
+    return joined
+
+
+async def _joined(verdicts: dict[str, Kept], labels: Labels) -> Joined:
+    """Keep every final verdict, then tell the store every label in order."""
+    store = MemoryAgreementStore()
+    finals: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+    judged = 0
+    for rid, kept in verdicts.items():
         await store.keep(rid, kept)
         judged += kept.judged
-        findings = tuple(dict.fromkeys(f.rule for f in evaluation.findings))
-        finals[rid] = (kept.agent or NO_AGENT, kept.version or NO_VERSION, findings)
+        # every rule that fired, by name, unclipped (`Kept.encode` clips; this is in memory)
+        finals[rid] = (kept.agent or NO_AGENT, kept.version or NO_VERSION, kept.findings)
     latest: dict[tuple[str, str], bool] = {}  # a later outcome of a source replaces one before
     for row in labels.rows:
         await store.outcome(row.request_id, row.truth, row.at)
@@ -155,7 +285,20 @@ def document(joined: Joined, judge_on: bool) -> dict[str, Any]:
 
 def counts(joined: Joined) -> dict[str, Any]:
     sources = Counter(run.source for run in joined.runs)
+    p = joined.published
+    where: dict[str, Any] = {"verdicts_from": "replay"}
+    if p is not None:
+        where = {
+            "verdicts_from": "evaluations",
+            "evaluations_read": p.read,
+            "pending_skipped": p.pending,
+            "pending_only": p.pending_only,
+            "evaluations_not_understood": p.not_understood,
+            "evaluations_not_understood_examples": p.examples,
+            "rules_view_approximated": joined.approximated,
+        }
     return {
+        **where,
         "verdicts": joined.verdicts,
         "judged": joined.judged,
         "labelled": joined.labelled,

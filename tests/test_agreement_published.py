@@ -1,0 +1,182 @@
+"""`tracejudge agreement --evaluations FILE --labels FILE`: the labels joined to the verdicts the
+worker published (`tracejudge tail evaluations --json`), not to a re-evaluation (issue 39, Done
+when 2: the live worker's verdicts depend on the order runs close, a replay's on file order)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TAU_DATA
+from tests.fake_llm import FakeLLM, tool_call_reply, verdict
+from tracejudge.judges.agreement import Tally, Truth, cells, kept_of, label_ok
+from tracejudge.models.outputs import Evaluation
+from tracejudge.streams.cli.main import main
+from tracejudge.streams.replay.engine import lines_of, replay
+from tracejudge.streams.settings import Settings
+
+EVENTS = TAU_DATA / "events.jsonl"
+LABELS = TAU_DATA / "labels.json"
+
+
+@pytest.fixture(autouse=True)
+def _rules_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TRACEJUDGE_LLM_BASE_URL", "TRACEJUDGE_LLM_API_KEY", "TRACEJUDGE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRACEJUDGE_REDIS_URL", "")
+
+
+def agreement(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    code = main(["agreement", *args, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    found: dict[str, Any] = json.loads(captured.out)
+    return found
+
+
+def as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def evaluations_of(events: Path, settings: Settings) -> dict[str, dict[str, Any]]:
+    return asyncio.run(replay(settings, lines_of(events.read_bytes()))).evaluations
+
+
+def jsonl(path: Path, values: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(v) + "\n" for v in values))
+    return path
+
+
+def pending_copy(evaluation: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """The rules' verdict as it goes out while the judge's is on its way."""
+    return {**evaluation, "final": False, "judge_status": "skipped", **changes}
+
+
+def test_published_evaluations_give_the_tally_built_from_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    published = evaluations_of(EVENTS, Settings(redis_url=""))
+    labels = json.loads(LABELS.read_text())
+    rids = list(published)
+    lines: list[dict[str, Any]] = []
+    for i, rid in enumerate(rids):
+        final = published[rid]
+        # a pending one, however low it scored, is never a verdict of its own
+        lines.append(pending_copy(final, overall_score=0, rule_score=0, passed=False))
+        if i % 4 == 0:  # published twice (a redelivery made it anew): the last final wins
+            lines.append({**final, "overall_score": 100, "rule_score": 100, "passed": True})
+        lines.append(final)
+    lines.append(pending_copy(published[rids[0]], request_id="judge-never-answered"))
+    path = jsonl(tmp_path / "evaluations.jsonl", lines)
+    doc = agreement(capsys, "--evaluations", str(path), "--labels", str(LABELS))
+
+    tally = Tally()
+    for rid, final in published.items():
+        truth = Truth(bool(label_ok(labels[rid])), "label")
+        tally.add(cells(kept_of(Evaluation.model_validate(final)), truth))
+    (agent,) = tally.agents()
+    (block,) = doc["blocks"]
+    assert block["views"] == {"rules": as_json(tally.figures("rules", agent=agent).as_dict())}
+    assert (block["views"]["rules"]["runs"], doc["verdicts"], doc["labelled"]) == (40, 40, 40)
+    assert doc["verdicts_from"] == "evaluations"
+    assert doc["evaluations_read"] == len(lines)
+    assert (doc["pending_skipped"], doc["pending_only"]) == (41, 1)
+    assert doc["rules_view_approximated"] == 0
+    # the rules' own table, from the published findings: the replay's, as the verdicts are
+    replayed = agreement(capsys, str(EVENTS), "--labels", str(LABELS))
+    assert replayed["verdicts_from"] == "replay"
+    assert block["rules_table"] == replayed["blocks"][0]["rules_table"]
+
+
+def test_the_text_report_says_where_the_verdicts_come_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    published = evaluations_of(EVENTS, Settings(redis_url=""))
+    path = jsonl(tmp_path / "ev.jsonl", [*published.values(), {"type": "alert"}])
+    path.write_text(path.read_text() + "not json\n")
+    assert main(["agreement", "--evaluations", str(path), "--labels", str(LABELS)]) == 0
+    out = capsys.readouterr().out
+    assert f"40 final verdicts as published, read from {path}" in out
+    assert "evaluations read 42: pending skipped 0, not understood 2" in out
+    assert "ev.jsonl:41: not an evaluation (type alert)" in out
+    assert "ev.jsonl:42: not JSON" in out
+    assert "approximated" not in out  # rules only: the evaluations are the rules' own
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    # the judge fails every run, score 20: its verdict replaces the rules' success
+    with FakeLLM(lambda body, n: tool_call_reply(verdict(False, True, score=20))) as server:
+        yield server
+
+
+def test_judged_requests_keep_the_rules_view_of_their_pending_evaluation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake: FakeLLM
+) -> None:
+    lines = EVENTS.read_text().splitlines()
+    rids = list(dict.fromkeys(json.loads(line)["request_id"] for line in lines))[:8]
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(x for x in lines if json.loads(x)["request_id"] in rids) + "\n")
+    config = tmp_path / "judge.env"
+    config.write_text(f"TRACEJUDGE_LLM_BASE_URL={fake.base_url}\nTRACEJUDGE_LLM_SAMPLE_RATE=1\n")
+    # the re-evaluation knows each judge job's rules: its figures are the live worker's
+    exact = agreement(capsys, str(events), "--labels", str(LABELS), "--config", str(config))
+    judged = evaluations_of(
+        events, Settings(redis_url="", llm_base_url=fake.base_url, llm_sample_rate=1.0)
+    )
+    rules = evaluations_of(events, Settings(redis_url=""))
+    assert all(e["judge_status"] == "ok" for e in judged.values())
+    # as on the topic: each request's rules' verdict (pending), then the judge's (final)
+    path = jsonl(
+        tmp_path / "evaluations.jsonl",
+        [e for rid in rids for e in (pending_copy(rules[rid]), judged[rid])],
+    )
+    doc = agreement(capsys, "--evaluations", str(path), "--labels", str(LABELS))
+    assert doc["blocks"][0]["views"] == exact["blocks"][0]["views"]
+    assert set(doc["blocks"][0]["views"]) == {"rules", "final", "rules_judged", "judge", "blend"}
+    assert (doc["judged"], doc["rules_view_approximated"], doc["judge_on"]) == (8, 0, True)
+
+    # without the pending ones the rules' own success is lost: approximated, and said
+    finals = jsonl(tmp_path / "finals.jsonl", [judged[rid] for rid in rids])
+    rough = agreement(capsys, "--evaluations", str(finals), "--labels", str(LABELS))
+    assert rough["rules_view_approximated"] == 8
+    views = rough["blocks"][0]["views"]
+    for name in ("final", "judge", "blend"):
+        assert views[name] == exact["blocks"][0]["views"][name]
+    assert views["rules"] != exact["blocks"][0]["views"]["rules"]  # the pending ones matter
+    assert main(["agreement", "--evaluations", str(finals), "--labels", str(LABELS)]) == 0
+    assert "rules' own view of 8 judged requests is approximated" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ([], "none given"),
+        ([str(EVENTS), "--evaluations", str(EVENTS)], "not both"),
+    ],
+)
+def test_exactly_one_source_of_verdicts(
+    capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    assert main(["agreement", *args, "--labels", str(LABELS)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0] and "--evaluations FILE" in err[0]
+    assert "EVENTS" in err[0]
+
+
+def test_a_file_without_evaluations_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the events themselves given by mistake: not one evaluation in them
+    assert main(["agreement", "--evaluations", str(EVENTS), "--labels", str(LABELS)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no evaluation" in err[0]
+    assert "tracejudge tail evaluations --json" in err[0]
+    missing = tmp_path / "no.jsonl"
+    assert main(["agreement", "--evaluations", str(missing), "--labels", str(LABELS)]) == 2
+    assert f"cannot read {missing}" in capsys.readouterr().err
