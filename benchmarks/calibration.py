@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -218,6 +219,12 @@ def run_set(folder: Path, settings: Settings) -> list[str]:
         f"== {folder.name}: {len(split.past_runs)} past runs ({len(past_labelled)} with "
         f"outcomes), {len(split.future_runs)} future runs"
     ]
+    past_ok = sum(1 for r in past_labelled if labels[r])
+    out.append(
+        f"  past ok outcomes, all agents together: {past_ok} (the +1 rule alone needs "
+        + ", ".join(f"{math.ceil(1 / t - 1 - 1e-9)} at {t:.0%}" for t in TARGETS)
+        + ")"
+    )
     future_ok = [r for r in split.future_runs if labels.get(r) is True]
     future_failed = [r for r in split.future_runs if labels.get(r) is False]
     out.append(
@@ -243,9 +250,13 @@ def run_set(folder: Path, settings: Settings) -> list[str]:
                 n_failed = sum(
                     1 for r in split.past_runs if labels.get(r) is False and _of(past, r) == agent
                 )
+                # the +1 rule (judges/calibration.py) needs 1/target - 1 ok runs at least,
+                # whatever the minimums: with fewer, no threshold keeps the promise
+                needed = max(tuned.calibration_min_ok_runs, math.ceil(1 / target - 1 - 1e-9))
                 out.append(
                     f"    {agent}: no calibration ({n_ok} ok, {n_failed} failed past outcomes; "
-                    f"minimums {tuned.calibration_min_ok_runs}/{tuned.calibration_min_failed_runs})"
+                    f"a {target:.0%} target needs {needed} ok and "
+                    f"{tuned.calibration_min_failed_runs} failed)"
                 )
                 continue
             value = sum(1 for r in ok if alerted(future[r])) / len(ok) if ok else float("nan")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from tracejudge.judges.agreement import NO_AGENT, Cell, Tally
 from tracejudge.models.ids import stable_id
+from tracejudge.models.outputs import CalibrationUsed
 
 __all__ = [
     "Calibration",
@@ -78,6 +79,10 @@ class Calibration:
         parts = (str(threshold), repr(target), str(ok_runs), str(failed_runs))
         digest = stable_id("calibration", agent, *parts)
         return cls(f"c-{digest[:12]}", agent, threshold, target, ok_runs, failed_runs, at)
+
+    def used(self) -> CalibrationUsed:
+        """What an evaluation it made says of it."""
+        return CalibrationUsed.model_validate(self, from_attributes=True)
 
     def words(self) -> str:
         """The reasons line of an evaluation it made."""

@@ -20,7 +20,6 @@ from tracejudge.judges.rules import RuleVerdict
 from tracejudge.models.ids import stable_id
 from tracejudge.models.outputs import (
     Alert,
-    CalibrationUsed,
     DimensionScores,
     Evaluation,
     FailedStep,
@@ -276,7 +275,7 @@ def conclude(
         trace_id=facts.trace_id,
         span_id=facts.span_id,
         judge=outcome.call,
-        calibration=None if calibration is None else _used(calibration),
+        calibration=None if calibration is None else calibration.used(),
         final=not outcome.pending,
         ts=now,
     )
@@ -285,16 +284,6 @@ def conclude(
         # they follow the final verdict, which the judge may turn the other way
         return Verdict(evaluation=evaluation)
     return _plan(evaluation, facts, policy, now, exact)
-
-
-def _used(c: Calibration) -> CalibrationUsed:
-    return CalibrationUsed(
-        id=c.id,
-        threshold=c.threshold,
-        target=c.target,
-        ok_runs=c.ok_runs,
-        failed_runs=c.failed_runs,
-    )
 
 
 def _plan(

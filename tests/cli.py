@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,3 +32,19 @@ def run_cli(
         timeout=timeout_s,
         check=False,
     )
+
+
+def agreement_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    """`tracejudge agreement ARGS --json` in this process, its report parsed."""
+    from tracejudge.streams.cli.main import main
+
+    code = main(["agreement", *args, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    found: dict[str, Any] = json.loads(captured.out)
+    return found
+
+
+def as_json(value: Any) -> Any:
+    """`value` as the command prints it (tuples as lists)."""
+    return json.loads(json.dumps(value))

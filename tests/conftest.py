@@ -32,6 +32,14 @@ def _no_real_model_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(httpx.AsyncClient, "send", loopback_only)
 
 
+@pytest.fixture
+def rules_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the shell exports: no Redis, no judge endpoint unless a test gives one."""
+    for name in ("TRACEJUDGE_LLM_BASE_URL", "TRACEJUDGE_LLM_API_KEY", "TRACEJUDGE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRACEJUDGE_REDIS_URL", "")
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     service = start_kafka(tmp_path_factory.mktemp("kafka"))

@@ -7,11 +7,12 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from benchmarks.agreement import score_set
+from tests.cli import agreement_json as agreement
+from tests.cli import as_json
 from tests.conftest import TAU_DATA
 from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tracejudge.judges.agreement import Tally, Truth, auc, cells, kept_of, label_ok
@@ -24,25 +25,7 @@ from tracejudge.streams.settings import Settings
 EVENTS = TAU_DATA / "events.jsonl"
 LABELS = TAU_DATA / "labels.json"
 
-
-@pytest.fixture(autouse=True)
-def _rules_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    # whatever the shell exports: no Redis, no judge endpoint unless a test gives one
-    for name in ("TRACEJUDGE_LLM_BASE_URL", "TRACEJUDGE_LLM_API_KEY", "TRACEJUDGE_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TRACEJUDGE_REDIS_URL", "")
-
-
-def agreement(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code = main(["agreement", *args, "--json"])
-    out = capsys.readouterr().out
-    assert code == 0
-    found: dict[str, Any] = json.loads(out)
-    return found
-
-
-def as_json(value: Any) -> Any:
-    return json.loads(json.dumps(value))  # tuples as lists, as the command prints them
+pytestmark = pytest.mark.usefixtures("rules_only")
 
 
 def replayed(settings: Settings, events: Path = EVENTS) -> ReplayResult:

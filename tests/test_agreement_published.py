@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.cli import agreement_json as agreement
+from tests.cli import as_json
 from tests.conftest import TAU_DATA
 from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tracejudge.judges.agreement import Tally, Truth, cells, kept_of, label_ok
@@ -23,24 +25,7 @@ from tracejudge.streams.settings import Settings
 EVENTS = TAU_DATA / "events.jsonl"
 LABELS = TAU_DATA / "labels.json"
 
-
-@pytest.fixture(autouse=True)
-def _rules_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("TRACEJUDGE_LLM_BASE_URL", "TRACEJUDGE_LLM_API_KEY", "TRACEJUDGE_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TRACEJUDGE_REDIS_URL", "")
-
-
-def agreement(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code = main(["agreement", *args, "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    found: dict[str, Any] = json.loads(captured.out)
-    return found
-
-
-def as_json(value: Any) -> Any:
-    return json.loads(json.dumps(value))
+pytestmark = pytest.mark.usefixtures("rules_only")
 
 
 def evaluations_of(events: Path, settings: Settings) -> dict[str, dict[str, Any]]:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.leaks import pieces, text_of
 from tests.memory import memory_worker
 from tests.test_judge_input import block
 from tests.test_rules import window_of
@@ -72,23 +72,9 @@ def across(context: str, raw: str, cut: int, side: str, length: int) -> str:
 
 def leaks(found: Any, raw: str) -> list[str]:
     """Pieces of `raw`, FRAGMENT long, in any string of `found` (masks and the log's own
-    lines taken out: `[REDACTED:github_token]` holds `github`)."""
-    strings: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            strings.append(re.sub(r"\[REDACTED:\w+\]", "\x00", value))
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(found)
-    text = "\x00".join(strings)
-    pieces = {raw[i : i + FRAGMENT] for i in range(len(raw) - FRAGMENT + 1)}
-    return sorted(p for p in pieces if p in text and p not in FIRST + LAST + FILLER)
+    lines taken out)."""
+    text = text_of(found)
+    return sorted(p for p in pieces(raw, FRAGMENT) if p in text and p not in FIRST + LAST + FILLER)
 
 
 def failing_run(error: str, fails: int = 7, steps: int = 7) -> list[dict[str, Any]]:

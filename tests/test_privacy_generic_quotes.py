@@ -12,12 +12,12 @@ and folded or not, are left in the retry request, and the answer still gets its 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.leaks import pieces, text_of
 from tests.memory import memory_worker
 from tests.test_rules import window_of
 from tracejudge.judges.answer_families import families, normalise, strip_acknowledgements
@@ -48,25 +48,10 @@ ANSWERS = {
 def leaked(found: Any, secret: str) -> list[str]:
     """Pieces of `secret` FRAGMENT long in any string of `found`, compared lower-cased and
     also folded as the classifier folds ("sk-proj-Q7vX" -> "sk proj q7vx"); masks taken out."""
-    strings: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            strings.append(re.sub(r"\[REDACTED:\w+\]", "\x00", value))
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(found)
-    text = "\x00".join(strings).lower()
+    text = text_of(found).lower()
     folded = normalise(text)
-    pieces = {secret[i : i + FRAGMENT].lower() for i in range(len(secret) - FRAGMENT + 1)}
-    folded_secret = normalise(secret)
-    pieces |= {folded_secret[i : i + FRAGMENT] for i in range(len(folded_secret) - FRAGMENT + 1)}
-    return sorted(p for p in pieces if p in text or p in folded)
+    found_pieces = pieces(secret.lower(), FRAGMENT) | pieces(normalise(secret), FRAGMENT)
+    return sorted(p for p in found_pieces if p in text or p in folded)
 
 
 @pytest.mark.parametrize("shape", sorted(ANSWERS))
