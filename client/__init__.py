@@ -2,12 +2,21 @@
 
     from tracejudge.client import Tracer
 
-No Faust and nothing of the worker: an aiokafka producer (and Redis, when given, for verdicts
-and early-stop decisions).
+No Faust and nothing of the worker: librdkafka (confluent-kafka) for events, verdicts and the
+reflection worker (and Redis, when given, for verdicts and early-stop decisions).
 """
 
 from tracejudge.client.early_stop import AsyncEarlyStopClient, EarlyStopClient
 from tracejudge.client.events import Recorder
+from tracejudge.client.reflections import Reflection, ReflectionWorker
 from tracejudge.client.tracer import AsyncTracer, Tracer
 
-__all__ = ["AsyncEarlyStopClient", "AsyncTracer", "EarlyStopClient", "Recorder", "Tracer"]
+__all__ = [
+    "AsyncEarlyStopClient",
+    "AsyncTracer",
+    "EarlyStopClient",
+    "Recorder",
+    "Reflection",
+    "ReflectionWorker",
+    "Tracer",
+]

@@ -37,12 +37,21 @@ class Recorder:
         planned_steps: list[str] | None = None,
         trace_id: str | None = None,
         span_id: str | None = None,
+        parent_request_id: str | None = None,
+        reflection_round: int = 0,
+        run_token: str | None = None,
     ) -> None:
         """`agent_version`: the agent's build, prompt or config revision, so its verdicts can be
         compared before and after a change. `trace_id`/`span_id` (W3C hex): the OpenTelemetry
         span the request runs in, so its evaluation can be exported linked to it; taken from the
-        current span when the agent uses OpenTelemetry and none is given."""
+        current span when the agent uses OpenTelemetry and none is given.
+        `parent_request_id`/`reflection_round`: the request this run follows up and its round
+        (client/reflections.py sets both). `run_token`: set when the same request id may be
+        run again (a follow-up redone after a crash): the steps' event ids carry it, so the
+        redone run's steps are not taken for duplicates of the interrupted run's; the
+        `task_started` keeps the plain id, so its resend is one."""
         self.request_id = request_id or uuid.uuid4().hex
+        self._token = run_token
         if trace_id is None:
             trace_id, span_id = current_span_ids()
         self.started_at = time.time()
@@ -62,6 +71,8 @@ class Recorder:
             planned_steps=[clip(s, SUMMARY_LIMIT) for s in (planned_steps or [])][:100],
             trace_id=trace_id,
             span_id=span_id,
+            parent_request_id=parent_request_id,
+            reflection_round=reflection_round or None,
         )
 
     def reasoning(
@@ -164,7 +175,11 @@ class Recorder:
             "type": kind,
             "request_id": self.request_id,
             "step_index": step,
-            "event_id": f"{self.request_id}:{step}",
+            "event_id": (
+                f"{self.request_id}:{self._token}:{step}"
+                if self._token and step
+                else f"{self.request_id}:{step}"
+            ),
             "ts": time.time(),
             **self._common,
             **{k: v for k, v in fields.items() if v is not None},

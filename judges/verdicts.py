@@ -334,6 +334,7 @@ def _plan(
                 summary=evaluation.summary,
                 failed_steps=evaluation.failed_steps,
                 remaining_steps=evaluation.remaining_steps,
+                suggestions=evaluation.suggestions,
                 reflection_round=round_ + 1,
                 ts=now,
             )

@@ -230,6 +230,9 @@ class ReflectionRequest(_Output):
     summary: str
     failed_steps: list[FailedStep] = Field(default_factory=list)
     remaining_steps: list[str] = Field(default_factory=list)
+    # the evaluation's suggestions: what the follow-up run should do differently (added in
+    # issue 40 for the client's reflection worker; older workers send none)
+    suggestions: list[str] = Field(default_factory=list)
     reflection_round: int = Field(ge=1, description="The task's round + 1.")
     ts: float
 
