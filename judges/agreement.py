@@ -108,6 +108,14 @@ class Kept:
     findings: tuple[str, ...] = ()
     calibration: str | None = None  # the id of the calibration that set the threshold
     ts: float = 0.0
+    # what a follow-up's evaluation says of its origin (issue 40): the published score and
+    # verdicts, the round, and the chain's first request when it is not this one. None in a
+    # record kept by a worker older than these
+    score: int | None = None
+    success: bool | None = None
+    incomplete: bool | None = None
+    round: int = 0
+    root: str | None = None
 
     @property
     def judged(self) -> bool:
@@ -150,14 +158,21 @@ class Kept:
             ",".join(others)[:FINDINGS_CHARS],
             self.calibration,
             round(self.ts),
+            # the published verdict as one number: score × 4 + success + 2 × incomplete
+            None
+            if self.score is None
+            else self.score * 4 + int(bool(self.success)) + 2 * int(bool(self.incomplete)),
+            self.round,
+            self.root,
         ]
         return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def decode(cls, text: str | bytes) -> Kept:
-        agent, version, threshold, rules, judge, blend, bits, others, calibration, ts = json.loads(
-            text
-        )
+        row = json.loads(text)
+        agent, version, threshold, rules, judge, blend, bits, others, calibration, ts = row[:10]
+        # a record kept by an older worker has the first ten only
+        state, round_, root = row[10:13] if len(row) >= 13 else (None, 0, None)
 
         def v(n: int | None) -> View | None:
             if n is None:
@@ -177,6 +192,11 @@ class Kept:
             named + tuple(f for f in others.split(",") if f),
             calibration,
             float(ts),
+            None if state is None else int(state) // 4,
+            None if state is None else bool(state & 1),
+            None if state is None else bool(state & 2),
+            int(round_ or 0),
+            root,
         )
 
 
@@ -206,6 +226,11 @@ def kept_of(evaluation: Evaluation, rules: RuleVerdict | None = None) -> Kept:
         findings=tuple(dict.fromkeys(f.rule for f in e.findings)),
         calibration=getattr(calibration, "id", None),
         ts=e.ts,
+        score=e.overall_score,
+        success=e.success,
+        incomplete=e.incomplete,
+        round=e.reflection_round,
+        root=None if e.origin is None else e.origin.root_request_id,
     )
 
 

@@ -4,14 +4,14 @@ metrics and the log line read. The worker, the judge stage and the tests build t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tracejudge.judges.agreement import Kept, kept_of
 from tracejudge.judges.redact import masked_json
 from tracejudge.judges.rules import RuleVerdict
 from tracejudge.judges.verdicts import Verdict
-from tracejudge.models.outputs import Usage
+from tracejudge.models.outputs import Origin, Usage
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,10 @@ class Made:
     timeline: bytes | None = None  # judges/timeline.py, JSON: kept where the evaluation is
     # what a final verdict keeps for its request's outcomes to meet (None: not final)
     kept: Kept | None = None
+    # a follow-up's parent request (its evaluation's origin), and, once looked up, the
+    # parent's kept verdict (`chained`)
+    parent: str | None = None
+    origin: Kept | None = None
 
 
 def encode(model: Any) -> bytes:
@@ -88,4 +92,28 @@ def made_of(
         summary,
         timeline=None if timeline is None else json.dumps(timeline, ensure_ascii=False).encode(),
         kept=kept_of(evaluation, rules) if evaluation.final else None,
+        parent=None if evaluation.origin is None else evaluation.origin.request_id,
     )
+
+
+def chained(made: Made, origin: Kept) -> Made:
+    """A follow-up's records with its parent's verdict (`origin`, kept when the parent's was
+    published) in the evaluation's `origin`, and the chain's first request in what it keeps.
+    The evaluation is already encoded: only its `origin` changes (ids and numbers, nothing
+    to mask)."""
+    assert made.parent is not None and made.evaluation is not None
+    found = Origin(
+        request_id=made.parent,
+        root_request_id=origin.root or made.parent,
+        found=True,
+        reflection_round=origin.round,
+        overall_score=origin.score,
+        success=origin.success,
+        incomplete=origin.incomplete,
+        verdict_ts=origin.ts,
+    )
+    evaluation = json.loads(made.evaluation)
+    evaluation["origin"] = found.model_dump(mode="json")
+    encoded = json.dumps(evaluation, ensure_ascii=False, separators=(",", ":")).encode()
+    kept = None if made.kept is None else replace(made.kept, root=found.root_request_id)
+    return replace(made, evaluation=encoded, kept=kept, origin=origin)

@@ -56,6 +56,7 @@ ID_FIELDS = frozenset(
     {
         "type",
         "request_id",
+        "root_request_id",
         "session_id",
         "session_key",
         "evaluation_id",

@@ -27,6 +27,7 @@ from tracejudge.models.outputs import (
     JudgeCall,
     JudgeErrorCode,
     JudgeStatus,
+    Origin,
     ReflectionRequest,
     Usage,
 )
@@ -103,6 +104,8 @@ class WindowFacts(BaseModel):
     task_id: str | None = None
     goal: str = ""
     reflection_round: int = 0
+    # a follow-up's parent (task_started): its verdict is looked up when published
+    parent_request_id: str | None = None
     closed_by: ClosedBy
     step_count: int = 0
     steps_dropped: int = 0
@@ -140,6 +143,7 @@ class WindowFacts(BaseModel):
             task_id=window.first("task_id"),
             goal=window.task.goal if window.task else "",
             reflection_round=window.task.reflection_round if window.task else 0,
+            parent_request_id=window.task.parent_request_id if window.task else None,
             closed_by=window.closed_by,
             step_count=window.step_count,
             steps_dropped=window.steps_dropped,
@@ -268,6 +272,8 @@ def conclude(
         step_count=facts.step_count,
         steps_dropped=facts.steps_dropped,
         reflection_round=facts.reflection_round,
+        # the parent's verdict is not known here (pure): the publisher fills it in from Redis
+        origin=None if facts.parent_request_id is None else unresolved(facts.parent_request_id),
         iterations_used=facts.iterations_used,
         max_iterations=facts.max_iterations,
         stopped_early=facts.stopped_early,
@@ -284,6 +290,11 @@ def conclude(
         # they follow the final verdict, which the judge may turn the other way
         return Verdict(evaluation=evaluation)
     return _plan(evaluation, facts, policy, now, exact)
+
+
+def unresolved(parent_request_id: str) -> Origin:
+    """A follow-up's origin before its parent's verdict is looked up (or where it cannot be)."""
+    return Origin(request_id=parent_request_id, root_request_id=parent_request_id, found=False)
 
 
 def _plan(
@@ -338,4 +349,6 @@ def _plan(
                 reflection_round=round_ + 1,
                 ts=now,
             )
+    # the chain ends here unless a reflection request goes out with this verdict
+    evaluation = evaluation.model_copy(update={"chain_final": reflection is None})
     return Verdict(evaluation=evaluation, reflection=reflection, alerts=alerts)

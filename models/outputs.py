@@ -143,6 +143,27 @@ class CalibrationUsed(_Output):
     failed_runs: int = Field(ge=0, description="Failed outcomes it was learned from.")
 
 
+class Origin(_Output):
+    """The request a follow-up continues (its task_started's parent_request_id) and that
+    request's final verdict, as the worker found it when the follow-up closed."""
+
+    request_id: str = Field(description="The request this one follows up (its parent).")
+    root_request_id: str = Field(
+        description="The chain's first request: the parent's origin's, or the parent itself."
+    )
+    found: bool = Field(
+        description="The parent's verdict was found (kept in Redis for the agreement "
+        "retention). False: no Redis, never seen, or expired: the fields below are None."
+    )
+    reflection_round: int | None = Field(default=None, ge=0, description="The parent's round.")
+    overall_score: Score | None = Field(default=None, ge=0, le=100)
+    success: bool | None = None
+    incomplete: bool | None = None
+    verdict_ts: float | None = Field(
+        default=None, description="When the parent's final verdict was made (whole seconds)."
+    )
+
+
 class Evaluation(_Output):
     type: Literal["evaluation"] = "evaluation"
     evaluation_id: str = Field(
@@ -188,6 +209,18 @@ class Evaluation(_Output):
     step_count: int = Field(ge=0)
     steps_dropped: int = Field(ge=0)
     reflection_round: int = Field(default=0, ge=0)
+    origin: Origin | None = Field(
+        default=None,
+        description="A follow-up (its task_started names a parent_request_id): the request it "
+        "continues and that request's verdict. None: the first request of its chain.",
+    )
+    chain_final: bool | None = Field(
+        default=None,
+        description="True: no further round is asked for after this verdict (complete, the "
+        "rounds' bound reached, or reflection off): the chain's last verdict, unless the agent "
+        "starts a follow-up of its own. False: a reflection request went out with it. None: "
+        "not decided yet (final false: the judge's verdict decides).",
+    )
     iterations_used: int | None = Field(default=None, description="Iterative workflows only.")
     max_iterations: int | None = None
     stopped_early: bool | None = Field(

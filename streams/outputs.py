@@ -18,9 +18,11 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from tracejudge.judges.made import Made, encode
+from tracejudge.judges.actions import asked, followed, reflection
+from tracejudge.judges.agreement import Kept
+from tracejudge.judges.made import Made, chained, encode
 from tracejudge.models.names import REDIS_EVALUATION_KEY, REDIS_TIMELINE_KEY
-from tracejudge.streams.agreement.store import AgreementStore
+from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.commit import later
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.otel.evaluations import EvaluationExporter
@@ -103,12 +105,21 @@ class VerdictPublisher:
     log: VerdictLog = field(default_factory=VerdictLog)
     # each evaluation also as an OpenTelemetry event (TRACEJUDGE_OTEL_EVALUATIONS_ENDPOINT)
     exporter: EvaluationExporter | None = None
-    # where a final verdict is kept for its outcomes (None: no Redis, no live agreement)
+    # where a final verdict is kept for its outcomes (None: no Redis, no live agreement), and
+    # a follow-up's parent's verdict found (issue 40)
     agreement: AgreementStore | None = None
+    # a follow-up later than this after its parent's verdict counts as late, not followed up
+    followup_window_s: float = 3600.0
 
     async def publish(self, made: Made, terminal_at: float | None = None) -> None:
         """Send a verdict's encoded records; the acks and the Redis write are left for
         `later`."""
+        if made.parent is not None and self.agreement is not None:
+            # a follow-up: its evaluation says what its parent's verdict was (None when not
+            # found: expired, never seen, or Redis failed; the evaluation says found false)
+            origin = await self.agreement.kept_of(made.parent)
+            if origin is not None:
+                made = chained(made, origin)
         key = made.request_id.encode("utf-8")
         assert made.evaluation is not None and made.summary is not None
         pending = [await self.evaluations.send(key=key, value=made.evaluation)]
@@ -150,6 +161,7 @@ class VerdictPublisher:
             # before the input record is acknowledged: a crash publishes it again, and keeps
             # it again (a pair counts once however often); never raises (`RedisAgreementStore`)
             await self.agreement.keep(made.request_id, made.kept)
+            await self._count_actions(self.agreement, made, made.kept)
         if self.exporter is not None:
             self.exporter.offer(json.loads(made.evaluation))
         self.metrics.counts["evaluations"] += 1
@@ -170,6 +182,21 @@ class VerdictPublisher:
         if terminal_at is not None:
             m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
         self.log.note(summary)
+
+
+    async def _count_actions(self, store: AgreementStore, made: Made, kept: Kept) -> None:
+        """The effect of actions (judges/actions.py): a reflection asked, a follow-up of one.
+        Counted once per request whatever the deliveries (the store's act keys); a failure
+        loses a count, never the verdict (the store counts and logs it)."""
+        rid = made.request_id
+        try:
+            if made.summary is not None and made.summary.reflection:
+                await store.count_action("asked", rid, kept.ts, asked(kept, reflection(kept.round + 1)))
+            if made.origin is not None:
+                counts = followed(made.origin, kept, self.followup_window_s)
+                await store.count_action("follow", rid, kept.ts, counts)
+        except AgreementUnavailable:
+            pass
 
 
 def redis_client(url: str, timeout_s: float = 1.0) -> aioredis.Redis | None:

@@ -285,6 +285,14 @@ class RedisSettings(BaseModel):
         "arriving later than this after its verdict is counted unmatched, and the live "
         "agreement figures cover this period.",
     )
+    action_followup_window_s: int = Field(
+        3600,
+        ge=1,
+        description="A follow-up of a reflection request whose verdict comes later than this "
+        "after its origin's counts as late in the action figures (tracejudge_action_*), not "
+        "as followed up. The origin's verdict is kept for the agreement retention: later "
+        "follow-ups are not joined at all.",
+    )
     timelines: Literal["all", "flagged", "off"] = Field(
         "flagged",
         description="Which requests keep their steps (clipped to 300 characters and masked) in "

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from tracejudge.judges.actions import ActionFigures
 from tracejudge.judges.agreement import Figures, Tally
+from tracejudge.streams.agreement import actions
 from tracejudge.streams.agreement.store import RedisAgreementStore, keys_of
 from tracejudge.streams.settings import Settings
 
@@ -113,6 +115,8 @@ class LiveAgreement:
     clock: Callable[[], float] = time.monotonic
     figures: dict[tuple[str, str], Figures] = field(default_factory=dict)
     tally: Tally | None = None  # as of the last refresh that read it
+    # the effect of actions (issue 40): (agent, action) -> figures, served beside agreement's
+    actions: dict[tuple[str, str], ActionFigures] = field(default_factory=dict)
     failures: int = 0
     _families: list[Metric] = field(default_factory=list)
     _read_at: float | None = None
@@ -120,13 +124,15 @@ class LiveAgreement:
     async def refresh(self) -> bool:
         try:
             tally = await self.store.tally()
+            acted = await self.store.action_tally()
         except Exception as exc:  # the figures of the last read stay
             self.failures += 1
             log.warning("agreement figures not refreshed (%d failures): %r", self.failures, exc)
             return False
         self.tally = tally
         self.figures = by_agent(bounded(tally))
-        self._families = families(self.figures)
+        self.actions = actions.bounded(acted, TOP_AGENTS, OTHER).figures()
+        self._families = families(self.figures) + actions.families(self.actions)
         self._read_at = self.clock()
         return True
 

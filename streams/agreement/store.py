@@ -12,6 +12,12 @@ Keys (prefix `tracejudge:agreement:`):
 - `tally:{utc day}`: hash cell key -> count, the pairs whose outcome came that day; a bucket
   lives the retention plus a day.
 
+The effect of actions (issue 40, judges/actions.py) lives beside it, because a follow-up is
+joined to its parent's kept verdict (the parent may have been judged by another process):
+- `act:{what}:{rid}`: JSON `[day, [[field, amount], ...]]`, what a request counted as asked
+  (`what` = asked) or as a follow-up (`follow`), so a verdict published again counts once;
+- `actions:{utc day}`: hash `agent \x1f action \x1f field` -> count or sum.
+
 `keep` writes the kept verdict then reads the request's outcomes; `outcome` writes the outcome
 then reads the kept verdict. Redis runs commands one at a time, so whichever of the two comes
 second sees the other and joins them; both may (a race, or a record delivered again), and the
@@ -34,6 +40,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 import redis.asyncio as aioredis
 
+from tracejudge.judges.actions import ActionTally, Amounts
 from tracejudge.judges.agreement import Cell, Kept, Tally, Truth, cells
 
 log = logging.getLogger(__name__)
@@ -56,6 +63,19 @@ class AgreementStore(Protocol):
 
     async def tally(self, since: float | None = None) -> Tally:
         """Every pair counted since `since` (None: within the retention)."""
+        ...
+
+    async def kept_of(self, request_id: str) -> Kept | None:
+        """A request's kept verdict; None when there is none (or the store failed: counted)."""
+        ...
+
+    async def count_action(self, what: str, request_id: str, at: float, amounts: Amounts) -> Result:
+        """Count what a request did for the actions' figures (`what`: asked, follow), once:
+        the same amounts again change nothing, others replace them."""
+        ...
+
+    async def action_tally(self, since: float | None = None) -> ActionTally:
+        """Every action counted since `since` (None: within the retention)."""
         ...
 
 
@@ -120,6 +140,30 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return {old or false, stored, redis.call('GET', KEYS[2]) or false}
 """
 
+# An action's counts, atomic: PAIR_SCRIPT with amounts. KEYS[1] act key; ARGV: the counts as
+# stored, the act key's TTL, a bucket's TTL, the bucket key prefix, the day, then field and
+# amount pairs. Returns as PAIR_SCRIPT does. A sum may pass through 0 and go on (a score
+# change): a field is deleted only when taking back leaves it at exactly 0.
+ACTION_SCRIPT = """
+local old = redis.call('GET', KEYS[1])
+if old == ARGV[1] then return 0 end
+if old then
+  local o = cjson.decode(old)
+  local bucket = ARGV[4] .. o[1]
+  if redis.call('EXISTS', bucket) == 1 then
+    for _, c in ipairs(o[2]) do
+      if redis.call('HINCRBY', bucket, c[1], -c[2]) == 0 then redis.call('HDEL', bucket, c[1]) end
+    end
+  end
+end
+local bucket = ARGV[4] .. ARGV[5]
+for i = 6, #ARGV, 2 do redis.call('HINCRBY', bucket, ARGV[i], ARGV[i + 1]) end
+redis.call('EXPIRE', bucket, ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+if old then return 2 end
+return 1
+"""
+
 PAIR_RESULTS: tuple[Result, Result, Result] = ("same", "joined", "replaced")
 
 
@@ -152,6 +196,7 @@ class RedisAgreementStore:
     def __post_init__(self) -> None:
         self._pair = self.client.register_script(PAIR_SCRIPT)
         self._outcome = self.client.register_script(OUTCOME_SCRIPT)
+        self._action = self.client.register_script(ACTION_SCRIPT)
 
     @property
     def bucket_ttl_s(self) -> int:
@@ -231,21 +276,57 @@ class RedisAgreementStore:
         return PAIR_RESULTS[int(done)]  # type: ignore[call-overload]
 
     async def tally(self, since: float | None = None) -> Tally:
-        now = self.clock()
-        start = now - self.retention_s if since is None else max(since, now - self.bucket_ttl_s)
-        days = _days(start, now + DAY_S)  # a day ahead: an outcome's clock may run ahead
+        tally = Tally()
+        for bucket in await self._buckets("tally:", since):
+            tally.merge(Tally.of_json({_text(k): int(n) for k, n in bucket.items() if int(n) > 0}))
+        return tally
+
+    async def kept_of(self, request_id: str) -> Kept | None:
         try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for day in days:
-                    pipe.hgetall(self.prefix + f"tally:{day}")
-                buckets = await pipe.execute()
+            found = await self.client.get(self.prefix + f"kept:{request_id}")
+            return None if found is None else Kept.decode(found)
+        except Exception as exc:  # a follow-up's evaluation goes out without its origin's
+            self._failed(exc, 1)
+            return None
+
+    async def count_action(self, what: str, request_id: str, at: float, amounts: Amounts) -> Result:
+        day, stored = action_pair(at, amounts)
+        try:
+            done = await self._action(
+                keys=[self.prefix + f"act:{what}:{request_id}"],
+                args=[
+                    stored,
+                    self.retention_s,
+                    self.bucket_ttl_s,
+                    self.prefix + "actions:",
+                    day,
+                    *(x for pair in amounts for x in pair),
+                ],
+            )
         except Exception as exc:
             self._failed(exc, 1)
             raise AgreementUnavailable(repr(exc)) from exc
-        tally = Tally()
-        for bucket in buckets:
-            tally.merge(Tally.of_json({_text(k): int(n) for k, n in bucket.items() if int(n) > 0}))
+        return PAIR_RESULTS[int(done)]  # type: ignore[call-overload]
+
+    async def action_tally(self, since: float | None = None) -> ActionTally:
+        tally = ActionTally()
+        for bucket in await self._buckets("actions:", since):
+            tally.add((_text(k), int(n)) for k, n in bucket.items())
         return tally
+
+    async def _buckets(self, name: str, since: float | None) -> list[dict[Any, Any]]:
+        now = self.clock()
+        start = now - self.retention_s if since is None else max(since, now - self.bucket_ttl_s)
+        days = _days(start, now + DAY_S)  # a day ahead: an event's clock may run ahead
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for day in days:
+                    pipe.hgetall(self.prefix + name + day)
+                found: list[dict[Any, Any]] = await pipe.execute()
+        except Exception as exc:
+            self._failed(exc, 1)
+            raise AgreementUnavailable(repr(exc)) from exc
+        return found
 
     def _failed(self, exc: BaseException, writes: int) -> None:
         self.errors += writes
@@ -257,6 +338,12 @@ class RedisAgreementStore:
     async def aclose(self) -> None:
         if self._writer is not None:
             await asyncio.gather(self._writer, return_exceptions=True)
+
+
+def action_pair(at: float, amounts: Amounts) -> tuple[str, str]:
+    """The day bucket of what a request counts, and the counts as stored (`act:` key)."""
+    day = day_of(at)
+    return day, json.dumps([day, [list(a) for a in amounts]], separators=(",", ":"))
 
 
 def keys_of(topic_prefix: str) -> str:
@@ -278,6 +365,8 @@ class MemoryAgreementStore:
     outcomes: dict[str, dict[str, str]] = field(default_factory=dict)
     pairs: dict[tuple[str, str], tuple[str, list[str], str]] = field(default_factory=dict)
     buckets: dict[str, Tally] = field(default_factory=dict)
+    acts: dict[tuple[str, str], tuple[str, Amounts, str]] = field(default_factory=dict)
+    action_buckets: dict[str, ActionTally] = field(default_factory=dict)
     errors: int = 0
 
     async def keep(self, request_id: str, kept: Kept) -> None:
@@ -311,6 +400,29 @@ class MemoryAgreementStore:
         first = None if since is None else day_of(since)
         tally = Tally()
         for day, bucket in self.buckets.items():
+            if first is None or day >= first:
+                tally.merge(bucket)
+        return tally
+
+
+    async def kept_of(self, request_id: str) -> Kept | None:
+        return self.kept.get(request_id)
+
+    async def count_action(self, what: str, request_id: str, at: float, amounts: Amounts) -> Result:
+        day, stored = action_pair(at, amounts)
+        old = self.acts.get((what, request_id))
+        if old is not None and old[2] == stored:
+            return "same"
+        if old is not None:
+            self.action_buckets[old[0]].add(old[1], -1)
+        self.action_buckets.setdefault(day, ActionTally()).add(amounts)
+        self.acts[(what, request_id)] = (day, amounts, stored)
+        return "joined" if old is None else "replaced"
+
+    async def action_tally(self, since: float | None = None) -> ActionTally:
+        first = None if since is None else day_of(since)
+        tally = ActionTally()
+        for day, bucket in self.action_buckets.items():
             if first is None or day >= first:
                 tally.merge(bucket)
         return tally

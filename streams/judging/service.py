@@ -107,6 +107,7 @@ async def _serve(settings: Settings) -> None:
         exporter=evaluation_exporter(settings, metrics),
         # the verdicts judged here meet their outcomes in the worker's store
         agreement=agreement_store(settings, redis),
+        followup_window_s=settings.action_followup_window_s,
     )
     # its verdicts use the agents' calibrated thresholds too, refreshed as the worker's are
     book = CalibrationBook()

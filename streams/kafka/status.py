@@ -14,7 +14,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from tracejudge.judges.actions import ActionTally
 from tracejudge.judges.agreement import Tally
+from tracejudge.streams.agreement.actions import action_lines, actions_json
 from tracejudge.models import names
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
@@ -57,6 +59,9 @@ class Status:
     # no Redis (no live agreement) or Redis unreachable (`agreement_error` says which)
     agreement: dict[str, Any] | None = None
     agreement_error: str | None = None
+    # agent -> action -> the effect of the actions asked (`agreement/actions.py`, issue 40);
+    # None where agreement is (the same Redis, read with it)
+    actions: dict[str, Any] | None = None
 
     @property
     def judge_waiting(self) -> int | None:
@@ -82,27 +87,30 @@ class Status:
 async def collect_status(settings: Settings, workers: list[str], timeout_s: float = 10.0) -> Status:
     topics = await asyncio.wait_for(_topics(settings), timeout_s)
     checked = await asyncio.gather(*(asyncio.to_thread(worker_health, url) for url in workers))
-    tally, error = await _agreement(settings, timeout_s)
+    tally, acted, error = await _agreement(settings, timeout_s)
     return Status(
         settings.masked(),
         topics,
         list(checked),
         None if tally is None else agreement_json(tally),
         error,
+        None if acted is None else actions_json(acted),
     )
 
 
-async def _agreement(settings: Settings, timeout_s: float) -> tuple[Tally | None, str | None]:
-    """The tally every worker and judge process counts into, read once."""
+async def _agreement(
+    settings: Settings, timeout_s: float
+) -> tuple[Tally | None, ActionTally | None, str | None]:
+    """The tallies every worker and judge process counts into, read once."""
     redis = redis_client(settings.redis_url, timeout_s=min(timeout_s, 3.0))
     if redis is None:
-        return None, "off: no Redis (TRACEJUDGE_REDIS_URL is empty)"
+        return None, None, "off: no Redis (TRACEJUDGE_REDIS_URL is empty)"
     store = agreement_store(settings, redis)
     assert store is not None
     try:
-        return await store.tally(), None
+        return await store.tally(), await store.action_tally(), None
     except AgreementUnavailable as exc:
-        return None, f"Redis unreachable: {exc}"
+        return None, None, f"Redis unreachable: {exc}"
     finally:
         await redis.aclose()
 
@@ -254,4 +262,11 @@ def render_status(status: Status) -> str:
         lines.append("  no outcomes joined to verdicts yet")
     else:
         lines += agreement_lines(status.agreement)
+    lines += ["", "effect of the actions asked (per agent and action, within the retention)"]
+    if status.agreement_error is not None:
+        lines.append(f"  {status.agreement_error}")
+    elif not status.actions:
+        lines.append("  no reflection requested yet")
+    else:
+        lines += action_lines(status.actions)
     return "\n".join(lines)

@@ -131,6 +131,7 @@ class WorkerContext:
             metrics,
             exporter=evaluation_exporter(settings, metrics),
             agreement=agreement,
+            followup_window_s=settings.action_followup_window_s,
         )
         book = CalibrationBook()  # one per process: the closer's policy and the judge's
         policy = settings.verdict_policy(book)

@@ -1,0 +1,96 @@
+"""The action figures (issue 40) as /metrics families and `tracejudge status` lines, read from
+the action tally every process counts into (`store.py`, judges/actions.py).
+
+Labels are bounded: `agent` as the agreement figures bound theirs (live.py's TOP_AGENTS with
+most actions asked, the rest "other"), `action` is reflection_1 .. reflection_N (N: the rounds' bound).
+Every worker serves the same figures: aggregate with max(), never sum().
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from tracejudge.judges.actions import ActionCell, ActionFigures, ActionTally
+
+SERIES: tuple[tuple[str, str, Callable[[ActionFigures], float | None]], ...] = (
+    ("asked", "Actions asked (reflection requests published).", lambda f: f.asked),
+    (
+        "followed_up",
+        "Follow-ups whose verdict came within TRACEJUDGE_ACTION_FOLLOWUP_WINDOW_S.",
+        lambda f: f.followed_up,
+    ),
+    ("late", "Follow-ups whose verdict came after the window.", lambda f: f.late),
+    ("success", "Follow-ups within the window whose steps succeeded.", lambda f: f.success),
+    ("complete", "Follow-ups within the window that finished the goal.", lambda f: f.complete),
+    ("fixed", "Follow-ups within the window both success and complete.", lambda f: f.fixed),
+    (
+        "score_change_mean",
+        "Mean of the follow-up's score minus its origin's.",
+        lambda f: f.mean_score_change,
+    ),
+    (
+        "seconds_mean",
+        "Mean seconds from the origin's verdict to the follow-up's.",
+        lambda f: f.mean_seconds,
+    ),
+)
+
+
+def bounded(tally: ActionTally, top: int, other: str) -> ActionTally:
+    """The tally with the agents past the `top` with most actions asked counted as `other`."""
+    asked: Counter[str] = Counter()
+    for cell, n in tally.counts.items():
+        if cell.field == "asked":
+            asked[cell.agent] += n
+    kept = {agent for agent, _ in asked.most_common(top)}
+    out = ActionTally()
+    for cell, n in tally.counts.items():
+        out.counts[cell if cell.agent in kept else ActionCell(other, *cell[1:])] += n
+    return out
+
+
+def families(figures: dict[tuple[str, str], ActionFigures]) -> list[Metric]:
+    made: list[Metric] = []
+    for name, doc, value_of in SERIES:
+        family = GaugeMetricFamily(
+            f"tracejudge_action_{name}",
+            f"{doc} Per agent and action, over the agreement retention; the same on every "
+            "worker: aggregate with max().",
+            labels=["agent", "action"],
+        )
+        for (agent, action), f in sorted(figures.items()):
+            value = value_of(f)
+            if value is not None:  # no mean without a follow-up: no sample
+                family.add_metric([agent, action], value)
+        made.append(family)
+    return made
+
+
+def actions_json(tally: ActionTally) -> dict[str, dict[str, Any]]:
+    """agent -> action -> its figures, as `tracejudge status --json` shows them (every agent:
+    status is read by a person, not scraped)."""
+    found: dict[str, dict[str, Any]] = {}
+    for (agent, action), f in tally.figures().items():
+        found.setdefault(agent, {})[action] = asdict(f)
+    return found
+
+
+def action_lines(figures: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for agent, actions in sorted(figures.items()):
+        lines.append(f"  {agent}")
+        for action, f in sorted(actions.items()):
+            change = f["mean_score_change"]
+            seconds = f["mean_seconds"]
+            lines.append(
+                f"    {action}: asked {f['asked']}, followed up {f['followed_up']}"
+                f" (late {f['late']}), complete {f['complete']}, fixed {f['fixed']}"
+                + ("" if change is None else f", score {change:+.1f}")
+                + ("" if seconds is None else f", after {seconds:.0f}s")
+            )
+    return lines
