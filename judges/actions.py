@@ -113,7 +113,12 @@ class ActionTally:
 
             done = n("followed_up")
             found[(agent, action)] = ActionFigures(
-                *(n(name) for name in COUNTS),
+                asked=n("asked"),
+                followed_up=n("followed_up"),
+                late=n("late"),
+                success=n("success"),
+                complete=n("complete"),
+                fixed=n("fixed"),
                 mean_score_change=n("score_change") / done if done else None,
                 mean_seconds=n("seconds") / done if done else None,
             )

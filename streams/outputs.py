@@ -183,7 +183,6 @@ class VerdictPublisher:
             m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
         self.log.note(summary)
 
-
     async def _count_actions(self, store: AgreementStore, made: Made, kept: Kept) -> None:
         """The effect of actions (judges/actions.py): a reflection asked, a follow-up of one.
         Counted once per request whatever the deliveries (the store's act keys); a failure
@@ -191,7 +190,9 @@ class VerdictPublisher:
         rid = made.request_id
         try:
             if made.summary is not None and made.summary.reflection:
-                await store.count_action("asked", rid, kept.ts, asked(kept, reflection(kept.round + 1)))
+                await store.count_action(
+                    "asked", rid, kept.ts, asked(kept, reflection(kept.round + 1))
+                )
             if made.origin is not None:
                 counts = followed(made.origin, kept, self.followup_window_s)
                 await store.count_action("follow", rid, kept.ts, counts)

@@ -18,10 +18,10 @@ from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.actions import actions_json
 from tracejudge.streams.agreement.live import LiveAgreement
 from tracejudge.streams.agreement.store import MemoryAgreementStore
+from tracejudge.streams.demo.samples import sample_traces
 from tracejudge.streams.kafka.status import Status, render_status
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.demo.samples import sample_traces
 
 PARENT = "run:booked-unconfirmed"
 
@@ -29,7 +29,9 @@ PARENT = "run:booked-unconfirmed"
 def follow_up(parent: str, round_: int, complete: bool, rid: str) -> list[dict[str, Any]]:
     """A run that follows `parent` up: the sample booking, complete or not."""
     trace = sample_traces("run", round_)[0 if complete else 1]
-    events = json.loads(json.dumps(trace.events).replace(trace.request_id, rid))
+    events: list[dict[str, Any]] = json.loads(
+        json.dumps(trace.events).replace(trace.request_id, rid)
+    )
     events[0]["parent_request_id"] = parent
     return events
 
@@ -106,7 +108,9 @@ async def test_a_follow_up_published_again_is_counted_once() -> None:
     await run(w, sample_traces("run")[1].events)
     judging = Judging(tool_call_budget=20, policy=Policy(), version="v-test", llm=None)
     records = [json.dumps(e).encode() for e in follow_up(PARENT, 1, True, "run:r1")]
-    made = make_verdict(judging, Closing("run:r1", "final_response", records, 5, 0, [], 1_100.0, None))
+    made = make_verdict(
+        judging, Closing("run:r1", "final_response", records, 5, 0, [], 1_100.0, None)
+    )
     for _ in range(3):  # a crash before the input record's commit publishes it again
         await w.ctx.publisher.publish(made)
     (f,) = (await store.action_tally()).figures().values()

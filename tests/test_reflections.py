@@ -20,7 +20,12 @@ def test_a_follow_up_id_depends_on_the_reflection_alone() -> None:
 
 def recorded(**kwargs: Any) -> list[dict[str, Any]]:
     sent: list[dict[str, Any]] = []
-    run = Recorder(lambda e: sent.append(e) is None, "send the confirmation", **kwargs)
+
+    def send(event: dict[str, Any]) -> bool:
+        sent.append(event)
+        return True
+
+    run = Recorder(send, "send the confirmation", **kwargs)
     run.tool_call("send_confirmation", success=True)
     run.final("sent")
     return sent

@@ -2,7 +2,8 @@
 the action tally every process counts into (`store.py`, judges/actions.py).
 
 Labels are bounded: `agent` as the agreement figures bound theirs (live.py's TOP_AGENTS with
-most actions asked, the rest "other"), `action` is reflection_1 .. reflection_N (N: the rounds' bound).
+most actions asked, the rest "other"), `action` is reflection_1 .. reflection_N
+(N: the rounds' bound).
 Every worker serves the same figures: aggregate with max(), never sum().
 """
 

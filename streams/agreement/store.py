@@ -404,7 +404,6 @@ class MemoryAgreementStore:
                 tally.merge(bucket)
         return tally
 
-
     async def kept_of(self, request_id: str) -> Kept | None:
         return self.kept.get(request_id)
 

@@ -16,8 +16,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tracejudge.judges.actions import ActionTally
 from tracejudge.judges.agreement import Tally
-from tracejudge.streams.agreement.actions import action_lines, actions_json
 from tracejudge.models import names
+from tracejudge.streams.agreement.actions import action_lines, actions_json
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.agreement.store import AgreementUnavailable

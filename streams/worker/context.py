@@ -123,16 +123,7 @@ class WorkerContext:
         store = _store(settings, tables, hold_s)
         lookup = lookup or RedisSink(redis, settings.evaluation_ttl_s)
         version, llm = _versions(settings)
-        publisher = VerdictPublisher(
-            channels.evaluations,
-            channels.reflections,
-            channels.alerts,
-            lookup,
-            metrics,
-            exporter=evaluation_exporter(settings, metrics),
-            agreement=agreement,
-            followup_window_s=settings.action_followup_window_s,
-        )
+        publisher = _publisher(settings, channels, lookup, metrics, agreement)
         book = CalibrationBook()  # one per process: the closer's policy and the judge's
         policy = settings.verdict_policy(book)
         judge_jobs = None
@@ -178,6 +169,25 @@ class WorkerContext:
             agreement=agreement,
             live_agreement=_live_agreement(agreement, metrics),
         )
+
+
+def _publisher(
+    settings: Settings,
+    channels: Channels,
+    lookup: Lookup,
+    metrics: Metrics,
+    agreement: AgreementStore | None,
+) -> VerdictPublisher:
+    return VerdictPublisher(
+        channels.evaluations,
+        channels.reflections,
+        channels.alerts,
+        lookup,
+        metrics,
+        exporter=evaluation_exporter(settings, metrics),
+        agreement=agreement,
+        followup_window_s=settings.action_followup_window_s,
+    )
 
 
 def _judging(

@@ -61,12 +61,21 @@ async def test_a_follow_up_on_another_worker_meets_its_parents_verdict(
 
         judging = Judging(tool_call_budget=20, policy=Policy(), version="v-test", llm=None)
         records = [json.dumps(e).encode() for e in follow_up(PARENT, 1, True, "run:r1")]
-        made = make_verdict(judging, Closing("run:r1", "final_response", records, 5, 0, [], now + 120, None))
+        made = make_verdict(
+            judging, Closing("run:r1", "final_response", records, 5, 0, [], now + 120, None)
+        )
         await w.ctx.publisher.publish(made)  # delivered again: the same counts
         await w.ctx.publisher.publish(made)
 
         (f,) = (await a.action_tally()).figures().values()
-        assert (f.asked, f.followed_up, f.late, f.success, f.complete, f.fixed) == (1, 1, 0, 1, 1, 1)
+        assert (f.asked, f.followed_up, f.late, f.success, f.complete, f.fixed) == (
+            1,
+            1,
+            0,
+            1,
+            1,
+            1,
+        )
         assert f.mean_seconds == 120.0
         assert f.mean_score_change == child.overall_score - parent.overall_score
 
@@ -79,7 +88,9 @@ async def test_a_follow_up_on_another_worker_meets_its_parents_verdict(
         await run(w2, follow_up(PARENT, 1, complete=True, rid="run:r1"))
         assert (await twin.action_tally()).figures() == (await b.action_tally()).figures()
 
-        keys = sorted([k.decode()[len(prefix) :] async for k in one.scan_iter(match=prefix + "act*")])
+        keys = sorted(
+            [k.decode()[len(prefix) :] async for k in one.scan_iter(match=prefix + "act*")]
+        )
         assert [k.rsplit(":", 1)[0] if k.startswith("act:") else k.split(":")[0] for k in keys] == [
             "act:asked:run",
             "act:follow:run",
