@@ -26,7 +26,8 @@ def main(bootstrap: str, prefix: str, calls_log: Path) -> None:
         with calls_log.open("a") as log:
             log.write(f"{reflection.reflection_id} {os.getpid()}\n")
         for step in reflection.remaining_steps:
-            time.sleep(0.05)  # slow enough that a kill lands inside some callback
+            time.sleep(0.15)  # slow enough that a kill lands inside some callback, and
+            # that the requests outlast the group's rebalance when the second process joins
             run.tool_call(step, success=True, result="done")
         return f"finished {len(reflection.remaining_steps)} remaining step(s)"
 

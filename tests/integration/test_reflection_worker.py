@@ -101,10 +101,15 @@ def test_two_processes_one_killed_start_exactly_one_follow_up_per_request(
 
     first, second = start("first"), start("second")
     try:
+        # the kill lands once both processes hold partitions: either may join the group first
+        # and handle the first requests alone until the rebalance the other's join starts
         deadline = time.monotonic() + 60
-        while len(calls.read_text().splitlines()) < 12 and time.monotonic() < deadline:
+        pids: Counter[str] = Counter()
+        while time.monotonic() < deadline:
+            pids = Counter(line.split()[1] for line in calls.read_text().splitlines())
+            if pids[str(first.pid)] >= 2 and pids.total() >= 12:
+                break
             time.sleep(0.05)
-        pids = Counter(line.split()[1] for line in calls.read_text().splitlines())
         first.kill()  # -9, mid-stream: some of its requests are in hand, some not yet read
         first.wait(10)
         wanted = {follow_up_request_id(r.reflection_id): r for r in mine}
