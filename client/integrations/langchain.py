@@ -51,14 +51,26 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
 
     def __init__(
         self,
-        tracer: Tracer | AsyncTracer,
+        tracer: Tracer | AsyncTracer | None,
         *,
         agent_name: str | None = None,
         agent_version: str | None = None,
+        planned_steps: Sequence[str] | None = None,
+        into: Recorder | None = None,
     ) -> None:
+        """`planned_steps`: the steps every run declares (a run's own, given in its config's
+        metadata as `tracejudge_planned_steps`, win), so a step it skips leaves it incomplete.
+        `into`: record the graph's calls into this request, begun elsewhere (a reflection's
+        follow-up, client/reflections.py), instead of starting one per top-level run; its
+        owner ends it (the handler sends no final response into it); `tracer` may then be
+        None."""
+        if tracer is None and into is None:
+            raise ValueError("a tracer, or a request to record `into`")
         self.tracer = tracer
         self.agent_name = agent_name
         self.agent_version = agent_version
+        self.planned_steps = list(planned_steps or [])
+        self.into = into
         self.last_request_id: str | None = None
         self._runs: dict[UUID, _Run] = {}  # top-level run id -> its request
         self._root_of: dict[UUID, UUID] = {}  # any run id -> its top-level run id
@@ -79,12 +91,19 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             self._child(run_id, parent_run_id)
             return
         name = kwargs.get("name") or (serialized or {}).get("name")
-        recorder = self.tracer.request(
-            _text(inputs) or f"run of {name or 'a chain'}",
-            request_id=f"lc-{run_id}",
-            agent_name=self.agent_name or (str(name) if name else None),
-            agent_version=self.agent_version,
-        )
+        metadata = kwargs.get("metadata") or {}
+        planned = metadata.get("tracejudge_planned_steps", self.planned_steps)
+        if self.into is not None:
+            recorder = self.into
+        else:
+            assert self.tracer is not None  # checked when made
+            recorder = self.tracer.request(
+                _text(inputs) or f"run of {name or 'a chain'}",
+                request_id=f"lc-{run_id}",
+                agent_name=self.agent_name or (str(name) if name else None),
+                agent_version=self.agent_version,
+                planned_steps=[str(step) for step in planned or []],
+            )
         with self._lock:
             self._runs[run_id] = _Run(recorder)
             self._root_of[run_id] = run_id
@@ -92,12 +111,12 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._end(run_id)
-        if run is not None:
+        if run is not None and self.into is None:
             run.recorder.final(_text(outputs, last=True) or "(no answer)")
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._end(run_id)
-        if run is not None:
+        if run is not None and self.into is None:
             run.recorder.final(f"failed: {type(error).__name__}: {error}")
 
     # -- model calls -----------------------------------------------------------------------
