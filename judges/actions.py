@@ -1,11 +1,17 @@
 """The effect of the actions tracejudge asks agents for (issue 40), as counts.
 
-An action asked (a reflection request of round n) counts `asked` once; a follow-up (a request
-whose task_started names the asking request as its parent) counts once, against its parent's
-kept verdict: `followed_up` within the window (else `late`), `success`, `complete`, `fixed`
-(both), and the sums the means come from (score change, seconds to the follow-up). The counts
-are hash fields `agent \\x1f action \\x1f field` in day buckets (streams/agreement/store.py),
-the same shape as the agreement tally, so each process reads the figures of all.
+Reflections. An action asked (a reflection request of round n) counts `asked` once; a
+follow-up (a request whose task_started names the asking request as its parent) counts once,
+against its parent's kept verdict: `followed_up` within the window (else `late`), `success`,
+`complete`, `fixed` (both), and the sums the means come from (score change, seconds to the
+follow-up). The counts are hash fields `agent \\x1f action \\x1f field` in day buckets
+(streams/agreement/store.py), the same shape as the agreement tally, so each process reads the
+figures of all.
+
+Early stops (`iterations`): counted at an iterative run's close, beside the runs never told
+to stop. Generic retries (`retry_asked`, `retry_answered`): a retry request asked, an answer
+given to one (the contract's `attempt` >= 1 on the same session), fixed when substantive; no
+score and no time: an answer is not a judged run, and the retry request's time is not kept.
 """
 
 from __future__ import annotations
@@ -17,9 +23,13 @@ from typing import NamedTuple
 
 from tracejudge.judges.agreement import NO_AGENT, Kept
 
-# the sums: their means are over `followed_up`
-SUMS = ("score_change", "seconds")
-COUNTS = ("asked", "followed_up", "late", "success", "complete", "fixed")
+# the sums: score_change and seconds are over `followed_up`; score over `followed_up` (early
+# stops) or `runs` (runs that ran to the end)
+SUMS = ("score_change", "seconds", "rounds_saved", "score")
+COUNTS = ("asked", "followed_up", "late", "success", "complete", "fixed", "runs")
+EARLY_STOP = "early_stop"  # an iterative run told it may stop (stop / finalize decisions)
+RAN_TO_END = "ran_to_end"  # an iterative run never told so: what early stops compare with
+GENERIC_RETRY = "generic_retry"  # a generic or clarifying answer's retry request
 
 Amounts = list[tuple[str, int]]  # hash field -> amount to add
 
@@ -73,6 +83,54 @@ def followed(origin: Kept, follow_up: Kept, window_s: float) -> Amounts:
     return found
 
 
+def iterations(
+    agent: str | None,
+    *,
+    decided: bool,
+    used: int,
+    limit: int | None,
+    success: bool,
+    complete: bool,
+    score: int,
+) -> Amounts:
+    """What an iterative run counts at its close. Told it may stop (`decided`): an early stop
+    asked, followed when the run stopped before its limit (`limit` - `used` rounds saved).
+    Never told: a run that ran to the end, the verdicts early-stopped runs are read beside."""
+    action = EARLY_STOP if decided else RAN_TO_END
+
+    def cell(name: str) -> str:
+        return ActionCell(agent or NO_AGENT, action, name).key()
+
+    found: Amounts = []
+    if decided:
+        found.append((cell("asked"), 1))
+        saved = 0 if limit is None else max(0, limit - used)
+        if not saved:  # stopped at the limit, or told so too late to save a round
+            return found
+        found += [(cell("followed_up"), 1), (cell("rounds_saved"), saved)]
+    else:
+        found.append((cell("runs"), 1))
+    found += [(cell(n), 1) for n, on in (("success", success), ("complete", complete)) if on]
+    if success and complete:
+        found.append((cell("fixed"), 1))
+    found.append((cell("score"), score))
+    return found
+
+
+def retry_asked(agent: str | None) -> Amounts:
+    """A generic or clarifying answer the worker asked to retry."""
+    return [(ActionCell(agent or NO_AGENT, GENERIC_RETRY, "asked").key(), 1)]
+
+
+def retry_answered(agent: str | None, substantive: bool) -> Amounts:
+    """An answer given to a retry (attempt 1, 2...): fixed when it is substantive."""
+
+    def cell(name: str) -> str:
+        return ActionCell(agent or NO_AGENT, GENERIC_RETRY, name).key()
+
+    return [(cell("followed_up"), 1)] + ([(cell("fixed"), 1)] if substantive else [])
+
+
 @dataclass(frozen=True)
 class ActionFigures:
     asked: int
@@ -83,6 +141,9 @@ class ActionFigures:
     fixed: int
     mean_score_change: float | None  # over the follow-ups within the window
     mean_seconds: float | None
+    runs: int = 0  # ran_to_end: the iterative runs never told they may stop
+    rounds_saved: int = 0  # early_stop: rounds not run by the runs that stopped
+    mean_score: float | None = None  # early_stop: of the runs that stopped; ran_to_end: all
 
     @property
     def followed_up_share(self) -> float | None:
@@ -112,6 +173,7 @@ class ActionTally:
                 return self.counts.get(ActionCell(agent, action, name), 0)
 
             done = n("followed_up")
+            scored = done if action == EARLY_STOP else n("runs")
             found[(agent, action)] = ActionFigures(
                 asked=n("asked"),
                 followed_up=n("followed_up"),
@@ -121,5 +183,8 @@ class ActionTally:
                 fixed=n("fixed"),
                 mean_score_change=n("score_change") / done if done else None,
                 mean_seconds=n("seconds") / done if done else None,
+                runs=n("runs"),
+                rounds_saved=n("rounds_saved"),
+                mean_score=n("score") / scored if scored else None,
             )
         return found

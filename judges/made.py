@@ -32,6 +32,8 @@ class Summary:
     # the rules' verdict of a request the judge will amend: counted apart, so that each
     # request's final verdict is counted once (streams/outputs.py)
     pending: bool = False
+    # an iterative workflow's loop: (an early stop was decided, rounds used, the limit)
+    iterations: tuple[bool, int, int | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,13 @@ def made_of(
         evaluation.usage,
         evaluation.passed,
         not evaluation.final,
+        None
+        if evaluation.iterations_used is None
+        else (
+            bool(evaluation.early_stop_decided),
+            evaluation.iterations_used,
+            evaluation.max_iterations,
+        ),
     )
     return Made(
         evaluation.request_id,

@@ -112,6 +112,7 @@ class WindowFacts(BaseModel):
     iterations_used: int | None = None
     max_iterations: int | None = None
     stopped_early: bool | None = None
+    early_stop_decided: bool | None = None
     usage: Usage | None = None
     trace_id: str | None = None
     span_id: str | None = None
@@ -136,6 +137,7 @@ class WindowFacts(BaseModel):
             iterations_used=used,
             max_iterations=limit,
             stopped_early=stopped,
+            early_stop_decided=None if used is None else decided,
             request_id=window.request_id,
             session_key=window.first("session_key"),
             agent_name=window.first("agent_name"),
@@ -277,6 +279,7 @@ def conclude(
         iterations_used=facts.iterations_used,
         max_iterations=facts.max_iterations,
         stopped_early=facts.stopped_early,
+        early_stop_decided=facts.early_stop_decided,
         usage=facts.usage,
         trace_id=facts.trace_id,
         span_id=facts.span_id,

@@ -226,6 +226,11 @@ class Evaluation(_Output):
     stopped_early: bool | None = Field(
         default=None, description="A stop/finalize decision was made and the loop ended early."
     )
+    early_stop_decided: bool | None = Field(
+        default=None,
+        description="A stop/finalize decision was sent for this loop (whether or not it "
+        "stopped). None: not an iterative workflow.",
+    )
     usage: Usage | None = Field(
         default=None, description="Model calls, tokens and cost; None when no step reported any."
     )

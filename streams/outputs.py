@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from tracejudge.judges.actions import asked, followed, reflection
+from tracejudge.judges.actions import asked, followed, iterations, reflection
 from tracejudge.judges.agreement import Kept
 from tracejudge.judges.made import Made, chained, encode
 from tracejudge.models.names import REDIS_EVALUATION_KEY, REDIS_TIMELINE_KEY
@@ -184,7 +184,8 @@ class VerdictPublisher:
         self.log.note(summary)
 
     async def _count_actions(self, store: AgreementStore, made: Made, kept: Kept) -> None:
-        """The effect of actions (judges/actions.py): a reflection asked, a follow-up of one.
+        """The effect of actions (judges/actions.py): a reflection asked, a follow-up of one,
+        an iterative loop told it may stop (or not).
         Counted once per request whatever the deliveries (the store's act keys); a failure
         loses a count, never the verdict (the store counts and logs it)."""
         rid = made.request_id
@@ -196,6 +197,21 @@ class VerdictPublisher:
             if made.origin is not None:
                 counts = followed(made.origin, kept, self.followup_window_s)
                 await store.count_action("follow", rid, kept.ts, counts)
+            loop = None if made.summary is None else made.summary.iterations
+            if loop is not None:
+                s = made.summary
+                assert s is not None
+                decided, used, limit = loop
+                counts = iterations(
+                    kept.agent,
+                    decided=decided,
+                    used=used,
+                    limit=limit,
+                    success=s.success,
+                    complete=not s.incomplete,
+                    score=s.overall_score,
+                )
+                await store.count_action("stop", rid, kept.ts, counts)
         except AgreementUnavailable:
             pass
 

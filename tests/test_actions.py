@@ -199,3 +199,96 @@ async def test_metrics_and_status_show_the_action_figures() -> None:
     text = render_status(status)
     assert "    reflection_1: asked 1, followed up 1 (late 0), complete 1, fixed 1" in text
     assert "no reflection requested yet" in render_status(Status(settings, [], [], {}, None, {}))
+
+
+# -- early stops and generic retries ----------------------------------------------------------
+
+
+def loop(rid: str, rounds: int, conclude_at: int | None, limit: int = 10) -> list[dict[str, Any]]:
+    """An iterative workflow's events: `rounds` rounds, a conclusion in round `conclude_at`."""
+    events: list[dict[str, Any]] = [
+        {
+            "type": "task_started",
+            "request_id": rid,
+            "goal": "find the cause",
+            "step_index": 0,
+            "agent_name": "looper",
+        }
+    ]
+    for i in range(1, rounds + 1):
+        said = (
+            "<Conclusion>the index is missing</Conclusion>" if i == conclude_at else "still at it"
+        )
+        events.append(
+            {
+                "type": "iteration",
+                "request_id": rid,
+                "step_index": i,
+                "iteration": i,
+                "max_iterations": limit,
+                "response": said,
+                "agent_name": "looper",
+            }
+        )
+    events.append(
+        {
+            "type": "final_response",
+            "request_id": rid,
+            "step_index": rounds + 1,
+            "output": "Add the missing index on orders.customer_id.",
+            "agent_name": "looper",
+        }
+    )
+    return events
+
+
+async def test_early_stops_count_the_rounds_saved_beside_the_loops_that_ran_to_the_end() -> None:
+    store = MemoryAgreementStore()
+    w = memory_worker(agreement=store)
+    stopped = await run(w, loop("stopped", rounds=3, conclude_at=3))
+    assert stopped.stopped_early is True and stopped.early_stop_decided is True
+    ignored = await run(w, loop("ignored", rounds=10, conclude_at=4))  # told, ran on anyway
+    assert ignored.stopped_early is False and ignored.early_stop_decided is True
+    plain = [await run(w, loop(f"plain-{n}", rounds=10, conclude_at=None)) for n in range(2)]
+    assert all(e.early_stop_decided is False for e in plain)
+    again = memory_worker(agreement=store)  # the same verdict published again: counted once
+    await run(again, loop("stopped", rounds=3, conclude_at=3))
+
+    figures = (await store.action_tally()).figures()
+    early = figures[("looper", "early_stop")]
+    assert (early.asked, early.followed_up, early.rounds_saved) == (2, 1, 7)
+    assert (early.success, early.complete) == (int(stopped.success), int(not stopped.incomplete))
+    assert early.mean_score == stopped.overall_score
+    ended = figures[("looper", "ran_to_end")]
+    assert ended.runs == 2 and ended.asked == 0
+    assert ended.mean_score == sum(e.overall_score for e in plain) / 2
+    shown = actions_json(await store.action_tally())["looper"]
+    assert shown["early_stop"]["rounds_saved"] == 7 and shown["ran_to_end"]["runs"] == 2
+
+
+def answer(session: str, attempt: int, text: str) -> dict[str, Any]:
+    return {
+        "type": "model_response",
+        "session_id": session,
+        "agent": "chatty",
+        "prompt": "What is the refund policy for damaged items?",
+        "response": text,
+        "attempt": attempt,
+    }
+
+
+async def test_a_generic_answers_retry_counts_asked_answered_and_substantive() -> None:
+    store = MemoryAgreementStore()
+    w = memory_worker(agreement=store, generic_max_retries=2)
+    generic = "I'd be happy to help you with that! Let me know if you have any other questions."
+    useful = "Damaged items are refunded in full within 14 days; send a photo with the order id."
+    await w.response(answer("s1", 0, generic))
+    await w.response(answer("s1", 1, useful))  # the retry's answer: substantive
+    await w.response(answer("s1", 1, useful))  # delivered again: the same answer
+    await w.response(answer("s2", 0, generic))
+    await w.response(answer("s2", 1, generic))  # still generic: asked again, not fixed
+    await w.response(answer("s3", 0, useful))  # nothing asked
+    asked = [r for r in w.channel("retries").values() if r["type"] == "retry_request"]
+    assert len(asked) == 3
+    f = (await store.action_tally()).figures()[("chatty", "generic_retry")]
+    assert (f.asked, f.followed_up, f.fixed) == (3, 2, 1)

@@ -161,7 +161,7 @@ class WorkerContext:
                 outcomes=taker,
             ),
             outcomes=taker,
-            responses=_responses(settings, tables, channels, clock, metrics),
+            responses=_responses(settings, tables, channels, clock, metrics, agreement),
             idle=IdleScanner(store, channels.events, timeouts, markers, liveness, metrics, clock),
             judge_jobs=judge_jobs,
             commits=CommitRule(errors),
@@ -245,6 +245,7 @@ def _responses(
     channels: Channels,
     clock: Callable[[], float],
     metrics: Metrics,
+    actions: AgreementStore | None,
 ) -> ResponseHandler:
     return ResponseHandler(
         marks=tables.retry_state,
@@ -255,6 +256,7 @@ def _responses(
         max_event_bytes=settings.max_event_bytes,
         judging=settings.enabled,
         metrics=metrics,
+        actions=actions,
     )
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracejudge.judges.actions import Amounts, retry_answered, retry_asked
 from tracejudge.judges.made import encode
-from tracejudge.judges.retries import plan_retry
-from tracejudge.models.responses import parse_model_response
+from tracejudge.judges.retries import RetryPlan, plan_retry
+from tracejudge.models.responses import ModelResponse, parse_model_response
+from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel
@@ -28,6 +31,8 @@ class ResponseHandler:
     max_event_bytes: int | None = None
     judging: bool = True  # TRACEJUDGE_ENABLED=false: answers are parsed and counted, no more
     metrics: Metrics = field(default_factory=Metrics)
+    # where the generic-retry figures are counted (judges/actions.py); None: not counted
+    actions: AgreementStore | None = None
 
     async def __call__(self, record: InRecord) -> None:
         response = parse_model_response(record.value, self.max_event_bytes)
@@ -53,7 +58,21 @@ class ResponseHandler:
         if plan.alert is not None:
             pending.append(await self.alerts.send(key=key, value=encode(plan.alert)))
         await asyncio.gather(*pending)
+        await self._count(response, plan)
         # written after delivery: a crash in between re-sends the same retry_id, never loses it
         self.marks[response.session_id] = {"marks": [*marks, plan.fingerprint][-MARKS_KEPT:]}
         self.metrics.counts["responses"] += 1
         self.metrics.responses.labels("handled").inc()
+
+    async def _count(self, response: ModelResponse, plan: RetryPlan) -> None:
+        """The generic-retry figures: a retry asked, an answer given to one (fixed when no
+        retry follows it). Keyed by the answer's fingerprint: a redelivery counts once."""
+        amounts: Amounts = []
+        if plan.retry is not None and plan.retry.type == "retry_request":
+            amounts += retry_asked(response.agent)
+        if response.attempt >= 1:
+            amounts += retry_answered(response.agent, substantive=plan.retry is None)
+        if self.actions is None or not amounts:
+            return
+        with contextlib.suppress(AgreementUnavailable):  # counted and logged by the store
+            await self.actions.count_action("answer", plan.fingerprint, self.clock(), amounts)
