@@ -22,9 +22,10 @@ Callbacks hand events to the tracer's buffer and return; nothing here raises int
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,11 +52,16 @@ log = logging.getLogger("tracejudge.client")
 DEFAULT_WORKFLOW_NAME: str = RunConfig().workflow_name
 
 
+# the trace metadata key naming a request begun elsewhere that a run records into
+INTO_KEY = "tracejudge_into"
+
+
 @dataclass
 class _Request:
     name: str
     agent: str | None = None  # the outermost agent span's name
     recorder: Recorder | None = None
+    into: bool = False  # recording into a request begun elsewhere: its owner ends it
     last_output: str = ""
     errors: list[str] = field(default_factory=list)
 
@@ -73,16 +79,38 @@ class TracejudgeProcessor(TracingProcessor):
         self.agent_version = agent_version
         self.last_request_id: str | None = None
         self._requests: dict[str, _Request] = {}
+        self._into: dict[str, Recorder] = {}  # request id -> a request begun elsewhere
         self._lock = threading.Lock()
 
-    def on_trace_start(self, trace: Trace) -> None:
+    @contextlib.contextmanager
+    def recording_into(self, run: Recorder) -> Iterator[dict[str, str]]:
+        """Record the runs made inside into `run`, a request begun elsewhere (a reflection's
+        follow-up, client/reflections.py), instead of one request per trace; `run`'s owner
+        ends it. Yields the trace metadata to give the run, which is how the processor (one
+        for the whole process) tells this run's trace from others running at the same time:
+
+            with processor.recording_into(run) as metadata:
+                Runner.run_sync(agent, prompt, run_config=RunConfig(trace_metadata=metadata))
+        """
         with self._lock:
-            self._requests[trace.trace_id] = _Request(trace.name)
+            self._into[run.request_id] = run
+        try:
+            yield {INTO_KEY: run.request_id}
+        finally:
+            with self._lock:
+                self._into.pop(run.request_id, None)
+
+    def on_trace_start(self, trace: Trace) -> None:
+        metadata = getattr(trace, "metadata", None) or {}
+        with self._lock:
+            into = self._into.get(str(metadata.get(INTO_KEY, "")))
+            request = _Request(trace.name, recorder=into, into=into is not None)
+            self._requests[trace.trace_id] = request
 
     def on_trace_end(self, trace: Trace) -> None:
         with self._lock:
             request = self._requests.pop(trace.trace_id, None)
-        if request is None:
+        if request is None or request.into:
             return
         try:
             recorder = self._recorder(trace.trace_id, request, None)

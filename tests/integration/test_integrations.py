@@ -8,12 +8,14 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 from typing import Any
 
 import pytest
 from agents import (
     Agent,
+    RunConfig,
     Runner,
     function_tool,
     generation_span,
@@ -33,16 +35,19 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
 from examples.langgraph_agent import ScriptedChatModel
-from examples.openai_agents_agent import ScriptedModel
-from tests.integration.harness import WorkerProcess, consume, values
+from examples.openai_agents_agent import ScriptedModel, call, say
+from tests.integration.harness import WorkerProcess, consume, produce, values
 from tests.realservices import ROOT
 from tracejudge.client import Tracer
+from tracejudge.client.events import Recorder
 from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
 from tracejudge.client.integrations.openai_agents import (
     DEFAULT_WORKFLOW_NAME,
     TracejudgeProcessor,
 )
 from tracejudge.client.integrations.otel import TracejudgeSpanProcessor
+from tracejudge.client.reflections import Reflection, ReflectionWorker, follow_up_request_id
+from tracejudge.models.outputs import ReflectionRequest
 
 pytestmark = pytest.mark.integration
 
@@ -287,3 +292,110 @@ def test_each_example_runs_as_the_readme_says(pipeline_worker: WorkerProcess, ex
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert ": score " in done.stdout and "usage:" in done.stdout
+
+
+def test_the_reflection_example_finishes_what_its_langgraph_agent_skipped(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    s = pipeline_worker.settings
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.langgraph_reflection", "--orders", "4"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "TRACEJUDGE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+            "TRACEJUDGE_TOPIC_PREFIX": s.topic_prefix,
+        },
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    # orders 1 and 3 forget the confirmation: judged incomplete, the step left named
+    assert sum("incomplete True (left: send_confirmation)" in line for line in lines) == 2
+    assert "2 follow-up(s) run for 2 incomplete order(s)" in lines
+    finished = [line for line in lines if line.startswith("follow-up ") and "(round 1" in line]
+    assert len(finished) == 2
+    assert all("incomplete False, final for its chain True" in line for line in finished)
+
+
+async def test_an_openai_agents_sdk_run_records_into_a_reflections_follow_up(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    """The Agents SDK route of a reflection worker: the callback runs the agent with the
+    processor `recording_into` the follow-up, so the SDK's calls are the follow-up's steps."""
+
+    @function_tool
+    def send_confirmation(order_id: int) -> str:
+        """E-mail the customer."""
+        return f"order {order_id}: confirmation sent"
+
+    tracer = tracer_for(pipeline_worker)
+    processor = TracejudgeProcessor(tracer)
+    set_trace_processors([processor])
+    agent_name = f"oai-reflect-{uuid.uuid4().hex[:6]}"
+    request = ReflectionRequest(
+        reflection_id=f"refl-{uuid.uuid4().hex[:12]}",
+        evaluation_id="eval-1",
+        request_id=f"origin-{uuid.uuid4().hex[:8]}",
+        agent_name=agent_name,
+        goal="Refund order 7 and confirm it",
+        summary="refunded, confirmation not sent",
+        remaining_steps=["send_confirmation"],
+        reflection_round=1,
+        ts=time.time(),
+    )
+
+    def finish(reflection: Reflection, run: Recorder) -> str:
+        script: list[tuple[list[Any], int, int]] = [
+            ([call("send_confirmation", '{"order_id": 7}')], 120, 10),
+            ([say("Confirmation sent for order 7.")], 160, 12),
+        ]
+        agent = Agent(
+            name=agent_name,
+            instructions="Finish: " + ", ".join(reflection.remaining_steps),
+            model=ScriptedModel(script),
+            tools=[send_confirmation],
+        )
+        with processor.recording_into(run) as metadata:
+            result = Runner.run_sync(
+                agent, reflection.goal, run_config=RunConfig(trace_metadata=metadata)
+            )
+        return str(result.final_output)
+
+    await produce(
+        pipeline_worker.settings.kafka_bootstrap,
+        pipeline_worker.topic("reflections"),
+        [(request.request_id.encode(), request.model_dump_json().encode())],
+    )
+    worker = ReflectionWorker(
+        pipeline_worker.settings.kafka_bootstrap,
+        finish,
+        agents=[agent_name],
+        topic_prefix=pipeline_worker.settings.topic_prefix,
+        tracer=tracer,
+    )
+    try:
+        await asyncio.to_thread(
+            lambda: [worker.poll(1.0) for _ in range(60) if worker.stats.handled == 0]
+        )
+    finally:
+        worker.close()
+    assert worker.stats.handled == 1 and tracer.flush(10)
+    rid = follow_up_request_id(request.reflection_id)
+    events = await events_of_request(pipeline_worker, rid, 5)
+    tracer.close()
+    assert [e["type"] for e in events] == [
+        "task_started",
+        "reasoning_step",
+        "tool_call",
+        "reasoning_step",
+        "final_response",
+    ]
+    assert events[0]["parent_request_id"] == request.request_id
+    assert events[0]["planned_steps"] == ["send_confirmation"]
+    assert events[2]["tool"] == "send_confirmation" and events[2]["success"] is True
+    assert events[-1]["output"] == "Confirmation sent for order 7."
+    assert processor.last_request_id != rid  # no request of its own for the SDK's trace
