@@ -48,13 +48,15 @@ later client API), not through a shared worker. A reflection, in contrast, is a 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,8 +93,9 @@ class Reflection:
 
 
 # returns the follow-up's final response; None when the callback called `run.final` itself
-# (or leaves the run to close by the idle timeout)
-ReflectionCallback = Callable[[Reflection, Recorder], str | None]
+# (or leaves the run to close by the idle timeout). An `async def` callback is run to its end
+# on an event loop of its own, on the callback's thread (an async agent's `Runner.run`...)
+ReflectionCallback = Callable[[Reflection, Recorder], str | Awaitable[str | None] | None]
 
 
 def follow_up_request_id(reflection_id: str) -> str:
@@ -336,7 +339,10 @@ class ReflectionWorker:
 
         def target() -> None:
             try:
-                result.append(("returned", self.callback(reflection, run)))
+                value = self.callback(reflection, run)
+                if inspect.isawaitable(value):  # an async callback: its own loop, this thread
+                    value = asyncio.run(_awaited(value))
+                result.append(("returned", value))
             except Exception as exc:  # the callback's failure is a value here
                 result.append(("raised", exc))
 
@@ -357,6 +363,10 @@ class ReflectionWorker:
             if self._stopping.is_set():
                 return False  # not committed: the request is redone, under the same id
         return True
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
 
 
 def _reflection(request: ReflectionRequest, request_id: str, attempt: int) -> Reflection:

@@ -263,3 +263,28 @@ def test_a_hanging_callback_is_bounded_and_the_next_request_runs(
     assert finals(found) == {ids["hang"]: "failed: timed out after 1 s", ids[after.goal]: "done"}
     assert not [e for e in found if e.get("tool") == "late_step"]
     assert late[0].dropped == 1  # the late thread's step was refused, not sent
+
+
+def test_an_async_callback_is_awaited_on_its_own_loop(kafka_bootstrap: str) -> None:
+    prefix = f"async-{uuid.uuid4().hex[:6]}."
+    topics(kafka_bootstrap, prefix, partitions=1)
+    asked = request(0)
+    publish(kafka_bootstrap, prefix, [asked])
+
+    async def callback(reflection: Reflection, run: Recorder) -> str:
+        await asyncio.sleep(0.05)  # an async agent's own awaits, on the callback's loop
+        for step in reflection.remaining_steps:
+            run.tool_call(step, success=True)
+        return f"awaited {len(reflection.remaining_steps)} step(s)"
+
+    worker = ReflectionWorker(kafka_bootstrap, callback, agents=[AGENT], topic_prefix=prefix)
+    thread = in_thread(worker)
+    try:
+        wait_for(lambda: worker.stats.handled == 1)
+    finally:
+        worker.stop()
+        thread.join(30)
+    rid = follow_up_request_id(asked.reflection_id)
+    found = events(kafka_bootstrap, prefix, lambda es: rid in finals(es))
+    assert finals(found) == {rid: "awaited 2 step(s)"}
+    assert [e["tool"] for e in found if e["type"] == "tool_call"] == asked.remaining_steps
