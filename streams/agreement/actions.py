@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from tracejudge.judges.actions import (
     EARLY_STOP,
@@ -24,6 +24,7 @@ from tracejudge.judges.actions import (
     ActionFigures,
     ActionTally,
 )
+from tracejudge.streams.agreement.gauges import gauge_families
 
 SERIES: tuple[tuple[str, str, Callable[[ActionFigures], float | None]], ...] = (
     ("asked", "Actions asked (reflection requests published).", lambda f: f.asked),
@@ -75,20 +76,14 @@ def bounded(tally: ActionTally, top: int, other: str) -> ActionTally:
 
 
 def families(figures: dict[tuple[str, str], ActionFigures]) -> list[Metric]:
-    made: list[Metric] = []
-    for name, doc, value_of in SERIES:
-        family = GaugeMetricFamily(
-            f"tracejudge_action_{name}",
-            f"{doc} Per agent and action, over the agreement retention; the same on every "
-            "worker: aggregate with max().",
-            labels=["agent", "action"],
-        )
-        for (agent, action), f in sorted(figures.items()):
-            value = value_of(f)
-            if value is not None:  # no mean without a follow-up: no sample
-                family.add_metric([agent, action], value)
-        made.append(family)
-    return made
+    return gauge_families(
+        "tracejudge_action_",
+        "Per agent and action, over the agreement retention; the same on every worker: "
+        "aggregate with max().",
+        "action",
+        SERIES,
+        figures,
+    )
 
 
 def actions_json(tally: ActionTally) -> dict[str, dict[str, Any]]:

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from tracejudge.judges.actions import ActionFigures
 from tracejudge.judges.agreement import Figures, Tally
 from tracejudge.streams.agreement import actions
+from tracejudge.streams.agreement.gauges import gauge_families
 from tracejudge.streams.agreement.store import RedisAgreementStore, keys_of
 from tracejudge.streams.settings import Settings
 
@@ -92,20 +93,14 @@ def _end(interval: tuple[float, float] | None, i: int) -> float | None:
 
 
 def families(figures: dict[tuple[str, str], Figures]) -> list[Metric]:
-    made: list[Metric] = []
-    for name, doc, value_of in SERIES:
-        family = GaugeMetricFamily(
-            f"tracejudge_agreement_{name}",
-            f"{doc} Per agent and verdict source (view), over the agreement retention; the "
-            "same on every worker: aggregate with max().",
-            labels=["agent", "view"],
-        )
-        for (agent, view), f in sorted(figures.items()):
-            value = value_of(f)
-            if value is not None:  # no AUC without both kinds of outcome: no sample
-                family.add_metric([agent, view], value)
-        made.append(family)
-    return made
+    return gauge_families(
+        "tracejudge_agreement_",
+        "Per agent and verdict source (view), over the agreement retention; the same on every "
+        "worker: aggregate with max().",
+        "view",
+        SERIES,
+        figures,
+    )
 
 
 @dataclass

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -397,12 +397,7 @@ class MemoryAgreementStore:
         return "joined" if old is None else "replaced"
 
     async def tally(self, since: float | None = None) -> Tally:
-        first = None if since is None else day_of(since)
-        tally = Tally()
-        for day, bucket in self.buckets.items():
-            if first is None or day >= first:
-                tally.merge(bucket)
-        return tally
+        return _merged(self.buckets, since, Tally())
 
     async def kept_of(self, request_id: str) -> Kept | None:
         return self.kept.get(request_id)
@@ -419,12 +414,23 @@ class MemoryAgreementStore:
         return "joined" if old is None else "replaced"
 
     async def action_tally(self, since: float | None = None) -> ActionTally:
-        first = None if since is None else day_of(since)
-        tally = ActionTally()
-        for day, bucket in self.action_buckets.items():
-            if first is None or day >= first:
-                tally.merge(bucket)
-        return tally
+        return _merged(self.action_buckets, since, ActionTally())
+
+
+class _Mergeable(Protocol):
+    def merge(self, other: Any, /) -> None: ...
+
+
+_T = TypeVar("_T", bound=_Mergeable)
+
+
+def _merged(buckets: dict[str, _T], since: float | None, into: _T) -> _T:
+    """The day buckets from the day of `since` on (all: None), merged into `into`."""
+    first = None if since is None else day_of(since)
+    for day, bucket in buckets.items():
+        if first is None or day >= first:
+            into.merge(bucket)
+    return into
 
 
 def _cells_of(keys: Iterable[str]) -> list[Cell]:
