@@ -163,6 +163,12 @@ def test_the_langgraph_examples_skipped_steps_are_finished_once_each_and_counted
     ) / len(finals)
 
     figures = reported["actions"][AGENT]["reflection_1"]
+    print(
+        f"orders {ORDERS}; reflection requests {len(asked)}; callbacks run {printed} "
+        f"(killed process {follow_ups_printed(killed_log)}, survivor "
+        f"{follow_ups_printed(survivor_log)}); follow-ups {len(finals)}; fixed {fixed}; "
+        f"mean score change {change:+.1f}; tracejudge status: {figures}"
+    )
     assert figures["asked"] == len(asked)
     assert figures["followed_up"] == len(finals)
     assert figures["fixed"] == fixed
