@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import tempfile
 import time
@@ -39,7 +38,13 @@ from aiokafka import AIOKafkaProducer
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from tests.integration.browser import browser, capture_page, explorer, wait_until
+from tests.integration.browser import (
+    browser,
+    capture_element,
+    capture_page,
+    explorer,
+    wait_until,
+)
 from tests.integration.harness import WorkerProcess, wait_counter, worker_env
 from tests.realservices import ROOT, start_kafka, start_redis
 from tracejudge.client.events import outcome_event
@@ -80,26 +85,6 @@ def joined_runs(page: WebDriver) -> int:
     """The runs with outcomes the agent page shows (0 before any)."""
     cells = page.find_elements(By.CSS_SELECTOR, '#agreement tr[data-figure="runs"] td.num')
     return int(cells[0].text.split()[0]) if cells else 0
-
-
-def save_element(driver: WebDriver, path: Path, element_id: str) -> None:
-    """One element of the page, whole, through the DevTools protocol."""
-    box = driver.execute_script(
-        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
-        "return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height];",
-        element_id,
-    )
-    x, y, width, height = (float(v) for v in box)
-    shot = driver.execute_cdp_cmd(  # type: ignore[attr-defined]
-        "Page.captureScreenshot",
-        {
-            "format": "png",
-            "captureBeyondViewport": True,
-            "clip": {"x": x - 12, "y": y - 8, "width": width + 24, "height": height + 16,
-                     "scale": 1},
-        },
-    )  # fmt: skip
-    path.write_bytes(base64.b64decode(shot["data"]))
 
 
 def runs(path: Path, agent: str) -> list[list[dict[str, Any]]]:
@@ -222,7 +207,7 @@ def main() -> int:
                 lambda: f"{worker.tail()}\n{joined_runs(page)} of {len(labelled)} runs joined",
             )
             print(f"agreement: {joined_runs(page)} runs with outcomes")
-            save_element(page, args.out / "explorer-agreement.png", "agreement-section")
+            capture_element(page, args.out / "explorer-agreement.png", "agreement-section")
             saved.append("explorer-agreement.png")
         print(f"saved to {args.out}: {', '.join(saved)}")
     return 0

@@ -1,9 +1,11 @@
-"""How an agent's verdicts agree with its outcomes, for the explorer's agent page.
+"""How an agent's verdicts agree with its outcomes, and what came of the actions tracejudge
+asked of it, for the explorer's agent page.
 
-The figures come from the agreement store's `tally()` (every worker's and judge process's pairs,
-in Redis), read by the explorer at most every REFRESH_S seconds and never waited for longer than
-WAIT_S on a page: a slow or absent Redis makes the page show the last figures read (or say they
-are being read), never hang."""
+Both come from the workers' store in Redis (`tally()`: every worker's and judge process's pairs;
+`action_tally()`: every process's action counts, as `tracejudge status` reads them), each read
+by a `TallyReader` at most every REFRESH_S seconds and never waited for longer than WAIT_S on a
+page: a slow or absent Redis makes the page show the last figures read (or say they are being
+read), never hang."""
 
 from __future__ import annotations
 
@@ -14,41 +16,45 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from redis.exceptions import RedisError
 
+from tracejudge.judges.actions import ActionFigures, ActionTally
 from tracejudge.judges.agreement import Figures, Share, Tally
 from tracejudge.streams.agreement.live import agreement_store
-from tracejudge.streams.agreement.store import AgreementUnavailable
+from tracejudge.streams.agreement.store import AgreementUnavailable, RedisAgreementStore
 from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.ui.reliability import reliability_plot
 
 log = logging.getLogger(__name__)
 
-REFRESH_S = 30.0  # the tally sums day buckets of every agent: not on every page view
+REFRESH_S = 30.0  # a tally sums day buckets of every agent: not on every page view
 WAIT_S = 1.0  # the longest a page waits for a read under way
 READ_TIMEOUT_S = 10.0  # a read taking longer is given up (and tried again at the next refresh)
 
 State = Literal["off", "reading", "up", "down"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Reading:
+class Reading(Generic[T]):
     """The last tally read (None before the first), and how the store stood then."""
 
-    tally: Tally | None
+    tally: T | None
     state: State  # off: no store; reading: the first read under way; down: the last read failed
     at: float = 0.0  # when `tally` was read (time.time())
 
 
-class AgreementReader:
-    """The tally as last read, refreshed in the background at most every `every_s`."""
+class TallyReader(Generic[T]):
+    """A tally as last read, refreshed in the background at most every `every_s`."""
+
+    what = "tally"  # for the log line of a failed read
 
     def __init__(
         self,
-        read: Callable[[], Awaitable[Tally]] | None,
+        read: Callable[[], Awaitable[T]] | None,
         every_s: float = REFRESH_S,
         wait_s: float = WAIT_S,
         timeout_s: float = READ_TIMEOUT_S,
@@ -56,11 +62,11 @@ class AgreementReader:
     ) -> None:
         self._read, self._close = read, close
         self.every_s, self.wait_s, self.timeout_s = every_s, wait_s, timeout_s
-        self._reading = Reading(None, "off" if read is None else "reading")
+        self._reading: Reading[T] = Reading(None, "off" if read is None else "reading")
         self._last = -float("inf")  # time.monotonic() of the last read's start
         self._task: asyncio.Task[None] | None = None
 
-    async def current(self) -> Reading:
+    async def current(self) -> Reading[T]:
         if self._read is None:
             return self._reading
         if self._task is None and time.monotonic() - self._last >= self.every_s:
@@ -72,12 +78,12 @@ class AgreementReader:
                 await asyncio.wait_for(asyncio.shield(self._task), self.wait_s)
         return self._reading
 
-    async def _refresh(self, read: Callable[[], Awaitable[Tally]]) -> None:
+    async def _refresh(self, read: Callable[[], Awaitable[T]]) -> None:
         try:
             tally = await asyncio.wait_for(read(), self.timeout_s)
             self._reading = Reading(tally, "up", time.time())
         except (AgreementUnavailable, OSError, RedisError, TimeoutError, ValueError) as exc:
-            log.warning("explorer: reading the agreement tally failed: %s", exc)
+            log.warning("explorer: reading the %s failed: %s", self.what, exc)
             self._reading = replace(self._reading, state="down")
         finally:
             self._task = None
@@ -90,15 +96,40 @@ class AgreementReader:
         if self._close is not None:
             await self._close()
 
+
+def _workers_store(
+    settings: Settings,
+) -> tuple[RedisAgreementStore, Callable[[], Awaitable[None]]] | None:
+    """The workers' store in the Redis of TRACEJUDGE_REDIS_URL and how to close its client
+    (None without Redis). Each reader has its own client: one closing never cuts the other."""
+    # a few seconds, not the worker's one: a tally is one pipeline of a hash per day
+    client = redis_client(settings.redis_url, timeout_s=READ_TIMEOUT_S / 2)
+    store = agreement_store(settings, client)  # the workers' keys: same topic prefix
+    if client is None or store is None:
+        return None
+    return store, client.aclose
+
+
+class AgreementReader(TallyReader[Tally]):
+    """The agreement tally (verdicts joined to outcomes)."""
+
+    what = "agreement tally"
+
     @classmethod
     def of_settings(cls, settings: Settings) -> AgreementReader:
-        """The reader of the workers' store, in the Redis of TRACEJUDGE_REDIS_URL (none: off)."""
-        # a few seconds, not the worker's one: a tally is one pipeline of a hash per day
-        client = redis_client(settings.redis_url, timeout_s=READ_TIMEOUT_S / 2)
-        store = agreement_store(settings, client)  # the workers' keys: same topic prefix
-        if client is None or store is None:
-            return cls(None)
-        return cls(store.tally, close=client.aclose)
+        found = _workers_store(settings)
+        return cls(None) if found is None else cls(found[0].tally, close=found[1])
+
+
+class ActionReader(TallyReader[ActionTally]):
+    """The action tally: what came of the reflections (and other actions) asked."""
+
+    what = "action tally"
+
+    @classmethod
+    def of_settings(cls, settings: Settings) -> ActionReader:
+        found = _workers_store(settings)
+        return cls(None) if found is None else cls(found[0].action_tally, close=found[1])
 
 
 @dataclass(frozen=True)
@@ -160,3 +191,113 @@ def share_text(s: Share) -> str:
         f"{100 * s.value:.0f}% ({s.hits} of {s.count}) "
         f"[{100 * interval[0]:.0f}–{100 * interval[1]:.0f}%]"
     )
+
+
+@dataclass(frozen=True)
+class ActionColumn:
+    """One figure of the action table: its heading, what it means, how a cell reads, and
+    whether it is shown only when some action has it (the early stops' own figures)."""
+
+    key: str
+    heading: str
+    title: str
+    cell: Callable[[ActionFigures], str]
+    optional: bool = False
+
+
+def _share(n: int, of: int) -> str:
+    return f"{n} ({100 * n / of:.0f}%)" if of else str(n)
+
+
+def _mean(value: float | None, fmt: str) -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+ACTION_COLUMNS = (
+    ActionColumn(
+        "asked", "asked", "reflection requests (or retries, stops) asked", lambda f: str(f.asked)
+    ),
+    ActionColumn(
+        "followed_up",
+        "followed up",
+        "follow-ups judged within TRACEJUDGE_ACTION_FOLLOWUP_WINDOW_S (share of asked)",
+        lambda f: _share(f.followed_up, f.asked),
+    ),
+    ActionColumn("late", "late", "follow-ups judged after the window", lambda f: str(f.late)),
+    ActionColumn(
+        "success", "success", "follow-ups whose steps succeeded", lambda f: str(f.success)
+    ),
+    ActionColumn(
+        "complete", "complete", "follow-ups that finished the goal", lambda f: str(f.complete)
+    ),
+    ActionColumn(
+        "fixed",
+        "fixed",
+        "follow-ups both success and complete (share of followed up)",
+        lambda f: _share(f.fixed, f.followed_up),
+    ),
+    ActionColumn(
+        "score_change",
+        "score change",
+        "mean of the follow-up's score minus its origin's",
+        lambda f: _mean(f.mean_score_change, "{:+.1f}"),
+    ),
+    ActionColumn(
+        "seconds",
+        "time to follow-up",
+        "mean time from the origin's verdict to the follow-up's",
+        lambda f: _mean(f.mean_seconds, "{:.0f} s"),
+    ),
+    ActionColumn(
+        "runs", "runs", "iterative runs never told they may stop", lambda f: str(f.runs), True
+    ),
+    ActionColumn(
+        "rounds_saved",
+        "rounds saved",
+        "rounds not run by the loops that stopped when told",
+        lambda f: str(f.rounds_saved),
+        True,
+    ),
+    ActionColumn(
+        "mean_score",
+        "mean score",
+        "early stops: of the loops that stopped; ran to end: of all",
+        lambda f: _mean(f.mean_score, "{:.1f}"),
+        True,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ActionTable:
+    """The agent's action figures as the agent page shows them: a row per action kind."""
+
+    columns: list[ActionColumn]
+    rows: list[tuple[str, list[str]]]  # action kind, a cell per column
+
+
+def _action_order(action: str) -> tuple[int, int, str]:
+    """reflection_1, reflection_2 ... reflection_10 in their rounds' order, then the others."""
+    kind, _, number = action.rpartition("_")
+    if kind == "reflection" and number.isdigit():
+        return (0, int(number), "")
+    return (1, 0, action)
+
+
+def actions_of(tally: ActionTally, agent: str) -> ActionTable | None:
+    """The agent's action figures (as `tracejudge status` shows them), or None when nothing
+    was asked of it and nothing counted."""
+    mine = {action: f for (who, action), f in tally.figures().items() if who == agent}
+    if not mine:
+        return None
+    columns = [
+        c
+        for c in ACTION_COLUMNS
+        # an optional figure is shown when some action has it (early stops, loops run)
+        if not c.optional or any(c.cell(f) not in ("0", "—") for f in mine.values())
+    ]
+    rows = [
+        (action, [c.cell(mine[action]) for c in columns])
+        for action in sorted(mine, key=_action_order)
+    ]
+    return ActionTable(columns, rows)

@@ -24,7 +24,15 @@ from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.show import judge_call, look_up, no_timeline
-from tracejudge.streams.ui.agreement import AgreementReader, agreement_of, auc_text, share_text
+from tracejudge.streams.ui.agreement import (
+    ActionReader,
+    AgreementReader,
+    actions_of,
+    agreement_of,
+    auc_text,
+    share_text,
+)
+from tracejudge.streams.ui.chain import chain_of
 from tracejudge.streams.ui.feed import feed
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
@@ -51,6 +59,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STORE = web.AppKey("store", VerdictStore)
 SETTINGS = web.AppKey("settings", Settings)
 AGREEMENT = web.AppKey("agreement", AgreementReader)
+ACTIONS = web.AppKey("actions", ActionReader)
 # the page on sending outcomes; the explorer serves it from the source tree when it has one
 OUTCOMES_DOCS = Path(__file__).resolve().parents[2] / "docs" / "outcomes.md"
 
@@ -224,6 +233,7 @@ async def request_page(request: web.Request) -> web.Response:
         "request.html",
         e=evaluation,
         verdict=held,
+        chain=chain_of(evaluation, request.app[STORE]),
         timeline=timeline,
         marks=marks,
         no_timeline=None if timeline else no_timeline(found, in_redis, settings),
@@ -243,12 +253,15 @@ async def agent_page(request: web.Request) -> web.Response:
         raise web.HTTPNotFound(text=f"no verdicts of agent {name}")
     found = changes(verdicts)
     reader = request.app[AGREEMENT]
-    reading = await reader.current()
+    reading, acted = await asyncio.gather(reader.current(), request.app[ACTIONS].current())
     return _page(
         "agent.html",
         name=name,
         reading=reading,
         agreement=agreement_of(reading.tally, name) if reading.tally is not None else None,
+        acted=acted,
+        actions=actions_of(acted.tally, name) if acted.tally is not None else None,
+        window_s=request.app[SETTINGS].action_followup_window_s,
         refresh_s=reader.every_s,
         overall=figures(verdicts),
         changes=found,
@@ -270,10 +283,13 @@ async def health(request: web.Request) -> web.Response:
 
 
 def make_app(
-    settings: Settings, store: VerdictStore, agreement: AgreementReader | None = None
+    settings: Settings,
+    store: VerdictStore,
+    agreement: AgreementReader | None = None,
+    actions: ActionReader | None = None,
 ) -> web.Application:
-    """`agreement`: the reader of the agreement tally (by default the one in the Redis of
-    TRACEJUDGE_REDIS_URL, none without it)."""
+    """`agreement`, `actions`: the readers of the agreement and action tallies (by default
+    those in the Redis of TRACEJUDGE_REDIS_URL, none without it)."""
     middlewares = [_headers]
     token = settings.ui_token.get_secret_value()
     if token:
@@ -282,9 +298,11 @@ def make_app(
     app[STORE] = store
     app[SETTINGS] = settings
     app[AGREEMENT] = agreement if agreement is not None else AgreementReader.of_settings(settings)
+    app[ACTIONS] = actions if actions is not None else ActionReader.of_settings(settings)
 
     async def close_agreement(app: web.Application) -> None:
         await app[AGREEMENT].close()
+        await app[ACTIONS].close()
 
     app.on_cleanup.append(close_agreement)
     app.add_routes(

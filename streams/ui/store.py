@@ -57,6 +57,13 @@ class Verdict:
     # the ids of the alerts and reflection requests read for it: a record read twice (a reset
     # of the reader, a producer's retry) counts once
     outputs: set[tuple[str, str]] | None = None
+    # its place in a chain of reflections (Evaluation.origin, reflection_round, chain_final):
+    # what the request page's chain shows without parsing every link's evaluation again
+    parent: str | None = None
+    reflection_round: int = 0
+    chain_final: bool | None = None
+    success: bool = False
+    incomplete: bool = False
 
     @property
     def alerts(self) -> int:
@@ -70,6 +77,9 @@ class Verdict:
     def of(cls, evaluation: dict[str, Any], raw: bytes) -> Verdict:
         version = evaluation.get("agent_version")
         summary = str(evaluation.get("summary") or "")
+        origin = evaluation.get("origin")
+        parent = origin.get("request_id") if isinstance(origin, dict) else None
+        final = evaluation.get("chain_final")
         return cls(
             request_id=str(evaluation["request_id"]),
             evaluation_id=str(evaluation.get("evaluation_id") or ""),
@@ -87,12 +97,22 @@ class Verdict:
             if len(summary) <= SUMMARY_CHARS
             else summary[: SUMMARY_CHARS - 1] + "…",
             raw=raw,
+            parent=parent if isinstance(parent, str) and parent else None,
+            reflection_round=_round(evaluation.get("reflection_round")),
+            chain_final=final if isinstance(final, bool) else None,
+            success=bool(evaluation.get("success")),
+            incomplete=bool(evaluation.get("incomplete")),
         )
 
     @property
     def evaluation(self) -> dict[str, Any]:
         parsed: dict[str, Any] = json.loads(self.raw)
         return parsed
+
+
+def _round(value: object) -> int:
+    """The reflection round as given, 0 when it is none (a record from an older version)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -124,6 +144,8 @@ class VerdictStore:
         self.capacity = capacity
         self._verdicts: OrderedDict[str, Verdict] = OrderedDict()
         self._early: OrderedDict[str, set[tuple[str, str]]] = OrderedDict()
+        # parent request id -> the follow-ups held that name it (their origin.request_id)
+        self._children: dict[str, set[str]] = {}
         self.read = 0  # evaluations read, for the page footer and the tests
 
     def __len__(self) -> int:
@@ -147,12 +169,26 @@ class VerdictStore:
         ):
             return  # delivered again after the judge's verdict, which replaced it for good
         self._verdicts.pop(rid, None)
+        if old is not None:
+            self._unlink(old)
         verdict.outputs = self._early.pop(rid, None)
         if old is not None and old.evaluation_id == verdict.evaluation_id:
             verdict.outputs = old.outputs  # the same verdict again: what came with it stays
         self._verdicts[rid] = verdict
+        if verdict.parent is not None:
+            self._children.setdefault(verdict.parent, set()).add(rid)
         while len(self._verdicts) > self.capacity:
-            self._verdicts.popitem(last=False)
+            _, gone = self._verdicts.popitem(last=False)
+            self._unlink(gone)
+
+    def _unlink(self, verdict: Verdict) -> None:
+        if verdict.parent is None:
+            return
+        siblings = self._children.get(verdict.parent)
+        if siblings is not None:
+            siblings.discard(verdict.request_id)
+            if not siblings:  # bounded with the verdicts: no parent kept for nothing
+                del self._children[verdict.parent]
 
     def add_output(self, kind: str, request_id: str, output_id: str) -> None:
         """One alert or reflection request (`kind`: the topic's name) for `request_id`."""
@@ -166,6 +202,11 @@ class VerdictStore:
 
     def get(self, request_id: str) -> Verdict | None:
         return self._verdicts.get(request_id)
+
+    def children(self, request_id: str) -> list[Verdict]:
+        """The follow-ups held whose origin is `request_id`, oldest first."""
+        found = (self._verdicts.get(c) for c in self._children.get(request_id, ()))
+        return sorted((v for v in found if v is not None), key=lambda v: v.ts)
 
     def newest(self, filters: Filters | None = None) -> Iterator[Verdict]:
         """Newest first (by the evaluation's time)."""

@@ -83,6 +83,26 @@ def capture_page(driver: WebDriver, path: Path) -> None:
     path.write_bytes(base64.b64decode(shot["data"]))
 
 
+def capture_element(driver: WebDriver, path: Path, element_id: str, margin: int = 12) -> None:
+    """One element of the page, whole (beyond the window too), with a margin around it."""
+    box = driver.execute_script(
+        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+        "return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height];",
+        element_id,
+    )
+    x, y, width, height = (float(v) for v in box)
+    shot = driver.execute_cdp_cmd(  # type: ignore[attr-defined]
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {"x": max(0.0, x - margin), "y": max(0.0, y - margin),
+                     "width": width + 2 * margin, "height": height + 2 * margin, "scale": 1},
+        },
+    )  # fmt: skip
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
 @contextmanager
 def explorer(env: dict[str, str], log: Path) -> Iterator[str]:
     """`tracejudge ui` on a free loopback port; yields its base URL once it answers."""
