@@ -238,7 +238,14 @@ class KafkaSettings(BaseModel):
     kafka_ssl_keyfile: str = Field("", description="Private key (PEM) of the client certificate.")
     topic_prefix: str = Field("tracejudge.", description="Prefix of every topic name.")
     partitions: int = Field(4, ge=1, description="Partitions of every topic the worker creates.")
-    replication_factor: int = Field(1, ge=1, description="Replication factor of created topics.")
+    replication_factor: int | None = Field(
+        None,
+        ge=1,
+        description="Replication factor of the topics the worker creates; not set: the "
+        "cluster's broker count up to 3 (1 on a single broker). Set, it wins: the operator knows "
+        "what the cluster will grow to or can spare. Topics with 3 or more replicas get "
+        "min.insync.replicas 2, so a write acknowledged with acks=all survives a broker's loss.",
+    )
     app_id: str = Field("tracejudge", description="Consumer group and changelog topic prefix.")
     kafka_max_request_bytes: int = Field(
         1_048_588,
@@ -246,6 +253,14 @@ class KafkaSettings(BaseModel):
         description="Producer request size limit; the broker's message.max.bytes (Kafka's "
         "default here), so that any record the broker accepted can be dead-lettered whole.",
     )
+
+    @field_validator("replication_factor", mode="before")
+    @classmethod
+    def _replication_unset(cls, value: Any) -> Any:
+        # empty (as in an env file's `TRACEJUDGE_REPLICATION_FACTOR=`): chosen from the cluster
+        if isinstance(value, str) and value.strip().lower() in ("", "unset", "none", "auto"):
+            return None
+        return value
 
     @field_validator("kafka_bootstrap")
     @classmethod

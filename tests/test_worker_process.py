@@ -7,9 +7,11 @@ import logging
 
 from tests.memory import memory_worker
 from tracejudge.streams.judging.consumer import JudgeRunner
+from tracejudge.streams.kafka.brokers import BrokerCount
 from tracejudge.streams.logs import RepeatFilter
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.health import health_report
+from tracejudge.streams.worker.watchdog import StallWatchdog
 
 
 def test_health_is_ok_only_when_assigned_recovered_and_the_broker_answers() -> None:
@@ -67,3 +69,29 @@ def test_a_repeated_library_error_is_let_through_once_per_period_with_a_count() 
     assert "suppressed" in str(passed[1].msg) and "333" in str(passed[1].msg)
     assert repeat.filter(record("another message"))
     assert all(repeat.filter(record("chatty", logging.INFO)) for _ in range(5))
+
+
+def test_one_broker_of_three_down_is_degraded_not_unhealthy() -> None:
+    # issue 41: with two of three brokers answering, /health said 503 broker_unreachable
+    w = memory_worker()
+    w.ctx.liveness.assigned = True
+    body, code = health_report(
+        w.ctx, recovered=True, rebalancing=False, stalled=False, brokers=BrokerCount(2, 3)
+    )
+    assert (code, body["status"], body["broker"]) == (200, "ok", "degraded")
+    assert body["brokers"] == {"answering": 2, "known": 3}
+    body, code = health_report(
+        w.ctx, recovered=True, rebalancing=False, stalled=False, brokers=BrokerCount(3, 3)
+    )
+    assert (code, body["broker"]) == (200, "ok")
+
+
+def test_a_failing_probe_is_unreachable_only_when_no_broker_answers() -> None:
+    now = [0.0]
+    dog = StallWatchdog(Settings(), [], set, lambda: 0.0, clock=lambda: now[0])
+    dog._broker_failed(0.0, OSError("leader gone"), lambda reason: None)
+    now[0] = 30.0
+    dog.census.last = BrokerCount(2, 3)
+    assert not dog.broker_unreachable()
+    dog.census.last = BrokerCount(0, 3)
+    assert dog.broker_unreachable()

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -60,6 +61,24 @@ def changelog_config(settings: Settings, table: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class Replication:
+    factor: int
+    min_insync: int
+
+
+def replication_for(brokers: int, setting: int | None) -> Replication:
+    """Replicas of the topics the worker creates, on a cluster of `brokers`.
+
+    Not set, 3 where the cluster has them (fewer: one per broker). With 3 replicas or more,
+    `min.insync.replicas` 2: the producers' acks=all then waits for a second copy, and a write
+    only the leader held is never acknowledged, so the leader's death loses nothing (issue 41
+    found topics with 1: acks=all meant "the leader has it"). With 2 replicas, 1: 2 would stop
+    every write while either broker is down."""
+    factor = setting if setting is not None else max(1, min(3, brokers))
+    return Replication(factor, 2 if factor >= 3 else 1)
+
+
+@dataclass(frozen=True)
 class TopicSpec:
     name: str
     partitions: int
@@ -83,6 +102,15 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
 async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str]:
     """Create missing topics; raise ConfigurationError on a partition-count mismatch, or on
     a broker that cannot be reached, refuses the credentials or is not trusted."""
+    created, _ = await prepare_topics(settings, timeout_s)
+    return created
+
+
+async def prepare_topics(
+    settings: Settings, timeout_s: float = 30.0
+) -> tuple[list[str], Replication]:
+    """`ensure_topics`, and the replication chosen for the topics (Faust's own topics get the
+    same factor)."""
     await check_connection(settings)
     admin = AIOKafkaAdminClient(
         **client_options(settings), request_timeout_ms=int(timeout_s * 1000)
@@ -110,26 +138,53 @@ async def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> list[str
                 "set TRACEJUDGE_PARTITIONS to the existing count, or delete those topics "
                 "(losing their data), or use a new TRACEJUDGE_TOPIC_PREFIX and TRACEJUDGE_APP_ID"
             )
+        brokers = len((await admin.describe_cluster())["brokers"])
+        replication = replication_for(brokers, settings.replication_factor)
         missing = [s for s in specs if s.name not in existing]
         if missing:
+            insync = {"min.insync.replicas": str(replication.min_insync)}
             new = [
                 NewTopic(
                     s.name,
                     s.partitions,
-                    settings.replication_factor,
-                    topic_configs=dict(s.config),
+                    replication.factor,
+                    topic_configs={**insync, **dict(s.config)},
                 )
                 for s in missing
             ]
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker was first
-                await admin.create_topics(new)
-            log.info("created topics: %s", ", ".join(s.name for s in missing))
+                _check_created(await admin.create_topics(new), replication, brokers)
+            log.info(
+                "created topics with %d replicas (min.insync.replicas %d, %d brokers): %s",
+                replication.factor,
+                replication.min_insync,
+                brokers,
+                ", ".join(s.name for s in missing),
+            )
         present = {s.name: dict(s.config) for s in specs if s.config and s.name in existing}
         await _align_changelog_configs(admin, present)
         await seed_group_offsets(settings, settings.topic(names.EVENTS))
-        return [s.name for s in missing]
+        return [s.name for s in missing], replication
     finally:
         await admin.close()
+
+
+def _check_created(response: Any, replication: Replication, brokers: int) -> None:
+    """The broker answers a refused topic with an error code, not an exception: a factor above
+    the broker count used to leave the topics missing and the worker failing later, unnamed."""
+    refused = [
+        (topic, code, message)
+        for topic, code, *rest in response.topic_errors
+        if code and code != TopicAlreadyExistsError.errno
+        for message in [rest[0] if rest else ""]
+    ]
+    if refused:
+        topic, code, message = refused[0]
+        raise ConfigurationError(
+            f"Kafka refused to create {topic} with {replication.factor} replicas on "
+            f"{brokers} brokers (error {code}: {message}); set TRACEJUDGE_REPLICATION_FACTOR to "
+            "at most the broker count, or leave it unset to follow the cluster"
+        )
 
 
 async def seed_group_offsets(settings: Settings, topic: str) -> None:

@@ -79,7 +79,8 @@ def _faust_app(settings: Settings) -> faust.App:
         autodiscover=False,
         datadir=settings.data_dir,
         topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
+        # chosen from the cluster by `prepare_topics` when not set (1: no topic is made here)
+        topic_replication_factor=settings.replication_factor or 1,
         topic_allow_declare=True,
         processing_guarantee="at_least_once",
         # Records whose steps are held in memory stay unacknowledged (worker/windows.py):
@@ -386,5 +387,6 @@ def _add_watchdog_and_pages(
             stalled=watchdog.stalled_since is not None,
             broker_unreachable=watchdog.broker_unreachable(),
             judge=judge_runner,
+            brokers=watchdog.brokers(),
         )
         return web.json(body, status=status)

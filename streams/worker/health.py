@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracejudge.streams.judging.consumer import JudgeRunner
+from tracejudge.streams.kafka.brokers import BrokerCount
 from tracejudge.streams.worker.context import WorkerContext
 
 
@@ -16,10 +17,13 @@ def health_report(
     stalled: bool,
     broker_unreachable: bool = False,
     judge: JudgeRunner | None = None,
+    brokers: BrokerCount | None = None,
 ) -> tuple[dict[str, Any], int]:
     """The body and HTTP status of /health. A worker that judges (`judge`: its judge consumer)
     is ready only once that consumer is assigned too: until then its judge jobs wait unread
-    (issue 38: /health said 200 about 30 s before the first job was taken)."""
+    (issue 38: /health said 200 about 30 s before the first job was taken). `brokers`: how many
+    answer; some missing is "degraded" and still ready (issue 41), none is for `broker_unreachable`
+    to say."""
     judge_waiting = judge is not None and not judge.assigned
     up = ctx.liveness.assigned and recovered and not rebalancing and not judge_waiting
     ready = up and not stalled and not broker_unreachable
@@ -42,7 +46,7 @@ def health_report(
     ]
     body: dict[str, Any] = {
         "status": status,
-        "broker": "unreachable" if broker_unreachable else "ok",
+        "broker": "unreachable" if broker_unreachable else _broker_state(brokers),
         "assigned": ctx.liveness.assigned,
         "recovered": recovered,
         "rebalancing": rebalancing,
@@ -50,6 +54,8 @@ def health_report(
         "redis_errors": ctx.lookup.errors,
         "counters": dict(ctx.counters),
     }
+    if brokers is not None:
+        body["brokers"] = {"answering": brokers.answering, "known": brokers.known}
     if waiting_for:
         body["waiting_for"] = waiting_for
     if judge is not None:
@@ -59,3 +65,10 @@ def health_report(
             "oldest_job_age_s": round(judge.oldest_age(), 1),
         }
     return body, 200 if ready else 503
+
+
+def _broker_state(brokers: BrokerCount | None) -> str:
+    # "unreachable" only through `broker_unreachable` (it lasted): one failed count is a blip
+    if brokers is None:
+        return "ok"
+    return "degraded" if brokers.state == "unreachable" else brokers.state

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from tracejudge.streams.kafka import internals
-from tracejudge.streams.kafka.admin import ensure_topics
+from tracejudge.streams.kafka.admin import prepare_topics
 from tracejudge.streams.logs import quiet_library_logs, worker_logging_config
 from tracejudge.streams.settings import Settings, changed_settings
 from tracejudge.streams.worker.app import create_app
@@ -22,8 +22,10 @@ def run_worker(settings: Settings) -> int:
         return 2
     log.info("settings other than the defaults: %s", changed_settings(settings))
     log.info("connecting to Kafka at %s", settings.kafka_bootstrap)
-    created = asyncio.run(ensure_topics(settings))
+    created, replication = asyncio.run(prepare_topics(settings))
     log.info("topics ok (%d created)", len(created))
+    # Faust declares its own topics (and any changelog not made above) with this factor
+    settings = settings.model_copy(update={"replication_factor": replication.factor})
     log.info(
         "joining consumer group %s (the first assignment can take the broker's rebalance delay)",
         settings.app_id,

@@ -7,8 +7,10 @@ of the input partitions this worker owns.
   input after recovery while reporting itself ready. Lag that does not move while the agents
   process nothing for `stall_timeout_s` makes /health say "stalled" and the process exit, so its
   supervisor restarts it and the uncommitted events are delivered again.
-- **Broker gone.** When the broker has not answered for `BROKER_DOWN_HEALTH_S`, /health says
-  "broker_unreachable" (503); after `broker_down_exit_s` the process exits for its supervisor.
+- **Broker gone.** When the probe has failed for `BROKER_DOWN_HEALTH_S` and no broker of the
+  cluster answers, /health says "broker_unreachable" (503); after `broker_down_exit_s` of failed
+  probes the process exits for its supervisor. While some brokers answer (one of three down,
+  its partitions moving to the others) /health stays 200 with `broker` "degraded".
 
 The committed offsets are read with a consumer of the group (an OffsetFetch, which every broker
 answers, the embedded one included), not with the admin API.
@@ -24,6 +26,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from tracejudge.streams.kafka.brokers import BrokerCensus, BrokerCount
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 
@@ -66,10 +69,20 @@ class StallWatchdog:
         self.broker_down_since: float | None = None
         self.probe_failures = 0
         self._previous: dict[TopicPartition, int] = {}
+        self.census = BrokerCensus(settings, timeout_s=2.0, clock=clock)
+
+    def brokers(self) -> BrokerCount | None:
+        """The brokers answering at the last probe (None before the first)."""
+        return self.census.last
 
     def broker_unreachable(self) -> bool:
+        """No broker has answered for `BROKER_DOWN_HEALTH_S`. A failing probe while others
+        answer is a cluster moving partitions off a dead broker: not a reason to be restarted."""
         since = self.broker_down_since
-        return since is not None and self.clock() - since >= BROKER_DOWN_HEALTH_S
+        if since is None or self.clock() - since < BROKER_DOWN_HEALTH_S:
+            return False
+        count = self.census.last
+        return count is None or count.answering == 0
 
     async def lagging_without_progress(self, consumer: AIOKafkaConsumer) -> bool:
         tps = sorted(tp for tp in self.owned() if tp.topic in self.topics)
@@ -120,17 +133,28 @@ class StallWatchdog:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await consumer.stop()
+            await self.take_census()
             self._broker_failed(self.clock(), exc, on_stall)
             return None
         return consumer
+
+    async def take_census(self) -> BrokerCount:
+        before = self.census.last
+        count = await self.census.count()
+        if before is None or count.state != before.state:
+            level = logging.INFO if count.state == "ok" else logging.WARNING
+            log.log(level, "%d of %d brokers answering", count.answering, count.known)
+        return count
 
     async def check(self, consumer: AIOKafkaConsumer, on_stall: Callable[[str], None]) -> None:
         now = self.clock()
         try:
             stuck = await asyncio.wait_for(self.lagging_without_progress(consumer), PROBE_TIMEOUT_S)
         except Exception as exc:
+            await self.take_census()
             self._broker_failed(now, exc, on_stall)
             return
+        await self.take_census()
         if self.broker_down_since is not None:
             log.warning("broker reachable again after %.0fs", now - self.broker_down_since)
             self.broker_down_since = None
@@ -186,7 +210,17 @@ class StallWatchdog:
             self.on_broker_lost()
         if self.broker_down_since is None:
             self.broker_down_since = now
-            log.warning("broker not answering (%r); /health turns 503 if this lasts", exc)
+            count = self.census.last
+            if count is not None and count.answering:
+                log.warning(
+                    "offsets probe failed (%r) with %d of %d brokers answering: partitions or "
+                    "the group coordinator moving; /health stays 200",
+                    exc,
+                    count.answering,
+                    count.known,
+                )
+            else:
+                log.warning("broker not answering (%r); /health turns 503 if this lasts", exc)
             return
         down_s = now - self.broker_down_since
         if down_s >= self.settings.broker_down_exit_s:

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.harness import WorkerProcess, worker_env
+from tests.kafkacluster import Cluster, start_cluster
 
 
 @pytest.fixture(scope="module")
@@ -19,3 +20,12 @@ def pipeline_worker(
     worker = WorkerProcess(env, workdir / "worker.log").start()
     yield worker
     worker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three Kafka nodes (issue 41's fault tests); started only for the tests that ask. A test
+    that kills, pauses or restarts a node leaves all three running and in the metadata."""
+    cluster = start_cluster(tmp_path_factory.mktemp("kafka-cluster"))
+    yield cluster
+    cluster.stop()
