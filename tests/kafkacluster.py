@@ -172,8 +172,11 @@ class Cluster:
         """Partition -> node id of its leader (-1: none)."""
         return {p: leader for p, (leader, _isr) in (await self.partitions(topic)).items()}
 
-    async def partitions(self, topic: str) -> dict[int, tuple[int, list[int]]]:
-        """Partition -> (leader node id, in-sync replicas)."""
+    async def partitions(
+        self, topic: str, via: int | None = None
+    ) -> dict[int, tuple[int, list[int]]]:
+        """Partition -> (leader node id, in-sync replicas) (as node `via` sees it: a paused node
+        is still "running", and a client that picks it waits for its timeout)."""
 
         async def described(admin: AIOKafkaAdminClient) -> dict[int, tuple[int, list[int]]]:
             (topic_info,) = await admin.describe_topics([topic])
@@ -182,7 +185,7 @@ class Cluster:
                 for p in topic_info["partitions"]
             }
 
-        return await self._ask(described)
+        return await self._ask(described, via)
 
     async def coordinator_of(self, group_id: str, timeout_s: float = 30.0) -> int:
         """The node id of the group's coordinator."""

@@ -81,7 +81,10 @@ class Service:
         assert self.process.poll() is not None, "still running"
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
-        _wait_port(int(self.address.rsplit(":", 1)[1]), self.process, self.log, timeout_s)
+        # a broker's address is host:port, Redis's a URL
+        port = urlparse(self.address if "://" in self.address else f"//{self.address}").port
+        assert port is not None, self.address
+        _wait_port(port, self.process, self.log, timeout_s)
 
 
 def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 30.0) -> None:
@@ -255,8 +258,7 @@ def _launch_redis_once(workdir: Path, listen: list[str], url: str, timeout_s: fl
     log = workdir / "redis.log"
     options = [arg.format(port=port) for arg in listen]
     common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)]
-    process = subprocess.Popen(
-        [server, *options, *common], stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
+    args = [server, *options, *common]
+    process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     _wait_port(port, process, log, timeout_s)
-    return Service(url.format(port=port), process, log)
+    return Service(url.format(port=port), process, log, args)  # args: `restart` on its port

@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TAU_DATA
+from tests.integration.harness import refund_request
 from tests.memory import memory_worker
+from tracejudge.judges.records import WindowMeta
 from tracejudge.streams.cli.main import main
 from tracejudge.streams.cli.replay import duration_s
 from tracejudge.streams.demo.samples import sample_traces
-from tracejudge.streams.replay.engine import replay
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.replay.engine import replay, replay_tables
 from tracejudge.streams.settings import Settings
 
 
@@ -86,3 +89,21 @@ def test_replay_compares_two_thresholds_and_reports_agreement(
 )
 def test_durations(text: str, seconds: float) -> None:
     assert duration_s(text) == seconds
+
+
+async def test_replay_tables_hold_what_a_worker_would_after_the_same_records() -> None:
+    settings = Settings(redis_url="")
+    done, unfinished = refund_request("done"), refund_request("open")[:2]
+    records = [
+        InRecord("events", partition, offset, e["request_id"].encode(), json.dumps(e).encode())
+        for partition, events in ((1, done), (2, unfinished))
+        for offset, e in enumerate(events, start=10)
+    ]
+    tables = await replay_tables(settings, records)
+    meta = {rid: WindowMeta.of_record(r) for rid, r in tables.window_meta.items()}
+    assert meta.keys() == {"done"}
+    # closed by its final response, at that record's own partition and offset
+    assert (meta["done"].closed_by, meta["done"].partition) == ("final_response", 1)
+    assert (meta["done"].closed_offset, meta["done"].step_count) == (13, 2)
+    # the unfinished request stays open: its two records written, nothing closed at the end
+    assert sorted(tables.window_steps) == ["open\x1f000000", "open\x1f000001"]

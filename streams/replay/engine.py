@@ -138,6 +138,31 @@ async def replay(
     return result
 
 
+async def replay_tables(settings: Settings, records: Iterable[InRecord]) -> Tables:
+    """The tables a worker holds after reading `records` in order, each at its own partition
+    and offset (a closed marker names the offset of the record that closed its window): a
+    fresh replay to compare a live worker's changelogs with. Unlike `replay`, nothing is
+    closed at the end (a window left open stays open) and no judge job is run (a verdict
+    changes no table). Every step is written at once (no hold: which steps a live worker
+    wrote depends on timing, whether a window is open does not)."""
+    channels = Channels(*(CollectingChannel() for _ in range(8)))
+    tables = Tables({}, {}, {}, {})
+    ctx = WorkerContext.build(
+        settings.model_copy(update={"worker_judges": False}),
+        channels,
+        tables,
+        None,
+        lookup=MemoryLookup(),
+        exit=_stop,
+        agreement=MemoryAgreementStore(),
+    )
+    ctx.partitions.observe({p: 0 for p in range(settings.partitions)}, {})  # all live
+    for record in records:
+        await ctx.errors.run(record, ctx.events)
+    await asyncio.sleep(0)  # the acknowledged verdicts' callbacks: their steps forgotten
+    return tables
+
+
 @dataclass
 class _JobDrain:
     """Judge jobs the closer queued, run as the judge consumer runs them: up to
