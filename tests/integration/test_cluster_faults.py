@@ -527,7 +527,9 @@ async def rolling_restart(fault: Fault) -> None:
         process = node.process
         assert process is not None
         node.stop()  # SIGTERM, SIGKILL after 30 s
-        assert process.returncode in (0, 143, -15), (node_id, process.returncode)  # not killed
+        # exited on its own after the SIGTERM (a controlled shutdown), not killed after 30 s;
+        # its exit code is the JVM's and varies with how the shutdown hooks end (0, 1, 143)
+        assert process.returncode != -9, f"node {node_id} had to be killed"
         await asyncio.sleep(2)
         await cluster.restart(node_id)
         await cluster.wait_in_sync(topics, timeout_s=60)
