@@ -1,0 +1,163 @@
+"""Per-request budgets (issue 42): steps, tool calls, model tokens, cost and wall time, counted
+as a run's events arrive, each limit found on the event that crosses it. Pure.
+
+The limits come from one TOML file (`TRACEJUDGE_BUDGETS_FILE`): a `[default]` table and
+`[agents."NAME-OR-PATTERN"]` tables, each with any of `steps`, `tool_calls`, `tokens`,
+`cost_usd`, `wall_s`:
+
+    [default]
+    steps = 300
+    cost_usd = 5.0
+
+    [agents."swe-agent/*"]   # fnmatch patterns; an exact name wins over any pattern,
+    cost_usd = 3.0           # then the first pattern in the file that matches
+    wall_s = 1800
+
+An agent's table replaces the default's limits it names and keeps the others. A limit left
+out is no limit (0 is refused: leave it out). The file is validated at start: an unknown key, a
+negative or non-numeric limit, or a pattern that is not a string is one clear error naming
+the table and the key.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+LIMITS = ("steps", "tool_calls", "tokens", "cost_usd", "wall_s")
+INTEGER_LIMITS = ("steps", "tool_calls", "tokens")
+
+
+class BudgetsError(ValueError):
+    """The budgets file cannot be used: which table, which key, why."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    steps: int | None = None
+    tool_calls: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    wall_s: float | None = None
+
+    def over(self, other: Budget) -> Budget:
+        """This budget's limits over `other`'s (the ones it leaves out stay `other`'s)."""
+        given = {k: getattr(self, k) for k in LIMITS if getattr(self, k) is not None}
+        return replace(other, **given)
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, k) is None for k in LIMITS)
+
+
+@dataclass(frozen=True)
+class BudgetBook:
+    default: Budget = field(default_factory=Budget)
+    agents: tuple[tuple[str, Budget], ...] = ()  # in file order
+
+    def for_agent(self, agent: str | None) -> Budget:
+        if agent:
+            for name, budget in self.agents:
+                if name == agent:
+                    return budget.over(self.default)
+            for name, budget in self.agents:
+                if fnmatch.fnmatchcase(agent, name):
+                    return budget.over(self.default)
+        return self.default
+
+    @classmethod
+    def read(cls, path: Path) -> BudgetBook:
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise BudgetsError(f"budgets file {path}: {exc.strerror or exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise BudgetsError(f"budgets file {path}: not TOML: {exc}") from exc
+        return cls.of(raw, str(path))
+
+    @classmethod
+    def of(cls, raw: dict[str, Any], where: str = "budgets") -> BudgetBook:
+        unknown = set(raw) - {"default", "agents"}
+        if unknown:
+            raise BudgetsError(
+                f"{where}: unknown table(s) {', '.join(sorted(unknown))}; "
+                'expected [default] and [agents."NAME"]'
+            )
+        default = _budget(raw.get("default", {}), f"{where} [default]")
+        agents = raw.get("agents", {})
+        if not isinstance(agents, dict):
+            raise BudgetsError(f'{where}: agents must be tables: [agents."NAME"]')
+        return cls(
+            default,
+            tuple(
+                (name, _budget(table, f'{where} [agents."{name}"]'))
+                for name, table in agents.items()
+            ),
+        )
+
+
+def _budget(table: Any, where: str) -> Budget:
+    if not isinstance(table, dict):
+        raise BudgetsError(f"{where}: must be a table of limits ({', '.join(LIMITS)})")
+    found: dict[str, int | float] = {}
+    for key, value in table.items():
+        if key not in LIMITS:
+            raise BudgetsError(f"{where}: unknown limit {key!r}; known: {', '.join(LIMITS)}")
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if not numeric or value <= 0:
+            raise BudgetsError(f"{where}: {key} = {value!r}: a positive number, or leave it out")
+        if key in INTEGER_LIMITS and not isinstance(value, int):
+            raise BudgetsError(f"{where}: {key} = {value!r}: a whole number")
+        found[key] = value
+    return Budget(**found)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Crossing:
+    limit: str  # one of LIMITS
+    allowed: float
+    used: float  # the count on the event that crossed it
+
+
+@dataclass
+class BudgetWatch:
+    """One request's spend so far. Counts every event it is shown, beyond any limit too: the
+    evaluation reports what the run used, not where counting stopped."""
+
+    budget: Budget
+    steps: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    started_at: float | None = None
+    crossed: set[str] = field(default_factory=set)
+
+    def observe(
+        self,
+        *,
+        step: bool,
+        tool_call: bool = False,
+        tokens: int = 0,
+        cost_usd: float = 0.0,
+        at: float | None = None,
+    ) -> list[Crossing]:
+        """Count one event; the limits it crosses (each once per request)."""
+        self.steps += step
+        self.tool_calls += tool_call
+        self.tokens += tokens
+        self.cost_usd += cost_usd
+        if at is not None:
+            self.started_at = at if self.started_at is None else min(self.started_at, at)
+            self.wall_s = max(self.wall_s, at - self.started_at)
+        found = []
+        for limit in LIMITS:
+            allowed = getattr(self.budget, limit)
+            used = getattr(self, limit)
+            if allowed is not None and used > allowed and limit not in self.crossed:
+                self.crossed.add(limit)
+                found.append(Crossing(limit, allowed, used))
+        return found
