@@ -13,6 +13,7 @@ from tracejudge.models.outputs import (
     Alert,
     EarlyStopDecision,
     Evaluation,
+    Intervention,
     ReflectionRequest,
     RetryRequest,
 )
@@ -38,6 +39,7 @@ def contract_schemas() -> dict[str, dict[str, Any]]:
         ("alert", Alert),
         ("retry_request", RetryRequest),
         ("early_stop", EarlyStopDecision),
+        ("intervention", Intervention),
     ):
         adapter: TypeAdapter[Any] = TypeAdapter(model)
         schemas[f"{name}.schema.json"] = (

@@ -344,3 +344,29 @@ class EarlyStopDecision(_Output):
     ]
     evidence: str
     ts: float
+
+
+class Intervention(_Output):
+    """A run told, while it runs, that it crossed a budget or is in a loop (issue 42). On the
+    control topic, keyed by request id, beside early-stop decisions."""
+
+    type: Literal["intervention"] = "intervention"
+    intervention_id: str = Field(
+        description="Deterministic per request, kind and what was crossed: at most one each."
+    )
+    request_id: str
+    agent_name: str | None = None
+    kind: Literal["budget", "loop"]
+    crossed: str = Field(
+        description="budget: the limit (steps, tool_calls, tokens, cost_usd, wall_s); loop: the "
+        "rule (repeated_call, alternating_calls, repeated_failure, no_new_result)."
+    )
+    allowed: float | None = Field(default=None, description="budget: the limit's value.")
+    used: float | None = Field(default=None, description="budget: the count that crossed it.")
+    evidence: str = Field(description="What crossed the line, in words; masked.")
+    action: Literal["stop", "steer"] = Field(
+        description="stop: end the run; steer: send `message` to the agent and let it go on."
+    )
+    message: str = Field(description="What to tell the agent (or the user) about it.")
+    step_index: int | None = Field(default=None, ge=0, description="The crossing event's step.")
+    ts: float
