@@ -6,6 +6,7 @@ import difflib
 import os
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Literal, Self
 
 from dotenv import dotenv_values
@@ -21,10 +22,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Defaults of the judges' own settings are theirs: written there once, read here.
 from tracejudge.judges.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
+from tracejudge.judges.budgets import BudgetBook
 from tracejudge.judges.calibration import CalibrationBook, CalibrationRule
 from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
 from tracejudge.judges.llm.client import LLMConfig
 from tracejudge.judges.llm.prompt import input_token_budget
+from tracejudge.judges.loops import LoopRules
 from tracejudge.judges.redact import mask
 from tracejudge.judges.rules import DEFAULT_TOOL_CALL_BUDGET
 from tracejudge.judges.sampling import parse_rates
@@ -414,6 +417,32 @@ class RuleSettings(BaseModel):
         ge=1,
         description="Successful executions in a row that give a hint.",
     )
+    interventions_enabled: bool = Field(
+        True,
+        description="Tell a run on the control topic, while it runs, that it crossed its budget "
+        "or is in a loop (judges/loops.py, judges/budgets.py).",
+    )
+    budgets_file: str = Field(
+        "",
+        description='A TOML file of per-request budgets: [default] and [agents."NAME"] '
+        "tables of steps, tool_calls, tokens, cost_usd, wall_s (judges/budgets.py); checked at "
+        "start. Empty: no budgets.",
+    )
+    loop_repeat: int = Field(
+        LoopRules.repeat, ge=0, le=32, description="The same call and result in a row (0: off)."
+    )
+    loop_cycles: int = Field(
+        LoopRules.cycles, ge=0, le=32, description="Turns of two calls taking turns (0: off)."
+    )
+    loop_same_failure: int = Field(
+        LoopRules.same_failure, ge=0, le=32, description="The same failure in a run (0: off)."
+    )
+    loop_no_new_result: int = Field(
+        LoopRules.no_new_result,
+        ge=0,
+        le=32,
+        description="Calls in a row with no result the run had not seen (0: off).",
+    )
     generic_max_retries: int = Field(
         1, ge=0, description="Retries of a generic or clarification-only answer."
     )
@@ -733,6 +762,15 @@ class Settings(
             self.calibration_min_ok_runs,
             self.calibration_min_failed_runs,
         )
+
+    def loop_rules(self) -> LoopRules:
+        return LoopRules(
+            self.loop_repeat, self.loop_cycles, self.loop_same_failure, self.loop_no_new_result
+        )
+
+    def budget_book(self) -> BudgetBook:
+        """The budgets file, read and checked (BudgetsError names what is wrong)."""
+        return BudgetBook.read(Path(self.budgets_file)) if self.budgets_file else BudgetBook()
 
     def early_stop_policy(self) -> EarlyStopPolicy:
         return EarlyStopPolicy(

@@ -34,6 +34,7 @@ from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.events import EventHandler
 from tracejudge.streams.worker.idle import IdleScanner, MarkerLog, Timeouts
+from tracejudge.streams.worker.interventions import Intervener
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outcomes import CountingOutcomes, OutcomeTaker
 from tracejudge.streams.worker.responses import ResponseHandler
@@ -159,6 +160,7 @@ class WorkerContext:
                 judging=settings.enabled,
                 metrics=metrics,
                 outcomes=taker,
+                intervener=_intervener(settings, channels.control, clock, metrics),
             ),
             outcomes=taker,
             responses=_responses(settings, tables, channels, clock, metrics, agreement),
@@ -237,6 +239,14 @@ def _early_stopper(
         return None
     policy = settings.early_stop_policy()
     return EarlyStopper(store, policy, control, lookup, clock, metrics)
+
+
+def _intervener(
+    settings: Settings, control: Channel, clock: Callable[[], float], metrics: Metrics
+) -> Intervener | None:
+    if not settings.interventions_enabled:
+        return None
+    return Intervener(settings.loop_rules(), settings.budget_book(), control, clock, metrics)
 
 
 def _responses(

@@ -22,6 +22,7 @@ from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.idle import MarkerLog, Timeouts, marker_applies
+from tracejudge.streams.worker.interventions import Intervener
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.outcomes import CountingOutcomes, OutcomeTaker
 from tracejudge.streams.worker.windows import Marker, WindowStore, is_terminal
@@ -41,6 +42,8 @@ class EventHandler:
     metrics: Metrics = field(default_factory=Metrics)
     # outcome events go here, never to a window (`WorkerContext.build` wires the metrics in)
     outcomes: OutcomeTaker = field(default_factory=CountingOutcomes)
+    # budgets and loops while a run runs (issue 42); None: interventions off
+    intervener: Intervener | None = None
 
     async def __call__(self, record: InRecord) -> None:
         try:
@@ -82,6 +85,9 @@ class EventHandler:
             status = "duplicate"
         self.metrics.counts[f"events_{status}"] += 1
         self.metrics.event_count(event.type, status).inc()
+        if self.intervener is not None and status == "added" and self.store.is_open(rid):
+            # new events only: a duplicate would count twice, a late one belongs to no run
+            await self.intervener.observe(event)
         stopper = self.early_stopper if isinstance(event, Iteration) else None
         if stopper is not None and status != "late" and self.store.is_open(rid):
             # also on a duplicate: a crash may have come between the event and its decision

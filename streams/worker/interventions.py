@@ -1,0 +1,118 @@
+"""Interventions while a run runs (issue 42): each new step event goes through its request's
+loop rules and budget (judges/loops.py, judges/budgets.py); a crossing goes out on the control
+topic at once, before the request ends, beside early-stop decisions.
+
+The state per request is in memory, not in a table: after a rebalance the new owner starts the
+request's counts from the events it reads next, so a loop or a budget can be found later than
+it would have been, never wrongly. Ids are deterministic per request, kind and what was
+crossed: a crossing sent again after a crash is the same intervention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tracejudge.judges.budgets import BudgetBook, BudgetWatch, Crossing
+from tracejudge.judges.loops import LoopFound, LoopRules, LoopWatch
+from tracejudge.judges.made import encode
+from tracejudge.judges.redact import mask
+from tracejudge.judges.verdicts import stable_id
+from tracejudge.models.events import Event, FinalResponse, Iteration, ReasoningStep, ToolCall
+from tracejudge.models.outputs import Intervention
+from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.outputs import Channel, deliver
+
+MAX_RUNS = 100_000  # open requests followed at once; past it the oldest is dropped
+STEPS = (ToolCall, ReasoningStep, Iteration)
+
+LOOP_MESSAGES = {
+    "repeated_call": "The same call keeps giving the same result: try something else or stop.",
+    "alternating_calls": "Two calls keep taking turns without progress: step back and re-plan.",
+    "repeated_failure": "The same call keeps failing the same way: it will not work as it is.",
+    "no_new_result": "The last calls learned nothing new: re-plan, or stop and report.",
+}
+
+
+@dataclass
+class _Run:
+    loops: LoopWatch
+    budget: BudgetWatch
+    agent: str | None
+
+
+@dataclass
+class Intervener:
+    rules: LoopRules
+    book: BudgetBook
+    control: Channel
+    clock: Callable[[], float]
+    metrics: Metrics = field(default_factory=Metrics)
+    runs: dict[str, _Run] = field(default_factory=dict)
+
+    async def observe(self, event: Event) -> list[Intervention]:
+        """Count one new event of an open request; send what it crosses."""
+        rid = event.request_id
+        run = self.runs.get(rid)
+        if run is None:
+            if len(self.runs) >= MAX_RUNS:
+                self.runs.pop(next(iter(self.runs)))
+            agent = event.agent_name
+            run = _Run(LoopWatch(self.rules), BudgetWatch(self.book.for_agent(agent)), agent)
+            self.runs[rid] = run
+        made: list[Intervention] = []
+        if isinstance(event, ToolCall):
+            found = run.loops.observe(
+                event.tool, event.args_summary, event.success, event.result_preview, event.error
+            )
+            made += [self._loop(rid, run, f, event) for f in found]
+        usage = getattr(event, "usage", None)
+        tokens = 0 if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
+        cost = 0.0 if usage is None else usage.cost_usd or 0.0
+        crossed = run.budget.observe(
+            step=isinstance(event, STEPS),
+            tool_call=isinstance(event, ToolCall),
+            tokens=tokens,
+            cost_usd=cost,
+            at=event.ts,
+        )
+        made += [self._budget(rid, run, c, event) for c in crossed]
+        for intervention in made:
+            await deliver(self.control, rid.encode("utf-8"), encode(intervention))
+            self.metrics.counts[f"interventions_{intervention.kind}"] += 1
+        if isinstance(event, FinalResponse):
+            self.runs.pop(rid, None)
+        return made
+
+    def forget(self, request_id: str) -> None:
+        self.runs.pop(request_id, None)
+
+    def _loop(self, rid: str, run: _Run, found: LoopFound, event: ToolCall) -> Intervention:
+        return Intervention(
+            intervention_id=stable_id("intervention", rid, "loop", found.kind),
+            request_id=rid,
+            agent_name=run.agent,
+            kind="loop",
+            crossed=found.kind,
+            evidence=mask(found.evidence),  # the agent's own arguments and results
+            action="steer" if found.kind == "alternating_calls" else "stop",
+            message=LOOP_MESSAGES[found.kind],
+            step_index=event.step_index,
+            ts=self.clock(),
+        )
+
+    def _budget(self, rid: str, run: _Run, c: Crossing, event: Event) -> Intervention:
+        return Intervention(
+            intervention_id=stable_id("intervention", rid, "budget", c.limit),
+            request_id=rid,
+            agent_name=run.agent,
+            kind="budget",
+            crossed=c.limit,
+            allowed=c.allowed,
+            used=c.used,
+            evidence=f"{c.limit} {c.used:g} over the budget's {c.allowed:g}",
+            action="stop",
+            message=f"This run has used more than its {c.limit} budget ({c.allowed:g}): stop.",
+            step_index=getattr(event, "step_index", None),
+            ts=self.clock(),
+        )
