@@ -167,12 +167,13 @@ class HealthWatch:
 
 
 async def commits_behind(
-    bootstrap: str, group: str, topic: str, timeout_s: float
+    bootstrap: str, group: str, topic: str, timeout_s: float, partitions: int = PARTITIONS
 ) -> dict[str, Any]:
+    """The group's committed offsets against the log end, every partition of `topic`."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         deadline = time.monotonic() + timeout_s
         while True:
             ends = await consumer.end_offsets(tps)
@@ -479,15 +480,20 @@ def events_leader(counts: dict[int, int]) -> int:
     return Counter(counts.values()).most_common(1)[0][0]
 
 
-async def leader_killed(fault: Fault) -> None:
-    """The leader of most events partitions killed -9, started again 10 s later."""
-    victim = events_leader(await fault.cluster.leaders(fault.worker.topic(names.EVENTS)))
+async def killed_and_restarted(fault: Fault, victim: int, down_s: float = 10.0) -> None:
+    """`victim` killed -9, started again `down_s` later."""
     fault.notes["node"] = victim
     fault.cluster.kill9(victim)
     fault.began = time.time()
-    await asyncio.sleep(10)
+    await asyncio.sleep(down_s)
     await fault.cluster.restart(victim)
     fault.ended = time.time()
+
+
+async def leader_killed(fault: Fault) -> None:
+    """The leader of most events partitions killed -9, started again 10 s later."""
+    leaders = await fault.cluster.leaders(fault.worker.topic(names.EVENTS))
+    await killed_and_restarted(fault, events_leader(leaders))
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -500,13 +506,9 @@ async def test_the_events_leader_killed_under_load_loses_nothing(
 async def coordinator_killed(fault: Fault) -> None:
     """The consumer group's coordinator killed -9, started again 10 s later: the worker must
     find the new one (the issue saw the lookup sent to the dead node)."""
-    victim = await fault.cluster.coordinator_of(fault.worker.settings.app_id)
-    fault.notes["node"] = victim
-    fault.cluster.kill9(victim)
-    fault.began = time.time()
-    await asyncio.sleep(10)
-    await fault.cluster.restart(victim)
-    fault.ended = time.time()
+    await killed_and_restarted(
+        fault, await fault.cluster.coordinator_of(fault.worker.settings.app_id)
+    )
 
 
 @pytest.mark.parametrize("run", RUNS)

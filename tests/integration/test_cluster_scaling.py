@@ -19,14 +19,13 @@ import statistics
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.integration.harness import WorkerProcess, consume, worker_env
-from tests.integration.test_cluster_faults import HealthWatch, Load, percentile
+from tests.integration.test_cluster_faults import HealthWatch, Load, commits_behind, percentile
 from tests.kafkacluster import Cluster
 from tests.realservices import free_port
 from tracejudge.client import Tracer
@@ -84,27 +83,6 @@ async def wait_stable(cluster: Cluster, workers: list[WorkerProcess], timeout_s:
             return time.time()
         await asyncio.sleep(0.2)
     raise AssertionError(f"no stable group of {len(workers)}:\n{workers[0].tail()}")
-
-
-async def commits_behind(
-    bootstrap: str, group: str, topic: str, timeout_s: float
-) -> dict[str, Any]:
-    """The group's committed offsets against the log end, every partition of `topic` (the one
-    in `test_cluster_faults.py` reads that module's three partitions only; six here)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        deadline = time.monotonic() + timeout_s
-        while True:
-            ends = await consumer.end_offsets(tps)
-            committed = {tp: await consumer.committed(tp) for tp in tps}
-            behind = {tp.partition: ends[tp] - (committed[tp] or 0) for tp in tps}
-            if not any(behind.values()) or time.monotonic() > deadline:
-                return {"behind": behind, "events": sum(ends.values())}
-            await asyncio.sleep(1)
-    finally:
-        await consumer.stop()
 
 
 def longest_503(watch: HealthWatch) -> float:
@@ -201,7 +179,9 @@ async def test_workers_scaled_1_3_1_under_load_lose_nothing(
         doubled = {rid: ids for rid, ids in verdicts.items() if len(ids) > 1}
         assert not doubled, (list(doubled.items())[:5], exits(workers))
         duplicates = len(stamps) - len(verdicts)
-        behind = await commits_behind(kafka_cluster.bootstrap, first.settings.app_id, events, 60)
+        behind = await commits_behind(
+            kafka_cluster.bootstrap, first.settings.app_id, events, 60, PARTITIONS
+        )
         assert not any(behind["behind"].values()), (behind, exits(workers))
         # the client delivered every event once; the worker's own markers are left out
         sent = await consume(
