@@ -11,7 +11,7 @@ from tracejudge.judges.agreement import Kept, kept_of
 from tracejudge.judges.redact import masked_json
 from tracejudge.judges.rules import RuleVerdict
 from tracejudge.judges.verdicts import Verdict
-from tracejudge.models.outputs import Origin, Usage
+from tracejudge.models.outputs import Origin, Saving, Usage
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,9 @@ class Summary:
     pending: bool = False
     # an iterative workflow's loop: (an early stop was decided, rounds used, the limit)
     iterations: tuple[bool, int, int | None] | None = None
+    # interventions sent while it ran: (kind, whether the run stopped after it)
+    interventions: tuple[tuple[str, bool], ...] = ()
+    saved: Saving | None = None  # what a stopped run did not spend (an estimate)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ def made_of(
             evaluation.iterations_used,
             evaluation.max_iterations,
         ),
+        tuple((m.kind, m.stopped_after) for m in evaluation.interventions),
+        evaluation.saved,
     )
     return Made(
         evaluation.request_id,

@@ -8,7 +8,7 @@ given; the worker, the replay engine and the tests call the same function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tracejudge.judges import Judge
@@ -18,6 +18,7 @@ from tracejudge.judges.norms import Norms, RunStats
 from tracejudge.judges.records import window_of
 from tracejudge.judges.rules import RuleJudge, RuleVerdict
 from tracejudge.judges.sampling import RateRule, Selection
+from tracejudge.judges.savings import estimated_saving
 from tracejudge.judges.timeline import timeline_of
 from tracejudge.judges.verdicts import (
     DISABLED,
@@ -30,7 +31,7 @@ from tracejudge.judges.verdicts import (
     conclude,
 )
 from tracejudge.models.outputs import Evaluation
-from tracejudge.models.window import ClosedBy, Window
+from tracejudge.models.window import ClosedBy, Fired, Window
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Closing:
     terminal_at: float | None
     stats: RunStats | None = None  # counted over every step (None: from the records)
     norms: Norms | None = None  # what is normal for its agent (None: no baselines)
+    interventions: list[Fired] = field(default_factory=list)  # sent while it ran
 
 
 def flagged(evaluation: Evaluation) -> bool:
@@ -92,10 +94,14 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
         step_count=closing.step_count,
         steps_dropped=closing.steps_dropped,
         early_stops=closing.early_stops,
+        interventions=closing.interventions,
     )
     rules = rules or RuleJudge(tool_call_budget=judging.tool_call_budget)
     verdict = rules.judge(window, closing.stats, closing.norms)
     facts = WindowFacts.of(window, judging.policy.max_iterations, closing.stats)
+    if facts.interventions:
+        stats = closing.stats or RunStats.of(window)
+        facts.saved = estimated_saving(facts.interventions, stats, closing.norms)
     keep = judging.timelines
     llm = judging.llm
     # in the sample: judged without making the rule-only verdict first

@@ -27,7 +27,7 @@ from tracejudge.models.events import (
     UserMessage,
     Validation,
 )
-from tracejudge.models.window import ClosedBy, Window, assemble_window
+from tracejudge.models.window import ClosedBy, Fired, Window, assemble_window
 
 _MODELS: dict[str, type[Any]] = {
     "task_started": TaskStarted,
@@ -176,6 +176,7 @@ def window_of(
     step_count: int,
     steps_dropped: int,
     early_stops: list[tuple[str, int]],
+    interventions: list[Fired] | None = None,
 ) -> Window:
     """The window its stored records (None: missing) make."""
     events = [e for r in records if r is not None and (e := read_step(r)) is not None]
@@ -186,6 +187,7 @@ def window_of(
         step_count=step_count,
         steps_dropped=steps_dropped,
         early_stops=early_stops,
+        interventions=interventions,
     )
 
 
@@ -220,6 +222,7 @@ class WindowMeta:
     closed_offset: int | None = None
     flushed: int = 0  # step records in the table when it closed (the rest were only held)
     early_stops: list[list[Any]] = field(default_factory=list)  # [action, iteration]
+    interventions: list[list[Any]] = field(default_factory=list)  # [kind, crossed, action, step]
 
     @property
     def closed(self) -> bool:

@@ -24,11 +24,13 @@ from tracejudge.models.outputs import (
     Evaluation,
     FailedStep,
     Finding,
+    InterventionMade,
     JudgeCall,
     JudgeErrorCode,
     JudgeStatus,
     Origin,
     ReflectionRequest,
+    Saving,
     Usage,
 )
 from tracejudge.models.version import PACKAGE_VERSION
@@ -116,6 +118,8 @@ class WindowFacts(BaseModel):
     usage: Usage | None = None
     trace_id: str | None = None
     span_id: str | None = None
+    interventions: list[InterventionMade] = Field(default_factory=list)
+    saved: Saving | None = None  # set with the agent's norms (judges/making.py)
 
     @classmethod
     def of(
@@ -152,6 +156,7 @@ class WindowFacts(BaseModel):
             usage=(stats or RunStats.of(window)).usage,
             trace_id=window.task.trace_id if window.task else None,
             span_id=window.task.span_id if window.task else None,
+            interventions=interventions_made(window),
         )
 
 
@@ -177,6 +182,34 @@ class Verdict:
     evaluation: Evaluation
     reflection: ReflectionRequest | None = None
     alerts: list[Alert] = field(default_factory=list)
+
+
+def interventions_made(window: Window) -> list[InterventionMade]:
+    """What the run did after each intervention. Step indexes are the client's, one per event
+    in order, so the steps after a crossing are those between it and the final response."""
+    final = window.final
+    last = max((s.step_index for s in window.steps), default=0)
+    if final is not None and final.step_index is not None:
+        last = final.step_index - 1  # the final response is not a step
+    made = []
+    for kind, crossed, action, at in window.interventions:
+        iid = stable_id("intervention", window.request_id, kind)
+        after = 0 if at is None else max(0, last - at)
+        stopped = final is not None and (final.stopped_by == iid or after == 0)
+        made.append(
+            InterventionMade.model_validate(
+                {
+                    "intervention_id": iid,
+                    "kind": kind,
+                    "crossed": crossed,
+                    "action": action,
+                    "at_step": at,
+                    "steps_after": after,
+                    "stopped_after": stopped,
+                }
+            )
+        )
+    return made
 
 
 def evaluator_version(rules_version: str, judge_version: str | None = None) -> str:
@@ -280,6 +313,8 @@ def conclude(
         max_iterations=facts.max_iterations,
         stopped_early=facts.stopped_early,
         early_stop_decided=facts.early_stop_decided,
+        interventions=facts.interventions,
+        saved=facts.saved,
         usage=facts.usage,
         trace_id=facts.trace_id,
         span_id=facts.span_id,

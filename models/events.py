@@ -242,6 +242,11 @@ class FinalResponse(_Event):
     output: str
     validation: Validation | None = None
     usage: ModelUsage | None = None
+    stopped_by: str | None = Field(
+        default=None,
+        max_length=128,
+        description="The intervention_id the run stopped for, when an intervention ended it.",
+    )
 
 
 class Outcome(_Event):

@@ -164,6 +164,33 @@ class Origin(_Output):
     )
 
 
+class InterventionMade(BaseModel):
+    """An intervention sent to a run while it ran, as its evaluation lists it."""
+
+    intervention_id: str
+    kind: Literal["budget", "loop"]
+    crossed: str = Field(description="The budget's limit or the loop rule (Intervention.crossed).")
+    action: Literal["stop", "steer"]
+    at_step: int | None = Field(default=None, ge=0, description="The crossing event's step.")
+    steps_after: int = Field(
+        ge=0,
+        description="Steps made after the crossing event (the final response not counted).",
+    )
+    stopped_after: bool = Field(
+        description="The run ended for it: its final response names this intervention "
+        "(`stopped_by`), or it made no step after the crossing event."
+    )
+
+
+class Saving(BaseModel):
+    """What a run stopped by an intervention did not spend: a floor, estimated from its
+    agent's median run (judges/savings.py)."""
+
+    tool_calls: int = Field(ge=0)
+    tokens: int | None = Field(default=None, ge=0, description="None: the run reported none.")
+    cost_usd: float | None = Field(default=None, ge=0, description="None: no cost reported.")
+
+
 class Evaluation(_Output):
     type: Literal["evaluation"] = "evaluation"
     evaluation_id: str = Field(
@@ -230,6 +257,16 @@ class Evaluation(_Output):
         default=None,
         description="A stop/finalize decision was sent for this loop (whether or not it "
         "stopped). None: not an iterative workflow.",
+    )
+    interventions: list[InterventionMade] = Field(
+        default_factory=list,
+        description="Budget and loop interventions sent while the run ran (at most one per "
+        "kind), and whether it stopped after each.",
+    )
+    saved: Saving | None = Field(
+        default=None,
+        description="A run an intervention stopped: what it did not spend, estimated from its "
+        "agent's median run (a floor). None: not stopped, or no baseline for its agent yet.",
     )
     usage: Usage | None = Field(
         default=None, description="Model calls, tokens and cost; None when no step reported any."

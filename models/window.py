@@ -18,6 +18,8 @@ from tracejudge.models.events import (
 )
 
 ClosedBy = Literal["final_response", "idle_timeout"]
+# an intervention as the window keeps it: (kind, crossed, action, step index of the crossing)
+Fired = tuple[str, str, str, int | None]
 Step = UserMessage | ReasoningStep | ToolCall | Iteration
 
 
@@ -33,6 +35,9 @@ class Window(BaseModel):
     steps_dropped: int = 0
     early_stops: list[tuple[str, int]] = Field(
         default_factory=list, description="(action, iteration) decided while the window was open"
+    )
+    interventions: list[Fired] = Field(
+        default_factory=list, description="Interventions sent while the window was open"
     )
 
     @property
@@ -68,6 +73,7 @@ def assemble_window(
     step_count: int,
     steps_dropped: int,
     early_stops: list[tuple[str, int]] | None = None,
+    interventions: list[Fired] | None = None,
 ) -> Window:
     """Build a Window from validated events in arrival order, ordering steps by step_index.
 
@@ -93,4 +99,5 @@ def assemble_window(
         step_count=step_count,
         steps_dropped=steps_dropped,
         early_stops=early_stops or [],
+        interventions=interventions or [],
     )

@@ -155,6 +155,20 @@ class AgentMetrics:
             ["agent"],
             registry=registry,
         )
+        self.interventions = Counter(
+            "tracejudge_agent_interventions",
+            "Interventions in final evaluations, by agent, kind and whether the run stopped "
+            "after it.",
+            ["agent", "kind", "stopped"],
+            registry=registry,
+        )
+        self.saved = Counter(
+            "tracejudge_intervention_saved",
+            "What runs stopped by an intervention did not spend, estimated from their agent's "
+            "median run (a floor), by agent and unit (tool_calls, tokens, cost_usd).",
+            ["agent", "unit"],
+            registry=registry,
+        )
         self._agents: set[str] = set()
 
     def agent_label(self, agent_name: str | None) -> str:
@@ -172,6 +186,21 @@ class AgentMetrics:
         agent = self.agent_label(agent_name)
         self.scores.labels(agent).observe(score)
         self.verdicts.labels(agent, "true" if passed else "false").inc()
+
+    def intervened(
+        self, agent_name: str | None, made: tuple[tuple[str, bool], ...], saved: Any
+    ) -> None:
+        """A final evaluation's interventions, and what stopping saved (models.outputs.Saving,
+        None when not stopped or not estimated)."""
+        agent = self.agent_label(agent_name)
+        for kind, stopped in made:
+            self.interventions.labels(agent, kind, "true" if stopped else "false").inc()
+        if saved is not None:
+            self.saved.labels(agent, "tool_calls").inc(saved.tool_calls)
+            if saved.tokens is not None:
+                self.saved.labels(agent, "tokens").inc(saved.tokens)
+            if saved.cost_usd is not None:
+                self.saved.labels(agent, "cost_usd").inc(saved.cost_usd)
 
     def add(self, agent_name: str | None, usage: Any) -> None:
         """A request's usage totals (models.outputs.Usage), counted once per evaluation."""
@@ -228,6 +257,12 @@ class Metrics:
         )
         self.early_stops = Counter(
             "tracejudge_early_stops", "Early-stop decisions, by action.", ["action"], registry=r
+        )
+        self.interventions = Counter(
+            "tracejudge_interventions",
+            "Interventions sent to running requests, by kind and what was crossed.",
+            ["kind", "crossed"],
+            registry=r,
         )
         self.verdict_latency = Histogram(
             "tracejudge_verdict_latency_seconds",

@@ -179,6 +179,8 @@ class VerdictPublisher:
         m.agents.evaluated(summary.agent_name, summary.overall_score, summary.passed)
         if summary.usage is not None:
             m.agents.add(summary.agent_name, summary.usage)
+        if summary.interventions:
+            m.agents.intervened(summary.agent_name, summary.interventions, summary.saved)
         if terminal_at is not None:
             m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
         self.log.note(summary)

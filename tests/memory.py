@@ -116,11 +116,14 @@ class MemoryWorker:
         await self.ctx.errors.run(self.record("responses", value), self.ctx.responses)
 
 
-def memory_worker(agreement: AgreementStore | None = None, **settings: Any) -> MemoryWorker:
+def memory_worker(
+    agreement: AgreementStore | None = None, tables: Tables | None = None, **settings: Any
+) -> MemoryWorker:
     """`agreement`: where final verdicts are kept and outcomes joined (None: outcomes are only
-    counted, as in a worker without Redis)."""
+    counted, as in a worker without Redis). `tables`: another worker's, as a new owner of its
+    partitions reads them after a rebalance (None: empty)."""
     channels = Channels(*(MemoryChannel() for _ in range(8)))
-    tables = Tables({}, {}, {})
+    tables = tables or Tables({}, {}, {})
     lookup, clock = MemoryLookup(), Clock()
     config = Settings(redis_url="", **settings)
     ctx = WorkerContext.build(

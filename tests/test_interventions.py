@@ -11,6 +11,9 @@ import pytest
 
 from tests.memory import memory_worker
 from tracejudge.judges.budgets import BudgetsError
+from tracejudge.judges.norms import Norm, Norms, RunStats
+from tracejudge.judges.savings import estimated_saving
+from tracejudge.models.outputs import InterventionMade, Saving, Usage
 
 RID = "run-1"
 
@@ -58,15 +61,13 @@ async def test_a_loop_is_told_on_the_call_that_completes_it_and_once() -> None:
         await w.event(call(i, "BUILD FAILURE", ok=False))
     assert w.channel("control").values() == []
     await w.event(call(3, "BUILD FAILURE", ok=False))
-    told = w.channel("control").values()
-    assert {(t["kind"], t["crossed"], t["step_index"]) for t in told} == {
-        ("loop", "repeated_call", 3),
-        ("loop", "repeated_failure", 3),
-    }
-    assert all(t["type"] == "intervention" and t["action"] == "stop" for t in told)
-    await w.event(call(4, "BUILD FAILURE", ok=False))
-    await w.event(call(4, "BUILD FAILURE", ok=False))  # a duplicate counts nothing
-    assert len(w.channel("control").values()) == 2  # each kind once per request
+    (told,) = w.channel("control").values()  # two rules found it: one intervention
+    assert (told["kind"], told["crossed"], told["step_index"]) == ("loop", "repeated_failure", 3)
+    assert told["type"] == "intervention" and told["action"] == "stop"
+    for i in range(4, 12):  # the run goes on looping, and fails in new ways too
+        await w.event(call(i, f"BUILD FAILURE {i % 2}", ok=False, args=f"mvn -o {i % 2}"))
+    await w.event(call(11, "BUILD FAILURE 1", ok=False))  # a duplicate counts nothing
+    assert len(w.channel("control").values()) == 1  # each kind once per request
 
 
 async def test_progress_is_never_told() -> None:
@@ -107,3 +108,124 @@ async def test_off_means_nothing_told() -> None:
     for i in range(1, 6):
         await w.event(call(i, "same"))
     assert w.channel("control").values() == []
+
+
+def final(i: int, stopped_by: str | None = None) -> dict[str, Any]:
+    return {
+        "type": "final_response",
+        "request_id": RID,
+        "step_index": i,
+        "output": "stopped: the build keeps failing",
+        "stopped_by": stopped_by,
+        "agent_name": "coder",
+    }
+
+
+async def test_the_evaluation_lists_the_intervention_and_whether_the_run_stopped() -> None:
+    w = memory_worker()
+    await w.event(start())
+    for i in range(1, 4):
+        await w.event(call(i, "BUILD FAILURE", ok=False))
+    (told,) = w.channel("control").values()
+    await w.event(call(4, "BUILD FAILURE", ok=False))  # in flight when it was told
+    await w.event(final(5, stopped_by=told["intervention_id"]))
+    (evaluation,) = w.channel("evaluations").values()
+    assert evaluation["interventions"] == [
+        {
+            "intervention_id": told["intervention_id"],
+            "kind": "loop",
+            "crossed": "repeated_failure",
+            "action": "stop",
+            "at_step": 3,
+            "steps_after": 1,
+            "stopped_after": True,
+        }
+    ]
+
+
+async def test_a_run_that_goes_on_after_it_is_told_did_not_stop() -> None:
+    w = memory_worker()
+    await w.event(start())
+    for i in range(1, 9):
+        await w.event(call(i, "same"))
+    await w.event(final(9))
+    (evaluation,) = w.channel("evaluations").values()
+    (made,) = evaluation["interventions"]
+    assert (made["crossed"], made["at_step"], made["steps_after"], made["stopped_after"]) == (
+        "repeated_call",
+        3,
+        5,
+        False,
+    )
+
+
+async def test_a_new_owner_after_a_rebalance_does_not_tell_a_run_again() -> None:
+    first = memory_worker()
+    await first.event(start())
+    for i in range(1, 4):
+        await first.event(call(i, "same"))
+    assert len(first.channel("control").values()) == 1
+    # the partition moves: the next owner reads the window from the same tables
+    second = memory_worker(tables=first.tables)
+    for i in range(4, 10):
+        await second.event(call(i, "same"))
+    await second.event(final(10))
+    assert second.channel("control").values() == []
+    (evaluation,) = second.channel("evaluations").values()
+    assert [m["at_step"] for m in evaluation["interventions"]] == [3]
+
+
+async def test_a_step_budget_counts_steps_beyond_the_step_limit_exactly(tmp_path: Path) -> None:
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text("[default]\nsteps = 12\n")
+    w = memory_worker(budgets_file=str(budgets), max_trace_steps=5)
+    await w.event(start())
+    for i in range(1, 21):
+        await w.event(call(i, f"page {i}", args=f"read {i}"))
+    (told,) = w.channel("control").values()  # the 13th step, 8 past the steps kept
+    assert (told["crossed"], told["allowed"], told["used"], told["step_index"]) == (
+        "steps",
+        12,
+        13,
+        13,
+    )
+
+
+async def test_interventions_are_counted_per_agent_kind_and_whether_the_run_stopped() -> None:
+    w = memory_worker()
+    await w.event(start())
+    for i in range(1, 4):
+        await w.event(call(i, "BUILD FAILURE", ok=False))
+    (told,) = w.channel("control").values()
+    await w.event(final(4, stopped_by=told["intervention_id"]))
+    value = w.ctx.metrics.registry.get_sample_value
+    assert value("tracejudge_interventions_total", {"kind": "loop", "crossed": "repeated_failure"})
+    labels = {"agent": "coder", "kind": "loop", "stopped": "true"}
+    assert value("tracejudge_agent_interventions_total", labels) == 1.0
+
+
+def test_what_a_stopped_run_saved_is_its_agents_median_run_beyond_it() -> None:
+    made = [
+        InterventionMade(
+            intervention_id="i",
+            kind="loop",
+            crossed="repeated_call",
+            action="stop",
+            at_step=6,
+            steps_after=0,
+            stopped_after=True,
+        )
+    ]
+    usage = Usage(model_calls=6, input_tokens=5000, output_tokens=1000, cost_usd=0.3)
+    stats = RunStats(tool_calls=6, usage=usage)
+    norms = Norms("coder", runs=50, min_runs=20, measures={"tool_calls": Norm(30, 40, 60, 80)})
+    saved = estimated_saving(made, stats, norms)
+    assert saved == Saving(tool_calls=24, tokens=24_000, cost_usd=1.2)
+    # a run that went on, or an agent whose normal is not known yet: nothing claimed
+    went_on = [made[0].model_copy(update={"stopped_after": False, "steps_after": 9})]
+    assert estimated_saving(went_on, stats, norms) is None
+    young = Norms("coder", runs=5, min_runs=20, measures=norms.measures)
+    assert estimated_saving(made, stats, young) is None
+    # a run already longer than the median: a floor of nothing
+    long_run = RunStats(tool_calls=45, usage=usage)
+    assert estimated_saving(made, long_run, norms) == Saving(tool_calls=0, tokens=0, cost_usd=0.0)

@@ -12,7 +12,7 @@ from tracejudge.judges.rules import RuleJudge
 from tracejudge.models.window import ClosedBy
 from tracejudge.streams.commit import Held, later
 from tracejudge.streams.outputs import Channel, VerdictPublisher, deliver
-from tracejudge.streams.worker.windows import WindowStore
+from tracejudge.streams.worker.windows import WindowStore, fired_of
 
 
 @dataclass
@@ -52,6 +52,7 @@ class WindowCloser:
             terminal_at,
             stats,
             None if book is None else book.norms(group),
+            fired_of(meta),
         )
         # The marker goes now, the steps once the outputs are acknowledged: the closing record,
         # delivered again after a crash, finds them and publishes again (same evaluation_id).

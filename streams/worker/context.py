@@ -160,7 +160,7 @@ class WorkerContext:
                 judging=settings.enabled,
                 metrics=metrics,
                 outcomes=taker,
-                intervener=_intervener(settings, channels.control, clock, metrics),
+                intervener=_intervener(settings, channels.control, clock, metrics, store),
             ),
             outcomes=taker,
             responses=_responses(settings, tables, channels, clock, metrics, agreement),
@@ -242,11 +242,15 @@ def _early_stopper(
 
 
 def _intervener(
-    settings: Settings, control: Channel, clock: Callable[[], float], metrics: Metrics
+    settings: Settings,
+    control: Channel,
+    clock: Callable[[], float],
+    metrics: Metrics,
+    store: WindowStore,
 ) -> Intervener | None:
     if not settings.interventions_enabled:
         return None
-    return Intervener(settings.loop_rules(), settings.budget_book(), control, clock, metrics)
+    return Intervener(settings.loop_rules(), settings.budget_book(), control, clock, store, metrics)
 
 
 def _responses(

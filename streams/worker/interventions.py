@@ -2,10 +2,13 @@
 loop rules and budget (judges/loops.py, judges/budgets.py); a crossing goes out on the control
 topic at once, before the request ends, beside early-stop decisions.
 
-The state per request is in memory, not in a table: after a rebalance the new owner starts the
-request's counts from the events it reads next, so a loop or a budget can be found later than
-it would have been, never wrongly. Ids are deterministic per request, kind and what was
-crossed: a crossing sent again after a crash is the same intervention.
+At most one intervention per kind (budget, loop) per request: the first crossing of each is
+sent, and recorded in the window's meta (changelog-backed, as early-stop decisions are), so a
+new owner after a rebalance does not send a second, and the evaluation lists it. The counts
+are in memory, not in a table: after a rebalance the new owner starts them from the events it
+reads next, so a loop or a budget can be found later than it would have been, never wrongly.
+Ids are deterministic per request and kind: a crossing sent again after a crash is the same
+intervention.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from tracejudge.models.events import Event, FinalResponse, Iteration, ReasoningS
 from tracejudge.models.outputs import Intervention
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel, deliver
+from tracejudge.streams.worker.windows import WindowStore
 
 MAX_RUNS = 100_000  # open requests followed at once; past it the oldest is dropped
 STEPS = (ToolCall, ReasoningStep, Iteration)
 
+LOOP_ORDER = ("repeated_failure", "repeated_call", "no_new_result", "alternating_calls")
 LOOP_MESSAGES = {
     "repeated_call": "The same call keeps giving the same result: try something else or stop.",
     "alternating_calls": "Two calls keep taking turns without progress: step back and re-plan.",
@@ -47,6 +52,7 @@ class Intervener:
     book: BudgetBook
     control: Channel
     clock: Callable[[], float]
+    store: WindowStore
     metrics: Metrics = field(default_factory=Metrics)
     runs: dict[str, _Run] = field(default_factory=dict)
 
@@ -65,6 +71,9 @@ class Intervener:
             found = run.loops.observe(
                 event.tool, event.args_summary, event.success, event.result_preview, event.error
             )
+            # one loop intervention per run: when two rules find it on the same call, the one
+            # whose message says most (a failure repeated before a result repeated)
+            found = sorted(found, key=lambda f: LOOP_ORDER.index(f.kind))
             made += [self._loop(rid, run, f, event) for f in found]
         usage = getattr(event, "usage", None)
         tokens = 0 if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
@@ -77,19 +86,30 @@ class Intervener:
             at=event.ts,
         )
         made += [self._budget(rid, run, c, event) for c in crossed]
+        sent: list[Intervention] = []
         for intervention in made:
+            if intervention.kind in self.store.fired(rid):
+                continue  # one per kind: the run was told already
+            self.store.record_intervention(
+                rid,
+                intervention.kind,
+                intervention.crossed,
+                intervention.action,
+                intervention.step_index,
+            )
             await deliver(self.control, rid.encode("utf-8"), encode(intervention))
-            self.metrics.counts[f"interventions_{intervention.kind}"] += 1
+            self.metrics.interventions.labels(intervention.kind, intervention.crossed).inc()
+            sent.append(intervention)
         if isinstance(event, FinalResponse):
             self.runs.pop(rid, None)
-        return made
+        return sent
 
     def forget(self, request_id: str) -> None:
         self.runs.pop(request_id, None)
 
     def _loop(self, rid: str, run: _Run, found: LoopFound, event: ToolCall) -> Intervention:
         return Intervention(
-            intervention_id=stable_id("intervention", rid, "loop", found.kind),
+            intervention_id=stable_id("intervention", rid, "loop"),
             request_id=rid,
             agent_name=run.agent,
             kind="loop",
@@ -103,7 +123,7 @@ class Intervener:
 
     def _budget(self, rid: str, run: _Run, c: Crossing, event: Event) -> Intervention:
         return Intervention(
-            intervention_id=stable_id("intervention", rid, "budget", c.limit),
+            intervention_id=stable_id("intervention", rid, "budget"),
             request_id=rid,
             agent_name=run.agent,
             kind="budget",

@@ -55,7 +55,7 @@ from tracejudge.judges.records import (
     with_fields,
 )
 from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, Iteration
-from tracejudge.models.window import ClosedBy, Window
+from tracejudge.models.window import ClosedBy, Fired, Window
 from tracejudge.streams.commit import Held
 from tracejudge.streams.worker.baselines import BaselineBook
 
@@ -176,6 +176,7 @@ class WindowStore:
             meta.steps_dropped = max(0, meta.step_count - self.max_steps)
         if stored is not None:
             meta.early_stops = stored.early_stops
+            meta.interventions = stored.interventions
         opened = float(records[0].get(OPENED_AT, now)) if records else now
         window = OpenWindow(
             meta,
@@ -395,6 +396,7 @@ class WindowStore:
             step_count=meta.step_count,
             steps_dropped=meta.steps_dropped,
             early_stops=[(str(a), int(i)) for a, i in meta.early_stops],
+            interventions=fired_of(meta),
         )
 
     def close(
@@ -440,9 +442,29 @@ class WindowStore:
         meta.early_stops = [*meta.early_stops, [action, iteration]]
         self._save_early_stops(meta, request_id)
 
+    def fired(self, request_id: str) -> frozenset[str]:
+        """The kinds of intervention sent to an open window's run (kept across a restart)."""
+        window = self.open.get(request_id)
+        if window is None:
+            return frozenset()
+        return frozenset(str(kind) for kind, *_ in window.meta.interventions)
+
+    def record_intervention(
+        self, request_id: str, kind: str, crossed: str, action: str, step: int | None
+    ) -> None:
+        meta = self.open[request_id].meta
+        meta.interventions = [*meta.interventions, [kind, crossed, action, step]]
+        self._save_early_stops(meta, request_id)
+
     def _save_early_stops(self, meta: WindowMeta, request_id: str) -> None:
-        # the only meta record of an open window: what its steps cannot tell
-        self.meta[request_id] = {"partition": meta.partition, "early_stops": meta.early_stops}
+        # the only meta record of an open window: what its steps cannot tell (early-stop
+        # decisions and interventions sent while it runs)
+        record: dict[str, Any] = {"partition": meta.partition}
+        if meta.early_stops:
+            record["early_stops"] = meta.early_stops
+        if meta.interventions:
+            record["interventions"] = meta.interventions
+        self.meta[request_id] = record
 
     def purge(self, request_id: str) -> None:
         """Forget a closed window whose retention is over: locally, marker and steps."""
@@ -466,9 +488,17 @@ class WindowStore:
             record = self.steps.get(key)
             if record is not None:
                 self.steps[key] = with_fields(record, **{OPENED_AT: now}) if seq == 0 else record
-        if window.meta.early_stops:
+        if window.meta.early_stops or window.meta.interventions:
             self._save_early_stops(window.meta, request_id)
         return window.meta.next_seq
+
+
+def fired_of(meta: WindowMeta) -> list[Fired]:
+    """The interventions a window's meta keeps, as the judges read them."""
+    return [
+        (str(kind), str(crossed), str(action), None if step is None else int(step))
+        for kind, crossed, action, step in meta.interventions
+    ]
 
 
 def _round(event: Iteration) -> Round:
