@@ -451,3 +451,27 @@ async def test_the_request_page_shows_the_judge_call_escaped() -> None:
         assert 'id="judge-call"' not in await (await client.get("/requests/j3")).text()
     finally:
         await client.close()
+
+
+async def test_a_request_page_lists_its_interventions_and_what_stopping_saved() -> None:
+    store = VerdictStore(capacity=10)
+    evaluation, _, _ = judged("loop-1", fail=True)
+    evaluation["interventions"] = [
+        {"intervention_id": "i1", "kind": "loop", "crossed": "repeated_call", "action": "stop",
+         "at_step": 1, "steps_after": 0, "stopped_after": True},
+        {"intervention_id": "i2", "kind": "budget", "crossed": "cost_usd", "action": "stop",
+         "at_step": 2, "steps_after": 3, "stopped_after": False},
+    ]  # fmt: skip
+    evaluation["saved"] = {"tool_calls": 12, "tokens": 3400, "cost_usd": 0.25}
+    store.add_evaluation(evaluation)
+    store.add_evaluation(judged("plain", fail=False, ts=1e9 + 1)[0])
+    client = await client_for(store)
+    try:
+        page = await (await client.get("/requests/loop-1")).text()
+        assert page.count('class="intervention"') == 2
+        assert "repeated_call" in page and "went on" in page
+        assert "12 tool calls, 3400 tokens, $0.2500" in page
+        plain = await (await client.get("/requests/plain")).text()
+        assert 'id="interventions"' not in plain and 'id="saved"' not in plain
+    finally:
+        await client.close()
