@@ -21,13 +21,13 @@ counter is new each time, so the rules err on the side of not firing.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 KINDS = ("repeated_call", "alternating_calls", "repeated_failure", "no_new_result")
-SEEN_MAX = 4096  # results remembered per request; past it, nothing more counts as seen
-RECENT = 64  # the last calls kept for the in-a-row rules
+SEEN_MAX = 4096  # results (and failures) remembered per request; past it, no more are added
+RECENT = 64  # the most calls the in-a-row rules may look back over (2 x the largest threshold)
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,15 @@ class LoopFound:
     evidence: str  # what was repeated, in words (texts clipped; masked by whoever sends it)
 
 
-def _digest(*parts: str | None) -> bytes:
-    text = "\x1f".join(" ".join((p or "").split()) for p in parts)
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+def _fold(text: str | None) -> str:
+    return " ".join(text.split()) if text else ""
+
+
+def _digest(*parts: object) -> int:
+    # Python's own 64-bit hash: the digests live in one process's memory and are only compared
+    # there (never stored or sent), so its per-process seed does no harm, and it costs a third
+    # of a cryptographic digest on the path of every tool call
+    return hash(parts)
 
 
 @dataclass
@@ -66,10 +72,15 @@ class LoopWatch:
     rules: LoopRules = field(default_factory=LoopRules)
     calls: int = 0
     fired: set[str] = field(default_factory=set)
-    _recent: deque[tuple[bytes, bytes]] = field(default_factory=lambda: deque(maxlen=RECENT))
-    _failures: Counter[bytes] = field(default_factory=Counter)
-    _seen: set[bytes] = field(default_factory=set)
+    # the last calls, as many as the in-a-row rules read (6 at the defaults, not RECENT)
+    _recent: deque[tuple[int, int]] = field(init=False)
+    _failures: Counter[int] = field(default_factory=Counter)
+    _seen: set[int] = field(default_factory=set)
     _stale: int = 0
+
+    def __post_init__(self) -> None:
+        r = self.rules
+        self._recent = deque(maxlen=max(2, r.repeat, 2 * r.cycles))
 
     def observe(
         self,
@@ -81,9 +92,10 @@ class LoopWatch:
     ) -> list[LoopFound]:
         """The rules this call completes (each kind at most once per request)."""
         self.calls += 1
-        call = _digest(tool, args)
-        outcome = _digest("ok" if success else "failed", result, error)
-        seen = _digest(tool, outcome.hex())
+        folded_args = _fold(args)
+        call = _digest(tool, folded_args)
+        outcome = _digest(success, _fold(result), _fold(error))
+        seen = _digest(tool, outcome)
         self._recent.append((call, outcome))
         if seen in self._seen:
             self._stale += 1
@@ -93,26 +105,41 @@ class LoopWatch:
                 self._seen.add(seen)
         found: list[LoopFound] = []
 
-        def fire(kind: str, evidence: str) -> None:
+        def fire(kind: str, evidence: Callable[[str], str]) -> None:
+            # the words are made only when a rule fires: clipping a long text on every call
+            # would cost more than the rules
             if kind not in self.fired:
                 self.fired.add(kind)
-                found.append(LoopFound(kind, self.calls, tool, evidence))
+                named = f"{tool}({_clip(args)})" if args else tool
+                found.append(LoopFound(kind, self.calls, tool, evidence(named)))
 
         r = self.rules
-        named = f"{tool}({_clip(args)})" if args else tool
         if r.repeat and self._same_in_a_row(r.repeat):
-            fire("repeated_call", f"{named} {r.repeat} times in a row, the same result each time")
+            fire(
+                "repeated_call",
+                lambda named: f"{named} {r.repeat} times in a row, the same result each time",
+            )
         if r.cycles and self._alternating(r.cycles):
-            fire("alternating_calls", f"two calls taking turns {r.cycles} times, ending {named}")
+            fire(
+                "alternating_calls",
+                lambda named: f"two calls taking turns {r.cycles} times, ending {named}",
+            )
         if not success:
-            failure = _digest(tool, args, error or result)
-            self._failures[failure] += 1
+            failure = _digest(tool, folded_args, _fold(error or result))
+            if failure in self._failures or len(self._failures) < SEEN_MAX:
+                self._failures[failure] += 1
             if r.same_failure and self._failures[failure] >= r.same_failure:
-                shown = _clip(error or result) or "an error"
-                fire("repeated_failure", f"{named} failed {r.same_failure} times with {shown}")
+                shown = error or result
+                fire(
+                    "repeated_failure",
+                    lambda named: (
+                        f"{named} failed {r.same_failure} times with {_clip(shown) or 'an error'}"
+                    ),
+                )
         if r.no_new_result and self._stale >= r.no_new_result:
             fire(
-                "no_new_result", f"{r.no_new_result} calls in a row with no result not seen before"
+                "no_new_result",
+                lambda _: f"{r.no_new_result} calls in a row with no result not seen before",
             )
         return found
 

@@ -41,8 +41,10 @@ LOOP_MESSAGES = {
 
 @dataclass
 class _Run:
-    loops: LoopWatch
-    budget: BudgetWatch
+    # None once its kind was sent (one per kind per run), or, for the budget, when the agent
+    # has none: nothing left to count
+    loops: LoopWatch | None
+    budget: BudgetWatch | None
     agent: str | None
 
 
@@ -63,11 +65,15 @@ class Intervener:
         if run is None:
             if len(self.runs) >= MAX_RUNS:
                 self.runs.pop(next(iter(self.runs)))
-            agent = event.agent_name
-            run = _Run(LoopWatch(self.rules), BudgetWatch(self.book.for_agent(agent)), agent)
+            agent, fired, budget = event.agent_name, self.store.fired(rid), None
+            limits = self.book.for_agent(agent)
+            if "budget" not in fired and not limits.empty:
+                budget = BudgetWatch(limits)
+            loops = None if "loop" in fired else LoopWatch(self.rules)
+            run = _Run(loops, budget, agent)
             self.runs[rid] = run
         made: list[Intervention] = []
-        if isinstance(event, ToolCall):
+        if isinstance(event, ToolCall) and run.loops is not None:
             found = run.loops.observe(
                 event.tool, event.args_summary, event.success, event.result_preview, event.error
             )
@@ -75,17 +81,20 @@ class Intervener:
             # whose message says most (a failure repeated before a result repeated)
             found = sorted(found, key=lambda f: LOOP_ORDER.index(f.kind))
             made += [self._loop(rid, run, f, event) for f in found]
-        usage = getattr(event, "usage", None)
-        tokens = 0 if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
-        cost = 0.0 if usage is None else usage.cost_usd or 0.0
-        crossed = run.budget.observe(
-            step=isinstance(event, STEPS),
-            tool_call=isinstance(event, ToolCall),
-            tokens=tokens,
-            cost_usd=cost,
-            at=event.ts,
-        )
-        made += [self._budget(rid, run, c, event) for c in crossed]
+        if run.budget is not None:
+            # read only with a budget: an event type without `usage` makes getattr raise and
+            # catch inside pydantic, the dearest part of this path
+            usage = getattr(event, "usage", None)
+            tokens = 0 if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
+            cost = 0.0 if usage is None else usage.cost_usd or 0.0
+            crossed = run.budget.observe(
+                step=isinstance(event, STEPS),
+                tool_call=isinstance(event, ToolCall),
+                tokens=tokens,
+                cost_usd=cost,
+                at=event.ts,
+            )
+            made += [self._budget(rid, run, c, event) for c in crossed]
         sent: list[Intervention] = []
         for intervention in made:
             if intervention.kind in self.store.fired(rid):
@@ -100,6 +109,10 @@ class Intervener:
             await deliver(self.control, rid.encode("utf-8"), encode(intervention))
             self.metrics.interventions.labels(intervention.kind, intervention.crossed).inc()
             sent.append(intervention)
+            if intervention.kind == "loop":
+                run.loops = None
+            else:
+                run.budget = None
         if isinstance(event, FinalResponse):
             self.runs.pop(rid, None)
         return sent
