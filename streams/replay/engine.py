@@ -83,6 +83,8 @@ class ReplayResult:
     alerts: list[dict[str, Any]]
     early_stops: list[dict[str, Any]]
     dead_letters: int
+    # budget and loop interventions, sent on the control topic beside the early stops
+    interventions: list[dict[str, Any]] = field(default_factory=list)
     # request_id -> the judge job sent for it (the last one): its `rules` are what the rules
     # said where the judge's verdict replaced theirs (`kept_of`'s `rules`)
     judge_jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -200,13 +202,15 @@ def _result(
         return channel.values()
 
     evaluations = {e["request_id"]: e for e in sent(channels.evaluations)}
+    control = sent(channels.control)
     return ReplayResult(
         settings=settings,
         events=events,
         evaluations=evaluations,
         reflections=sent(channels.reflections),
         alerts=sent(channels.alerts),
-        early_stops=sent(channels.control),
+        early_stops=[c for c in control if c.get("type") != "intervention"],
+        interventions=[c for c in control if c.get("type") == "intervention"],
         dead_letters=ctx.counters["dead_lettered"],
         judge_jobs={j["facts"]["request_id"]: j for j in sent(channels.judge_requests)},
     )

@@ -39,7 +39,7 @@ def summary(result: ReplayResult) -> list[str]:
         f"scores    {bands}   (mean {mean:.1f})",
         "quadrants " + "  ".join(f"{q} {quads.get(q, 0)}" for q in QUADRANTS),
         f"passed    {passed}/{len(evs)}   reflections {len(result.reflections)}   "
-        f"early stops {len(result.early_stops)}",
+        f"early stops {len(result.early_stops)}   interventions {len(result.interventions)}",
         "alerts    " + ("  ".join(f"{k} {n}" for k, n in sorted(alerts.items())) or "none"),
         *outcome_lines(result),
     ]
