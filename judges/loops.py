@@ -13,7 +13,9 @@ failed" (failing, then fixing, is how agents work).
 - `repeated_failure`: the same call failing with the same error `same_failure` times in the
   run, in a row or not: retrying what cannot work.
 - `no_new_result`: `no_new_result` calls in a row whose result (tool and what came back) the
-  run had already seen: whatever it does, it learns nothing new.
+  run had already seen, one of them at least a failure or a call repeated with its answer:
+  whatever it does, it learns nothing new. Calls that each do something new and answer alike
+  ("ok" to each update of a batch) are progress, not a loop.
 
 Texts are compared as written, with whitespace runs folded: a result that carries a clock or a
 counter is new each time, so the rules err on the side of not firing.
@@ -77,6 +79,7 @@ class LoopWatch:
     _failures: Counter[int] = field(default_factory=Counter)
     _seen: set[int] = field(default_factory=set)
     _stale: int = 0
+    _stuck: bool = False
 
     def __post_init__(self) -> None:
         r = self.rules
@@ -96,13 +99,18 @@ class LoopWatch:
         call = _digest(tool, folded_args)
         outcome = _digest(success, _fold(result), _fold(error))
         seen = _digest(tool, outcome)
+        again = _digest(call, outcome)  # this very call gave this before
         self._recent.append((call, outcome))
         if seen in self._seen:
             self._stale += 1
+            # calls that each do something new and answer alike ("ok" to each of a batch of
+            # updates) are progress: a streak counts once one of its calls failed or repeated
+            self._stuck = self._stuck or not success or again in self._seen
         else:
-            self._stale = 0
+            self._stale, self._stuck = 0, False
+        for digest in (seen, again):
             if len(self._seen) < SEEN_MAX:
-                self._seen.add(seen)
+                self._seen.add(digest)
         found: list[LoopFound] = []
 
         def fire(kind: str, evidence: Callable[[str], str]) -> None:
@@ -136,7 +144,7 @@ class LoopWatch:
                         f"{named} failed {r.same_failure} times with {_clip(shown) or 'an error'}"
                     ),
                 )
-        if r.no_new_result and self._stale >= r.no_new_result:
+        if r.no_new_result and self._stale >= r.no_new_result and self._stuck:
             fire(
                 "no_new_result",
                 lambda _: f"{r.no_new_result} calls in a row with no result not seen before",

@@ -68,6 +68,19 @@ def test_no_new_result_for_eight_calls() -> None:
     assert found == {"no_new_result": 10}
 
 
+def test_a_batch_of_new_calls_each_answering_ok_is_progress() -> None:
+    # a bulk agent: one update per record, each answered alike; new work every call
+    calls = [("update_record", f"id {i}", True, "ok") for i in range(40)]
+    assert kinds(calls) == []
+
+
+def test_variations_that_all_fail_the_same_way_learn_nothing() -> None:
+    calls = [("bash", "mvn compile", True, "BUILD SUCCESS")]
+    calls += [("bash", f"mvn test -Dtest=T{i}", False, "BUILD FAILURE: T.java:3") for i in range(9)]
+    found = dict(kinds(calls, LoopRules(repeat=0, cycles=0, same_failure=0)))
+    assert found == {"no_new_result": 10}  # the first failure was new; 8 more were not
+
+
 def test_a_long_chain_of_distinct_calls_fires_nothing() -> None:
     calls = [("run", f"step {i}", i % 5 != 0, f"output {i}") for i in range(200)]
     assert kinds(calls) == []
