@@ -1,5 +1,5 @@
-"""Per-request budgets (issue 42): steps, tool calls, model tokens, cost and wall time, counted
-as a run's events arrive, each limit found on the event that crosses it. Pure.
+"""Per-request budgets (issue 42): limits on steps, tool calls, model tokens, cost and wall
+time; judges/spend.py counts a run against them. Pure.
 
 The limits come from one TOML file (`TRACEJUDGE_BUDGETS_FILE`): a `[default]` table and
 `[agents."NAME-OR-PATTERN"]` tables, each with any of `steps`, `tool_calls`, `tokens`,
@@ -113,51 +113,3 @@ def _budget(table: Any, where: str) -> Budget:
             raise BudgetsError(f"{where}: {key} = {value!r}: a whole number")
         found[key] = value
     return Budget(**found)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class Crossing:
-    limit: str  # one of LIMITS
-    allowed: float
-    used: float  # the count on the event that crossed it
-
-
-@dataclass
-class BudgetWatch:
-    """One request's spend so far. Counts every event it is shown, beyond any limit too: the
-    evaluation reports what the run used, not where counting stopped."""
-
-    budget: Budget
-    steps: int = 0
-    tool_calls: int = 0
-    tokens: int = 0
-    cost_usd: float = 0.0
-    wall_s: float = 0.0
-    started_at: float | None = None
-    crossed: set[str] = field(default_factory=set)
-
-    def observe(
-        self,
-        *,
-        step: bool,
-        tool_call: bool = False,
-        tokens: int = 0,
-        cost_usd: float = 0.0,
-        at: float | None = None,
-    ) -> list[Crossing]:
-        """Count one event; the limits it crosses (each once per request)."""
-        self.steps += step
-        self.tool_calls += tool_call
-        self.tokens += tokens
-        self.cost_usd += cost_usd
-        if at is not None:
-            self.started_at = at if self.started_at is None else min(self.started_at, at)
-            self.wall_s = max(self.wall_s, at - self.started_at)
-        found = []
-        for limit in LIMITS:
-            allowed = getattr(self.budget, limit)
-            used = getattr(self, limit)
-            if allowed is not None and used > allowed and limit not in self.crossed:
-                self.crossed.add(limit)
-                found.append(Crossing(limit, allowed, used))
-        return found

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tracejudge.judges.budgets import Budget, BudgetBook, BudgetsError, BudgetWatch
+from tracejudge.judges.budgets import Budget, BudgetBook, BudgetsError
+from tracejudge.judges.spend import BudgetWatch
 
 FILE = """
 [default]

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.judges.budgets import BudgetBook, BudgetWatch, Crossing
+from tracejudge.judges.budgets import BudgetBook
 from tracejudge.judges.loops import LoopFound, LoopRules, LoopWatch
 from tracejudge.judges.made import encode
 from tracejudge.judges.redact import mask
+from tracejudge.judges.spend import BudgetWatch, Crossing
 from tracejudge.judges.verdicts import stable_id
 from tracejudge.models.events import Event, FinalResponse, Iteration, ReasoningStep, ToolCall
 from tracejudge.models.outputs import Intervention
