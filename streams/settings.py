@@ -425,8 +425,8 @@ class RuleSettings(BaseModel):
     budgets_file: str = Field(
         "",
         description='A TOML file of per-request budgets: [default] and [agents."NAME"] '
-        "tables of steps, tool_calls, tokens, cost_usd, wall_s (judges/budgets.py); checked at "
-        "start. Empty: no budgets.",
+        "tables of steps, tool_calls, tokens, cost_usd, wall_s, and the agents' own loop_* "
+        "thresholds (judges/budgets.py); checked at start. Empty: no budgets.",
     )
     loop_repeat: int = Field(
         LoopRules.repeat, ge=0, le=32, description="The same call and result in a row (0: off)."

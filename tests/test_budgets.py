@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tracejudge.judges.budgets import Budget, BudgetBook, BudgetsError
+from tracejudge.judges.loops import LoopRules
 from tracejudge.judges.spend import BudgetWatch
 
 FILE = """
@@ -81,3 +82,23 @@ def test_each_limit_is_crossed_once_and_every_step_counted() -> None:
 def test_no_budget_crosses_nothing() -> None:
     watch = BudgetWatch(Budget())
     assert all(not watch.observe(step=True, tool_call=True, tokens=10**9) for _ in range(100))
+
+
+def test_an_agent_can_have_its_own_loop_thresholds() -> None:
+    book = BudgetBook.of(
+        {"default": {"loop_no_new_result": 12}, "agents": {"poll*": {"loop_repeat": 0}}}
+    )
+    base = LoopRules()
+    poller = book.for_agent("poller").loop_rules(base)
+    assert (poller.repeat, poller.no_new_result, poller.cycles) == (0, 12, base.cycles)
+    other = book.for_agent("coder").loop_rules(base)
+    assert (other.repeat, other.no_new_result) == (base.repeat, 12)
+    assert BudgetBook().for_agent("coder").loop_rules(base) is base
+
+
+@pytest.mark.parametrize(
+    ("value", "says"), [(1, "0 \\(off\\), or from 2"), (2.5, "a whole number"), (True, "whole")]
+)
+def test_a_bad_loop_threshold_is_refused_with_its_place(value: object, says: str) -> None:
+    with pytest.raises(BudgetsError, match=f'budgets \\[agents."x"\\]: loop_repeat = .*{says}'):
+        BudgetBook.of({"agents": {"x": {"loop_repeat": value}}})

@@ -229,3 +229,18 @@ def test_what_a_stopped_run_saved_is_its_agents_median_run_beyond_it() -> None:
     # a run already longer than the median: a floor of nothing
     long_run = RunStats(tool_calls=45, usage=usage)
     assert estimated_saving(made, long_run, norms) == Saving(tool_calls=0, tokens=0, cost_usd=0.0)
+
+
+async def test_a_polling_agent_can_turn_the_repeat_rule_off_for_itself(tmp_path: Path) -> None:
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text('[agents."coder"]\nloop_repeat = 0\nloop_no_new_result = 0\n')
+    w = memory_worker(budgets_file=str(budgets))
+    await w.event(start())
+    for i in range(1, 12):
+        await w.event(call(i, "job 7: running", args="status 7"))
+    assert w.channel("control").values() == []
+    other = memory_worker()
+    await other.event(start())
+    for i in range(1, 12):
+        await other.event(call(i, "job 7: running", args="status 7"))
+    assert [t["crossed"] for t in other.channel("control").values()] == ["repeated_call"]

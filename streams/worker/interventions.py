@@ -70,7 +70,7 @@ class Intervener:
             limits = self.book.for_agent(agent)
             if "budget" not in fired and not limits.empty:
                 budget = BudgetWatch(limits)
-            loops = None if "loop" in fired else LoopWatch(self.rules)
+            loops = None if "loop" in fired else LoopWatch(limits.loop_rules(self.rules))
             run = _Run(loops, budget, agent)
             self.runs[rid] = run
         made: list[Intervention] = []
