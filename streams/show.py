@@ -188,6 +188,18 @@ def render(
         ]
     if e.get("remaining_steps"):
         lines.append("remaining: " + "; ".join(e["remaining_steps"]))
+    if e.get("interventions"):
+        lines.append("interventions:")
+        lines += [
+            f"  {i.get('kind')} {i.get('crossed')} ({i.get('action')}) at step "
+            f"{i.get('at_step', '?')}: "
+            + (
+                "stopped"
+                if i.get("stopped_after")
+                else f"went on {i.get('steps_after', '?')} steps"
+            )
+            for i in e["interventions"]
+        ]
     usage = e.get("usage")
     if usage:
         cost = f", ${usage['cost_usd']:.4f}" if usage.get("cost_usd") is not None else ""

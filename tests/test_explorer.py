@@ -475,3 +475,6 @@ async def test_a_request_page_lists_its_interventions_and_what_stopping_saved() 
         assert 'id="interventions"' not in plain and 'id="saved"' not in plain
     finally:
         await client.close()
+    shown = render(evaluation, [], "off")
+    assert "  loop repeated_call (stop) at step 1: stopped" in shown
+    assert "  budget cost_usd (stop) at step 2: went on 3 steps" in shown
