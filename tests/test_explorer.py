@@ -159,6 +159,7 @@ async def test_pages_show_verdicts_and_escape_what_the_agent_wrote() -> None:
         assert (await client.get("/requests/nothing")).status == 404
         agent_page = await (await client.get("/agents/support")).text()
         assert "Too few to show a trend" in agent_page and "No version change seen" in agent_page
+        assert 'id="no-interventions"' in agent_page
     finally:
         await client.close()
 
@@ -473,6 +474,16 @@ async def test_a_request_page_lists_its_interventions_and_what_stopping_saved() 
         assert "12 tool calls, 3400 tokens, $0.2500" in page
         plain = await (await client.get("/requests/plain")).text()
         assert 'id="interventions"' not in plain and 'id="saved"' not in plain
+        agent_page = await (await client.get("/agents/support")).text()
+        assert '<tr data-kind="budget"><td>budget</td><td class="num">1</td><td class="num">0' in (
+            agent_page
+        )
+        assert '<tr data-kind="loop"><td>loop</td><td class="num">1</td><td class="num">1' in (
+            agent_page
+        )
+        assert "1 stopped runs, at least" in agent_page and "12 tool calls, 3400 tokens" in (
+            agent_page
+        )
     finally:
         await client.close()
     shown = render(evaluation, [], "off")

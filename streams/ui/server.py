@@ -34,6 +34,7 @@ from tracejudge.streams.ui.agreement import (
 )
 from tracejudge.streams.ui.chain import chain_of
 from tracejudge.streams.ui.feed import feed
+from tracejudge.streams.ui.interventions import intervention_figures
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
 from tracejudge.streams.ui.reliability import describe
@@ -264,6 +265,7 @@ async def agent_page(request: web.Request) -> web.Response:
         window_s=request.app[SETTINGS].action_followup_window_s,
         refresh_s=reader.every_s,
         overall=figures(verdicts),
+        intervened=intervention_figures(verdicts),
         changes=found,
         plot=plot(bins(verdicts), found),
         latest=verdicts[-1],

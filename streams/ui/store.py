@@ -64,6 +64,10 @@ class Verdict:
     chain_final: bool | None = None
     success: bool = False
     incomplete: bool = False
+    # budget and loop interventions while it ran: (kind, stopped after it); what stopping
+    # saved: (tool calls, tokens, cost in USD), an estimate (Evaluation.saved)
+    interventions: tuple[tuple[str, bool], ...] = ()
+    saved: tuple[int, int, float] | None = None
 
     @property
     def alerts(self) -> int:
@@ -102,6 +106,8 @@ class Verdict:
             chain_final=final if isinstance(final, bool) else None,
             success=bool(evaluation.get("success")),
             incomplete=bool(evaluation.get("incomplete")),
+            interventions=_interventions(evaluation.get("interventions")),
+            saved=_saved(evaluation.get("saved")),
         )
 
     @property
@@ -231,3 +237,25 @@ class VerdictStore:
 
     def judge_statuses(self) -> list[str]:
         return sorted({v.judge_status for v in self._verdicts.values()})
+
+
+def _interventions(made: Any) -> tuple[tuple[str, bool], ...]:
+    if not isinstance(made, list):
+        return ()
+    return tuple(
+        (str(m.get("kind")), bool(m.get("stopped_after"))) for m in made if isinstance(m, dict)
+    )
+
+
+def _saved(saved: Any) -> tuple[int, int, float] | None:
+    """Read with care: a record from another producer may carry anything here."""
+    if not isinstance(saved, dict):
+        return None
+    try:
+        return (
+            int(saved.get("tool_calls") or 0),
+            int(saved.get("tokens") or 0),
+            float(saved.get("cost_usd") or 0.0),
+        )
+    except (TypeError, ValueError):
+        return None
