@@ -19,9 +19,9 @@ The limits come from one TOML file (`TRACEJUDGE_BUDGETS_FILE`): a `[default]` ta
 An agent's table replaces the default's limits it names and keeps the others. A limit left
 out is no limit (0 is refused: leave it out). `loop_repeat`, `loop_cycles`,
 `loop_same_failure` and `loop_no_new_result` set the loop rules' thresholds (judges/loops.py)
-for the agents of the table, over the TRACEJUDGE_LOOP_* settings (0: the rule off). The file is validated at start: an unknown key, a
-negative or non-numeric limit, or a pattern that is not a string is one clear error naming
-the table and the key.
+for the agents of the table, over the TRACEJUDGE_LOOP_* settings (0: the rule off). The file
+is validated at start: an unknown key, a negative or non-numeric limit, or a pattern that is
+not a string is one clear error naming the table and the key.
 """
 
 from __future__ import annotations
