@@ -3,11 +3,13 @@
     from tracejudge.client import Tracer
 
 No Faust and nothing of the worker: librdkafka (confluent-kafka) for events, verdicts and the
-reflection worker (and Redis, when given, for verdicts and early-stop decisions).
+reflection worker, and interventions read back while a run runs (and Redis, when given, for
+verdicts and early-stop decisions).
 """
 
 from tracejudge.client.early_stop import AsyncEarlyStopClient, EarlyStopClient
 from tracejudge.client.events import Recorder
+from tracejudge.client.interventions import InterventionReader, InterventionStop
 from tracejudge.client.reflections import Reflection, ReflectionWorker
 from tracejudge.client.tracer import AsyncTracer, Tracer
 
@@ -15,6 +17,8 @@ __all__ = [
     "AsyncEarlyStopClient",
     "AsyncTracer",
     "EarlyStopClient",
+    "InterventionReader",
+    "InterventionStop",
     "Recorder",
     "Reflection",
     "ReflectionWorker",

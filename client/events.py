@@ -11,8 +11,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tracejudge.client.interventions import (
+    InterventionReader,
+    InterventionStop,
+    OnIntervention,
+    RequestWatch,
+)
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, Outcome, clip, describe
+from tracejudge.models.outputs import Intervention
 
 Emit = Callable[[dict[str, Any]], bool]  # queue an event; False: the queue was full (dropped)
 
@@ -40,6 +47,8 @@ class Recorder:
         parent_request_id: str | None = None,
         reflection_round: int = 0,
         run_token: str | None = None,
+        reader: InterventionReader | None = None,
+        on_intervention: OnIntervention | None = None,
     ) -> None:
         """`agent_version`: the agent's build, prompt or config revision, so its verdicts can be
         compared before and after a change. `trace_id`/`span_id` (W3C hex): the OpenTelemetry
@@ -49,7 +58,10 @@ class Recorder:
         (client/reflections.py sets both). `run_token`: set when the same request id may be
         run again (a follow-up redone after a crash): the steps' event ids carry it, so the
         redone run's steps are not taken for duplicates of the interrupted run's; the
-        `task_started` keeps the plain id, so its resend is one."""
+        `task_started` keeps the plain id, so its resend is one.
+        `reader`: the tracer's interventions reader; the request is watched from before its
+        `task_started` leaves, and `on_intervention` is called (on the reader's thread) for
+        each intervention that arrives for it (client/interventions.py)."""
         self.request_id = request_id or uuid.uuid4().hex
         self._token = run_token
         if trace_id is None:
@@ -65,6 +77,11 @@ class Recorder:
         self._step = 0
         self.dropped = 0
         self.finished = False
+        self._reader = reader
+        # watched before the first event leaves: the worker cannot answer an event sooner
+        self._watch: RequestWatch | None = (
+            None if reader is None else reader.watch(self.request_id, on_intervention)
+        )
         self._send(
             "task_started",
             goal=clip(goal, LONG_TEXT_LIMIT),
@@ -163,10 +180,41 @@ class Recorder:
             usage=usage,
         )
 
-    def final(self, output: str, *, usage: Usage | None = None) -> None:
-        """The answer: ends the request, which is judged at once."""
-        self._send("final_response", output=clip(output, LONG_TEXT_LIMIT), usage=usage)
+    def final(
+        self, output: str, *, usage: Usage | None = None, stopped_by: str | None = None
+    ) -> None:
+        """The answer: ends the request, which is judged at once. `stopped_by`: the
+        intervention_id the run stopped for, when it did (its evaluation says so)."""
+        self._send(
+            "final_response",
+            output=clip(output, LONG_TEXT_LIMIT),
+            usage=usage,
+            stopped_by=stopped_by,
+        )
         self.finished = True
+        if self._reader is not None:  # kept a little longer: one on the last steps still lands
+            self._reader.forget(self.request_id)
+
+    def should_stop(self) -> bool:
+        """True once an intervention with action "stop" arrived for this request (a budget
+        crossed, a loop found). Never blocks: a read of what the reader's thread kept."""
+        return self._watch is not None and self._watch.stop is not None
+
+    @property
+    def stop_reason(self) -> Intervention | None:
+        """The first intervention that said stop, if any."""
+        return None if self._watch is None else self._watch.stop
+
+    @property
+    def interventions(self) -> list[Intervention]:
+        """Every intervention that arrived for this request (stop and steer), in order."""
+        return [] if self._watch is None else list(self._watch.interventions)
+
+    def raise_if_stopped(self) -> None:
+        """Raise `InterventionStop` when `should_stop()`: for code that ends a run by raising."""
+        stop = self.stop_reason
+        if stop is not None:
+            raise InterventionStop(stop)
 
     def _send(self, kind: str, **fields: Any) -> None:
         step = self._step

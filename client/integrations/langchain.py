@@ -10,7 +10,27 @@ request to judge.
 The run's input is the goal; each model call is a reasoning step with its token usage and
 model; each tool run is a tool call (failed when the tool raised); the top-level run's end is
 the final response (its last message), or its error. Callbacks hand events to the tracer's
-buffer and return; nothing here raises into the agent (`raise_error` stays False).
+buffer and return.
+
+Stopping (issue 42): when the worker tells a run to stop (a budget crossed, a loop found), the
+handler raises `InterventionStop` from the run's next model or tool callback, before that
+model or tool is called: the callback manager lets a handler's exception through only when its
+`raise_error` is True, so it is True here and every other callback catches whatever goes wrong
+in it and logs it (nothing but `InterventionStop` ever reaches the agent). LangGraph re-raises
+a node's exception unchanged, so `graph.invoke`/`ainvoke` (and any chain) raise
+`InterventionStop` itself; a `ToolNode(handle_tool_errors=True)` turns the one raised before a
+tool into an error message for the model, and the model's call, next, raises it out of the
+graph. The run's final response is then "stopped: <message>" with `stopped_by` its
+intervention_id. `stop_on_intervention=False`: nothing raises, the run goes on.
+
+    try:
+        graph.invoke(inputs, config={"callbacks": [handler]})
+    except InterventionStop as stop:
+        print("stopped:", stop.intervention.crossed, stop.intervention.message)
+
+An intervention whose action is "steer" does not stop the run: it is in the request's
+`interventions` (`handler.last_recorder.interventions`), for the agent to read between steps,
+e.g. a graph node adding its `message` to the conversation before the next model call.
 
 LangChain can also emit OpenTelemetry (through OpenInference's instrumentation, read by
 `tracejudge otel` and by `integrations.otel`); this handler needs no instrumentation package
@@ -19,17 +39,19 @@ and sees the tools' errors and the models' usage as LangChain reports them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
 from tracejudge.client.events import Recorder, model_usage
+from tracejudge.client.interventions import InterventionStop
 
 if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
@@ -38,16 +60,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tracejudge.client")
 
+_Callback = TypeVar("_Callback", bound=Callable[..., None])
+
+
+def _quiet(callback: _Callback) -> _Callback:
+    """A callback that never raises into the agent: the handler's `raise_error` is True for
+    `InterventionStop` alone, so whatever else goes wrong here is logged instead."""
+
+    @functools.wraps(callback)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        try:
+            callback(*args, **kwargs)
+        except Exception:
+            log.exception("tracejudge: %s failed; the agent goes on", callback.__name__)
+
+    return cast(_Callback, guarded)
+
 
 @dataclass
 class _Run:
     recorder: Recorder
     tools: dict[UUID, tuple[str, str, float]] = field(default_factory=dict)  # name, input, start
     models: dict[UUID, float] = field(default_factory=dict)  # start
+    stopped: InterventionStop | None = None  # raised into the run by this handler
 
 
 class TracejudgeCallbackHandler(BaseCallbackHandler):
-    raise_error = False
+    # LangChain's callback manager swallows a handler's exception unless this is True; only
+    # InterventionStop is ever raised (every other callback is `_quiet`)
+    raise_error = True
 
     def __init__(
         self,
@@ -57,27 +98,33 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         agent_version: str | None = None,
         planned_steps: Sequence[str] | None = None,
         into: Recorder | None = None,
+        stop_on_intervention: bool = True,
     ) -> None:
         """`planned_steps`: the steps every run declares (a run's own, given in its config's
         metadata as `tracejudge_planned_steps`, win), so a step it skips leaves it incomplete.
         `into`: record the graph's calls into this request, begun elsewhere (a reflection's
         follow-up, client/reflections.py), instead of starting one per top-level run; its
         owner ends it (the handler sends no final response into it); `tracer` may then be
-        None."""
+        None. `stop_on_intervention`: raise `InterventionStop` into a run told to stop, before
+        its next model or tool call (False: record only; nothing ever raises)."""
         if tracer is None and into is None:
             raise ValueError("a tracer, or a request to record `into`")
+        self.stop_on_intervention = stop_on_intervention
+        self.raise_error = stop_on_intervention
         self.tracer = tracer
         self.agent_name = agent_name
         self.agent_version = agent_version
         self.planned_steps = list(planned_steps or [])
         self.into = into
         self.last_request_id: str | None = None
+        self.last_recorder: Recorder | None = None  # the last top-level run's request
         self._runs: dict[UUID, _Run] = {}  # top-level run id -> its request
         self._root_of: dict[UUID, UUID] = {}  # any run id -> its top-level run id
         self._lock = threading.Lock()  # tools may run on a thread pool
 
     # -- runs ----------------------------------------------------------------------------
 
+    @_quiet
     def on_chain_start(
         self,
         serialized: dict[str, Any] | None,
@@ -108,15 +155,26 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             self._runs[run_id] = _Run(recorder)
             self._root_of[run_id] = run_id
         self.last_request_id = recorder.request_id
+        self.last_recorder = recorder
 
+    @_quiet
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._end(run_id)
         if run is not None and self.into is None:
-            run.recorder.final(_text(outputs, last=True) or "(no answer)")
+            # a stop raised before a tool that a ToolNode handled, and the run then ended
+            stopped = None if run.stopped is None else run.stopped.intervention.intervention_id
+            run.recorder.final(_text(outputs, last=True) or "(no answer)", stopped_by=stopped)
 
+    @_quiet
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._end(run_id)
-        if run is not None and self.into is None:
+        if run is None or self.into is not None:
+            return
+        stop = _stop_in(error) or run.stopped
+        if stop is not None:
+            told = stop.intervention
+            run.recorder.final(f"stopped: {told.message}", stopped_by=told.intervention_id)
+        else:
             run.recorder.final(f"failed: {type(error).__name__}: {error}")
 
     # -- model calls -----------------------------------------------------------------------
@@ -131,6 +189,7 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         self._model_started(run_id, parent_run_id)
+        self._stop_if_told(run_id)
 
     def on_llm_start(
         self,
@@ -142,7 +201,9 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         self._model_started(run_id, parent_run_id)
+        self._stop_if_told(run_id)
 
+    @_quiet
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._run_of(run_id)
         if run is None:
@@ -159,6 +220,7 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             ),
         )
 
+    @_quiet
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._run_of(run_id)
         if run is not None:
@@ -178,15 +240,14 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
     ) -> None:
         if parent_run_id is None:
             return  # a tool called on its own, outside any run we judge
-        self._child(run_id, parent_run_id)
-        run = self._run_of(run_id)
-        if run is not None:
-            name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
-            run.tools[run_id] = (str(name), input_str, time.monotonic())
+        self._tool_started(serialized, input_str, run_id, parent_run_id, kwargs.get("name"))
+        self._stop_if_told(run_id)
 
+    @_quiet
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._tool_done(run_id, success=True, result=_text(output))
 
+    @_quiet
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._tool_done(run_id, success=False, error=f"{type(error).__name__}: {error}")
 
@@ -213,12 +274,43 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
                     del self._root_of[r]
             return run
 
+    @_quiet
     def _model_started(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         if parent_run_id is not None:
             self._child(run_id, parent_run_id)
         run = self._run_of(run_id)
         if run is not None:
             run.models[run_id] = time.monotonic()
+
+    @_quiet
+    def _tool_started(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        run_id: UUID,
+        parent_run_id: UUID,
+        name: Any,
+    ) -> None:
+        self._child(run_id, parent_run_id)
+        run = self._run_of(run_id)
+        if run is not None:
+            name = name or (serialized or {}).get("name") or "tool"
+            run.tools[run_id] = (str(name), input_str, time.monotonic())
+
+    def _stop_if_told(self, run_id: UUID) -> None:
+        """Raise InterventionStop into the run before its next model or tool call, once the
+        worker told its request to stop (a read of what the tracer's reader kept)."""
+        if not self.stop_on_intervention:
+            return
+        run = self._run_of(run_id)
+        told = None if run is None else run.recorder.stop_reason
+        if run is None or told is None:
+            return
+        with self._lock:
+            run.models.pop(run_id, None)  # not called: nothing to time
+            run.tools.pop(run_id, None)
+        run.stopped = run.stopped or InterventionStop(told)
+        raise InterventionStop(told)
 
     def _tool_done(
         self, run_id: UUID, *, success: bool, result: str | None = None, error: str | None = None
@@ -235,6 +327,19 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             error=error,
             latency_ms=(time.monotonic() - started) * 1000,
         )
+
+
+def _stop_in(error: BaseException) -> InterventionStop | None:
+    """The InterventionStop that ended a run, if any: the error itself, or what it wraps (a
+    framework that re-raises as its own type keeps ours as the cause)."""
+    seen: BaseException | None = error
+    for _ in range(8):  # causes chain; a cycle or a long chain ends the search
+        if seen is None:
+            return None
+        if isinstance(seen, InterventionStop):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _generation(response: LLMResult) -> tuple[str, list[str], dict[str, int], str | None]:

@@ -18,6 +18,31 @@ The agent's name is the outermost agent span's (the agent `Runner.run` was given
 trace's workflow name when the caller set one; never the SDK's default "Agent workflow", which
 every run without a `RunConfig(workflow_name=...)` has.
 Callbacks hand events to the tracer's buffer and return; nothing here raises into the agent.
+
+Stopping (issue 42): a tracing processor only watches, it cannot end a run. The SDK's own way
+is run hooks: `Runner.run(..., hooks=processor.hooks())` raises `AgentsInterventionStop` from
+the run's next `on_llm_start` or `on_tool_start` once the worker told its request to stop (a
+budget crossed, a loop found), before that model or tool is called. It is an `InterventionStop`
+and an `AgentsException` both: the Runner hands an exception of its own family to the caller
+unchanged, with its `run_data` (the items so far) filled in, where one of another family raised
+before a tool would come out wrapped in a `UserError`. (A tool input guardrail's tripwire also
+surfaces, but has to be set on every tool and does not cover model calls; an agent's input
+guardrail runs before the first turn only.) The trace's final response is then
+"stopped: <message>" with `stopped_by` its intervention_id.
+
+    processor = TracejudgeProcessor(Tracer("kafka:9092"))
+    add_trace_processor(processor)
+    try:
+        result = await Runner.run(agent, "Fix the build", hooks=processor.hooks())
+    except InterventionStop as stop:  # AgentsInterventionStop; `stop.run_data`: items so far
+        print("stopped:", stop.intervention.crossed, stop.intervention.message)
+
+Your own hooks: subclass `TracejudgeRunHooks` and call `super()` in `on_llm_start` and
+`on_tool_start`. The run must be traced (no `tracing_disabled`): the hooks find the run's
+request by the SDK's current trace. An intervention whose action is "steer" does not stop the
+run: it is in `processor.current_request().interventions`, readable from the run's own code,
+e.g. dynamic instructions (`Agent(instructions=fn)`, called before every model call) that add
+its `message`.
 """
 
 from __future__ import annotations
@@ -29,7 +54,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agents import RunConfig
+from agents import Agent, AgentsException, RunConfig, RunContextWrapper, RunHooks, Tool
 from agents.tracing import (
     AgentSpanData,
     FunctionSpanData,
@@ -38,10 +63,13 @@ from agents.tracing import (
     ResponseSpanData,
     Span,
     Trace,
+    get_current_trace,
 )
 from agents.tracing.processor_interface import TracingProcessor
 
 from tracejudge.client.events import Recorder, model_usage
+from tracejudge.client.interventions import InterventionStop
+from tracejudge.models.outputs import Intervention
 
 if TYPE_CHECKING:
     from tracejudge.client.tracer import AsyncTracer, Tracer
@@ -64,6 +92,34 @@ class _Request:
     into: bool = False  # recording into a request begun elsewhere: its owner ends it
     last_output: str = ""
     errors: list[str] = field(default_factory=list)
+    stopped: Intervention | None = None  # raised into the run by the hooks
+
+
+class AgentsInterventionStop(InterventionStop, AgentsException):
+    """The run was told to stop: an `InterventionStop` that the SDK's Runner treats as its own
+    (re-raised unchanged, with `run_data` filled in)."""
+
+
+class TracejudgeRunHooks(RunHooks[Any]):
+    """Run hooks that end a run told to stop, before its next model or tool call (module
+    docstring). Made by `TracejudgeProcessor.hooks()`; subclasses call `super()`."""
+
+    def __init__(self, processor: TracejudgeProcessor) -> None:
+        self.processor = processor
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[Any],
+    ) -> None:
+        self.processor.stop_if_told()
+
+    async def on_tool_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
+    ) -> None:
+        self.processor.stop_if_told()
 
 
 class TracejudgeProcessor(TracingProcessor):
@@ -81,6 +137,35 @@ class TracejudgeProcessor(TracingProcessor):
         self._requests: dict[str, _Request] = {}
         self._into: dict[str, Recorder] = {}  # request id -> a request begun elsewhere
         self._lock = threading.Lock()
+
+    def hooks(self) -> TracejudgeRunHooks:
+        """Run hooks for `Runner.run(..., hooks=...)` that stop a run told to stop."""
+        return TracejudgeRunHooks(self)
+
+    def current_request(self) -> Recorder | None:
+        """The request of the run in progress here (the SDK's current trace), from its first
+        model call on; None outside a traced run. Its `interventions` hold what the worker
+        told it, steers included."""
+        request = self._current()
+        return None if request is None else request.recorder
+
+    def stop_if_told(self) -> None:
+        """Raise `AgentsInterventionStop` when the run in progress here was told to stop; a
+        read of what the tracer's reader kept, never a wait."""
+        request = self._current()
+        recorder = None if request is None else request.recorder
+        told = None if recorder is None else recorder.stop_reason
+        if request is None or told is None:
+            return
+        request.stopped = request.stopped or told
+        raise AgentsInterventionStop(told)
+
+    def _current(self) -> _Request | None:
+        trace = get_current_trace()
+        if trace is None:
+            return None
+        with self._lock:
+            return self._requests.get(trace.trace_id)
 
     @contextlib.contextmanager
     def recording_into(self, run: Recorder) -> Iterator[dict[str, str]]:
@@ -114,7 +199,10 @@ class TracejudgeProcessor(TracingProcessor):
             return
         try:
             recorder = self._recorder(trace.trace_id, request, None)
-            if request.errors and not request.last_output:
+            if request.stopped is not None:
+                told = request.stopped
+                recorder.final(f"stopped: {told.message}", stopped_by=told.intervention_id)
+            elif request.errors and not request.last_output:
                 recorder.final(f"failed: {request.errors[-1]}")
             else:
                 recorder.final(request.last_output or "(no answer)")

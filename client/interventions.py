@@ -1,0 +1,315 @@
+"""Interventions reach the agent while it runs: budgets crossed and loops found (issue 42).
+
+The worker publishes an `Intervention` on the control topic the moment a run's event crosses a
+loop rule or its budget. A tracer reads them back for its own requests, on a thread of its own,
+so the agent never waits for them: between two steps it asks its recorder, a dict read.
+
+    with tracer.traced("fix the failing test") as req:
+        while not done:
+            do_one_step(req)                         # records its tool_call / reasoning
+            if req.should_stop():                    # never blocks
+                req.final("stopped: " + req.stop_reason.message,
+                          stopped_by=req.stop_reason.intervention_id)
+                break
+
+Or be called as soon as one arrives: `tracer.request(goal, on_intervention=fn)`; `fn` runs on
+the reader's thread (an asyncio agent hands it over with `loop.call_soon_threadsafe`). An
+intervention with `action == "steer"` is a message for the agent, not an order to stop: it is
+in `req.interventions`, and `should_stop()` stays False for it. `req.raise_if_stopped()` raises
+`InterventionStop`, the exception the framework integrations raise too.
+
+The reader joins no consumer group and commits nothing: one librdkafka consumer assigned to
+every partition of the control topic, from a few seconds before it started (an intervention
+published while it connected is not missed). Early-stop decisions and other requests'
+interventions share the topic and are skipped by their key, before any parsing. A broker away
+or a topic not there yet never raises into the agent: the reader retries and logs at most once
+per interval. `Tracer(..., interventions=False)` never starts it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from pydantic import ValidationError
+
+from tracejudge.client.transport import kafka_config
+from tracejudge.models.outputs import Intervention
+
+log = logging.getLogger("tracejudge.client")
+
+OnIntervention = Callable[[Intervention], object]  # what it returns is ignored
+
+LOOK_BACK_S = 5.0  # before the reader started: what was published while it connected
+GRACE_S = 10.0  # after a request's final: an intervention on its last steps still lands
+MAX_WATCHED = 10_000  # requests watched at once per tracer; past it the oldest is forgotten
+LOOKUP_S = 1.0  # one metadata or offsets lookup; retried with a backoff when it fails
+MAX_PER_REQUEST = 64  # interventions kept per request (the worker sends at most one per kind)
+
+
+class InterventionStop(Exception):
+    """The run was told to stop; `.intervention` says by what (budget or loop) and why."""
+
+    def __init__(self, intervention: Intervention) -> None:
+        super().__init__(intervention.message)
+        self.intervention = intervention
+
+
+@dataclass(slots=True)
+class RequestWatch:
+    """What one request has been told so far. Written by the reader's thread only; the
+    recorder reads it (a list append and an attribute set are atomic under the GIL)."""
+
+    request_id: str
+    on_intervention: OnIntervention | None = None
+    interventions: list[Intervention] = field(default_factory=list)
+    stop: Intervention | None = None  # the first with action "stop"
+    _ids: set[str] = field(default_factory=set)
+
+
+class InterventionReader:
+    """One per tracer: started on the first `watch`, stopped by `close` (and at exit)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        options: dict[str, Any] | None = None,
+        *,
+        fetch_wait_ms: int = 100,
+        grace_s: float = GRACE_S,
+        max_watched: int = MAX_WATCHED,
+        warn_interval_s: float = 60.0,
+    ) -> None:
+        self.topic = topic
+        self.grace_s = grace_s
+        self.max_watched = max_watched
+        self.warn_interval_s = warn_interval_s
+        self.config: dict[str, Any] = {
+            **kafka_config(bootstrap, options or {}),  # an unknown option: a TypeError now
+            # required by librdkafka; never joined (assign, not subscribe), never committed
+            "group.id": f"tracejudge-interventions-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            # the broker answers a waiting fetch as soon as one byte is there (measured: the
+            # same latency at 10 and 500 ms); the wait bounds it on brokers that do not, and
+            # sets how often an idle reader asks
+            "fetch.wait.max.ms": fetch_wait_ms,
+            "fetch.min.bytes": 1,
+            "reconnect.backoff.max.ms": 5000,
+            "log_level": 2,  # librdkafka would repeat itself every reconnect: error_cb says it
+            "error_cb": self._on_error,
+        }
+        self.config.setdefault("client.id", "tracejudge-client-interventions")
+        self.delivered = 0  # interventions handed to watched requests
+        self._watched: dict[str, RequestWatch] = {}
+        # (monotonic time to forget it, request id), in that order: the grace is one value
+        self._ending: deque[tuple[float, str]] = deque()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._pid = os.getpid()
+        self._closed = False
+        self._started_at = 0.0
+        self._warned_at: dict[str, float] = {}
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def watch(self, request_id: str, on_intervention: OnIntervention | None = None) -> RequestWatch:
+        """Start keeping `request_id`'s interventions (and starts the reader, the first time)."""
+        watch = RequestWatch(request_id, on_intervention)
+        if self._closed:
+            return watch  # answers "nothing arrived", as a recorder without a reader does
+        with self._lock:
+            self._watched.pop(request_id, None)  # watched again: now the newest
+            self._watched[request_id] = watch
+            if len(self._watched) > self.max_watched:  # an agent that never calls final
+                del self._watched[next(iter(self._watched))]
+        self._ensure_started()
+        return watch
+
+    def forget(self, request_id: str, grace_s: float | None = None) -> None:
+        """Stop keeping `request_id` after `grace_s` (default: the reader's grace)."""
+        grace = self.grace_s if grace_s is None else grace_s
+        with self._lock:
+            if request_id in self._watched:
+                self._ending.append((time.monotonic() + grace, request_id))
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop the reader's thread (which closes its consumer). Idempotent."""
+        self._closed = True
+        _OPEN.discard(self)
+        self._stopping.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=timeout_s)
+        with self._lock:
+            self._watched.clear()
+            self._ending.clear()
+
+    def _ensure_started(self) -> None:
+        if self._thread is not None and self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._thread is not None and self._pid == os.getpid():
+                return
+            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+                self._pid, self._stopping = os.getpid(), threading.Event()
+            self._started_at = time.time()
+            self._thread = threading.Thread(
+                target=self._run,
+                args=(self._stopping,),
+                name="tracejudge-interventions",
+                daemon=True,
+            )
+            self._thread.start()
+            _OPEN.add(self)
+
+    # --- the reader's thread -------------------------------------------------------------
+
+    def _run(self, stopping: threading.Event) -> None:
+        consumer: Consumer | None = None
+        backoff = 0.2
+        try:
+            while not stopping.is_set():
+                self._forget_ended()  # also while the broker is away: memory stays bounded
+                try:
+                    if consumer is None:
+                        consumer = Consumer(self.config)
+                    if not consumer.assignment():
+                        self._assign(consumer, stopping)
+                        backoff = 0.2
+                    # poll returns with the first message; consume(n, timeout) would wait out
+                    # its whole timeout unless n arrived (librdkafka's batch call): up to
+                    # 100 ms added to every intervention. What else is queued is drained
+                    # without waiting.
+                    first = consumer.poll(0.1)
+                    messages = [] if first is None else [first, *consumer.consume(499, 0)]
+                except (KafkaException, _NotYet) as exc:
+                    self._warn("assign", f"cannot read {self.topic} yet ({exc}); retrying")
+                    stopping.wait(backoff)
+                    backoff = min(5.0, backoff * 2)
+                    continue
+                except Exception:  # never let the agent's process lose the reader silently
+                    log.exception("tracejudge client: the interventions reader failed; retrying")
+                    stopping.wait(1.0)
+                    continue
+                for message in messages:
+                    if message.error() is None:
+                        self._take(message.key(), message.value())
+        finally:
+            if consumer is not None:
+                try:
+                    consumer.close()
+                except Exception:  # closing after an outage may fail: nothing to keep
+                    log.debug("tracejudge client: closing the interventions consumer failed")
+
+    def _assign(self, consumer: Consumer, stopping: threading.Event) -> None:
+        """Every partition, from LOOK_BACK_S before the reader started. Each lookup waits at
+        most LOOKUP_S, so a close while the broker is away is not held up for long."""
+        metadata = consumer.list_topics(self.topic, timeout=LOOKUP_S)
+        topic = metadata.topics.get(self.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise _NotYet(str(topic.error) if topic is not None else "no such topic")
+        partitions = sorted(topic.partitions)
+        # the ends first: one published between the two lookups is at or after the end
+        ends: dict[int, int] = {}
+        for p in partitions:
+            if stopping.is_set():
+                return
+            low_high = consumer.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=LOOKUP_S
+            )
+            if low_high is None:
+                raise _NotYet(f"no offsets for partition {p}")
+            ends[p] = low_high[1]
+        since = int((self._started_at - LOOK_BACK_S) * 1000)
+        found = consumer.offsets_for_times(
+            [TopicPartition(self.topic, p, since) for p in partitions], timeout=LOOKUP_S
+        )
+        consumer.assign(
+            [
+                TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else ends[p])
+                for p, tp in zip(partitions, found, strict=True)
+            ]
+        )
+
+    def _take(self, key: bytes | None, value: bytes | None) -> None:
+        """One control message: kept when it is an intervention for a watched request."""
+        if not key or not value:
+            return
+        watch = self._watched.get(key.decode("utf-8", "replace"))
+        if watch is None:  # another request's, or an early-stop decision: not even parsed
+            return
+        try:
+            raw = json.loads(value)
+            if not isinstance(raw, dict) or raw.get("type") != "intervention":
+                return
+            intervention = Intervention.model_validate(raw)
+        except (ValueError, ValidationError):  # not of this contract: skipped, not fatal
+            self._warn("invalid", f"an unreadable control message on {self.topic}; skipped")
+            return
+        if (
+            intervention.request_id != watch.request_id
+            or intervention.intervention_id in watch._ids
+            or len(watch.interventions) >= MAX_PER_REQUEST
+        ):
+            return
+        watch._ids.add(intervention.intervention_id)
+        watch.interventions.append(intervention)
+        if intervention.action == "stop" and watch.stop is None:
+            watch.stop = intervention
+        self.delivered += 1
+        if watch.on_intervention is not None:
+            try:
+                watch.on_intervention(intervention)
+            except Exception:  # the agent's code: logged, and the reader goes on
+                log.exception("tracejudge client: an on_intervention callback raised")
+
+    def _forget_ended(self) -> None:
+        """The requests whose grace is over (a request watched again since keeps its new
+        watch only if that one was not finished: the same id run twice is rare)."""
+        now = time.monotonic()
+        while self._ending and self._ending[0][0] <= now:
+            with self._lock:
+                _, request_id = self._ending.popleft()
+                self._watched.pop(request_id, None)
+
+    def _on_error(self, error: KafkaError) -> None:
+        self._warn("broker", f"Kafka: {error.str()}; interventions are read once it answers")
+
+    def _warn(self, kind: str, text: str) -> None:
+        now = time.monotonic()
+        if now - self._warned_at.get(kind, -1e9) < self.warn_interval_s:
+            return
+        self._warned_at[kind] = now
+        log.warning("tracejudge client: %s", text)
+
+
+class _NotYet(Exception):
+    """The control topic has no partitions to read yet (the worker creates it at start)."""
+
+
+_OPEN: weakref.WeakSet[InterventionReader] = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    for reader in list(_OPEN):
+        if reader._pid == os.getpid():
+            reader.close(1.0)
+
+
+atexit.register(_close_at_exit)
