@@ -443,6 +443,18 @@ class RuleSettings(BaseModel):
         le=32,
         description="Calls in a row with no result the run had not seen (0: off).",
     )
+
+    @model_validator(mode="after")
+    def _interventions_readable(self) -> Self:
+        # checked with the other settings, so a bad threshold or budgets file stops every
+        # command at start, before anything connects, naming what is wrong
+        LoopRules(
+            self.loop_repeat, self.loop_cycles, self.loop_same_failure, self.loop_no_new_result
+        )
+        if self.budgets_file:
+            BudgetBook.read(Path(self.budgets_file))
+        return self
+
     generic_max_retries: int = Field(
         1, ge=0, description="Retries of a generic or clarification-only answer."
     )

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.memory import memory_worker
-from tracejudge.judges.budgets import BudgetsError
 from tracejudge.judges.norms import Norm, Norms, RunStats
 from tracejudge.judges.savings import estimated_saving
 from tracejudge.models.outputs import InterventionMade, Saving, Usage
+from tracejudge.streams.settings import SettingsError, load_settings
 
 RID = "run-1"
 
@@ -95,11 +95,21 @@ async def test_a_budget_from_the_file_is_told_when_crossed(tmp_path: Path) -> No
     assert told["used"] == pytest.approx(0.06)
 
 
-def test_a_bad_budgets_file_stops_the_start(tmp_path: Path) -> None:
+def test_a_bad_budgets_file_or_threshold_stops_every_command_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     budgets = tmp_path / "budgets.toml"
     budgets.write_text("[default]\nsteps = 0\n")
-    with pytest.raises(BudgetsError, match="steps = 0: a positive number"):
-        memory_worker(budgets_file=str(budgets))
+    monkeypatch.setenv("TRACEJUDGE_BUDGETS_FILE", str(budgets))
+    with pytest.raises(SettingsError, match=r"budgets.toml \[default\]: steps = 0: a positive"):
+        load_settings()  # before anything connects, as every command reads its settings
+    monkeypatch.setenv("TRACEJUDGE_BUDGETS_FILE", str(tmp_path / "missing.toml"))
+    with pytest.raises(SettingsError, match=r"missing\.toml: No such file"):
+        load_settings()
+    monkeypatch.delenv("TRACEJUDGE_BUDGETS_FILE")
+    monkeypatch.setenv("TRACEJUDGE_LOOP_REPEAT", "1")
+    with pytest.raises(SettingsError, match="loop rule repeat=1: 0 \\(off\\), or from 2"):
+        load_settings()
 
 
 async def test_off_means_nothing_told() -> None:
