@@ -36,4 +36,7 @@ def report(tracer: Tracer, request_id: str | None) -> int:
     if evaluation.usage is not None:
         u = evaluation.usage
         print(f"  usage: {u.model_calls} model calls, {u.input_tokens}+{u.output_tokens} tokens")
+    for made in evaluation.interventions:
+        after = "stopped" if made.stopped_after else f"went on {made.steps_after} steps"
+        print(f"  intervention: {made.kind} {made.crossed} at step {made.at_step}: {after}")
     return 0

@@ -294,6 +294,27 @@ def test_each_example_runs_as_the_readme_says(pipeline_worker: WorkerProcess, ex
     assert ": score " in done.stdout and "usage:" in done.stdout
 
 
+def test_the_loop_example_is_stopped_while_it_runs(pipeline_worker: WorkerProcess) -> None:
+    s = pipeline_worker.settings
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.langgraph_loop_stop"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "TRACEJUDGE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+            "TRACEJUDGE_TOPIC_PREFIX": s.topic_prefix,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "stopped by tracejudge: loop repeated_call at step " in done.stdout, done.stdout
+    assert "intervention: loop repeated_call at step " in done.stdout
+    assert done.stdout.rstrip().endswith(": stopped"), done.stdout
+
+
 def test_the_reflection_example_finishes_what_its_langgraph_agent_skipped(
     pipeline_worker: WorkerProcess,
 ) -> None:

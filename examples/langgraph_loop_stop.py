@@ -1,0 +1,60 @@
+"""A LangGraph agent caught in a loop, stopped by tracejudge while it runs. Its scripted model
+asks for the same order again and again; the worker finds the loop on the third identical
+call and publishes an intervention; the handler raises `InterventionStop` before the next
+model call, and the evaluation says the run stopped for it. No API key, no network.
+
+    TRACEJUDGE_KAFKA_BOOTSTRAP=127.0.0.1:PORT python -m examples.langgraph_loop_stop
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.prebuilt import ToolNode, create_react_agent
+
+from examples._common import report, tracer
+from examples.langgraph_agent import ScriptedChatModel
+from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
+from tracejudge.client.interventions import InterventionStop
+
+LOOKUPS = 20  # the script would go on this long; the loop is found on the third
+
+
+@tool
+def get_order(order_id: int) -> str:
+    """Look an order up."""
+    return f"order {order_id}: status unknown"
+
+
+def lookup(i: int) -> AIMessage:
+    return AIMessage(
+        content="",
+        tool_calls=[{"name": "get_order", "args": {"order_id": 7}, "id": f"c{i}"}],
+        usage_metadata={"input_tokens": 150, "output_tokens": 15, "total_tokens": 165},
+    )
+
+
+def main() -> int:
+    judged = tracer()
+    handler = TracejudgeCallbackHandler(judged, agent_name="langgraph-looping-bot")
+    script = [lookup(i) for i in range(LOOKUPS)] + [AIMessage(content="I could not tell.")]
+    # a model takes a while to answer: time for the intervention to arrive between steps
+    model = ScriptedChatModel(responses=script, sleep=0.3)
+    graph = create_react_agent(model, ToolNode([get_order]))
+    asked: Any = {"messages": [("user", "What is the status of order 7?")]}
+    try:
+        graph.invoke(asked, {"callbacks": [handler]})
+        print("the run went to its end: no intervention came", file=sys.stderr)
+    except InterventionStop as stop:
+        told = stop.intervention
+        print(f"stopped by tracejudge: {told.kind} {told.crossed} at step {told.step_index}")
+        print(f"  {told.message}")
+    code = report(judged, handler.last_request_id)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
