@@ -357,7 +357,21 @@ def _plan(
         )
     reflection = None
     round_ = facts.reflection_round
-    if policy.reflection_enabled and evaluation.incomplete:
+    # a run its budget stopped is not asked to go on: the follow-up would spend past the limit
+    # the team set for the request (a loop's stop may be: its follow-up starts afresh)
+    budget = next(
+        (m for m in evaluation.interventions if m.kind == "budget" and m.stopped_after), None
+    )
+    if policy.reflection_enabled and evaluation.incomplete and budget is not None:
+        evaluation = evaluation.model_copy(
+            update={
+                "reasons": [
+                    *evaluation.reasons,
+                    f"stopped by its {budget.crossed} budget: no reflection asked",
+                ]
+            }
+        )
+    elif policy.reflection_enabled and evaluation.incomplete:
         if round_ >= policy.max_reflection_rounds:
             alerts.append(
                 Alert.of(

@@ -254,3 +254,26 @@ async def test_a_polling_agent_can_turn_the_repeat_rule_off_for_itself(tmp_path:
     for i in range(1, 12):
         await other.event(call(i, "job 7: running", args="status 7"))
     assert [t["crossed"] for t in other.channel("control").values()] == ["repeated_call"]
+
+
+async def test_a_run_its_budget_stopped_is_not_asked_to_go_on(tmp_path: Path) -> None:
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text("[default]\nsteps = 3\n")
+    w = memory_worker(budgets_file=str(budgets))
+    await w.event({**start(), "planned_steps": ["build", "test", "release"]})
+    for i in range(1, 5):
+        await w.event(call(i, f"page {i}", args=f"read {i}"))
+    (told,) = w.channel("control").values()
+    await w.event(final(5, stopped_by=told["intervention_id"]))
+    (evaluation,) = w.channel("evaluations").values()
+    assert evaluation["incomplete"] and evaluation["chain_final"]
+    assert "stopped by its steps budget: no reflection asked" in evaluation["reasons"]
+    assert w.channel("reflections").values() == []
+    # the same run stopped by a loop is asked to go on, afresh
+    loop = memory_worker()
+    await loop.event({**start(), "planned_steps": ["build", "test", "release"]})
+    for i in range(1, 4):
+        await loop.event(call(i, "same"))
+    (told,) = loop.channel("control").values()
+    await loop.event(final(4, stopped_by=told["intervention_id"]))
+    assert len(loop.channel("reflections").values()) == 1

@@ -274,11 +274,14 @@ async def test_an_openai_agents_sdk_trace_without_an_agent_is_named_by_its_workf
     assert [e["type"] for e in unnamed] == ["task_started", "reasoning_step", "final_response"]
 
 
-@pytest.mark.parametrize("example", ["otel_agent", "langgraph_agent", "openai_agents_agent"])
-def test_each_example_runs_as_the_readme_says(pipeline_worker: WorkerProcess, example: str) -> None:
-    s = pipeline_worker.settings
-    done = subprocess.run(
-        [sys.executable, "-m", f"examples.{example}"],
+def run_example(
+    worker: WorkerProcess, *command: str, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`python -m examples.NAME ...` from the repository root against `worker`, as the
+    examples' README says to run them."""
+    s = worker.settings
+    return subprocess.run(
+        [sys.executable, "-m", *command],
         cwd=ROOT,
         env={
             **os.environ,
@@ -287,28 +290,20 @@ def test_each_example_runs_as_the_readme_says(pipeline_worker: WorkerProcess, ex
         },
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout_s,
         check=False,
     )
+
+
+@pytest.mark.parametrize("example", ["otel_agent", "langgraph_agent", "openai_agents_agent"])
+def test_each_example_runs_as_the_readme_says(pipeline_worker: WorkerProcess, example: str) -> None:
+    done = run_example(pipeline_worker, f"examples.{example}")
     assert done.returncode == 0, done.stderr[-2000:]
     assert ": score " in done.stdout and "usage:" in done.stdout
 
 
 def test_the_loop_example_is_stopped_while_it_runs(pipeline_worker: WorkerProcess) -> None:
-    s = pipeline_worker.settings
-    done = subprocess.run(
-        [sys.executable, "-m", "examples.langgraph_loop_stop"],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "TRACEJUDGE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
-            "TRACEJUDGE_TOPIC_PREFIX": s.topic_prefix,
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_example(pipeline_worker, "examples.langgraph_loop_stop")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "stopped by tracejudge: loop repeated_call at step " in done.stdout, done.stdout
     assert "intervention: loop repeated_call at step " in done.stdout
@@ -318,19 +313,8 @@ def test_the_loop_example_is_stopped_while_it_runs(pipeline_worker: WorkerProces
 def test_the_reflection_example_finishes_what_its_langgraph_agent_skipped(
     pipeline_worker: WorkerProcess,
 ) -> None:
-    s = pipeline_worker.settings
-    done = subprocess.run(
-        [sys.executable, "-m", "examples.langgraph_reflection", "--orders", "4"],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "TRACEJUDGE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
-            "TRACEJUDGE_TOPIC_PREFIX": s.topic_prefix,
-        },
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    done = run_example(
+        pipeline_worker, "examples.langgraph_reflection", "--orders", "4", timeout_s=180
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stdout.splitlines()
