@@ -440,7 +440,7 @@ class WindowStore:
     def record_early(self, request_id: str, action: str, iteration: int) -> None:
         meta = self.open[request_id].meta
         meta.early_stops = [*meta.early_stops, [action, iteration]]
-        self._save_early_stops(meta, request_id)
+        self._save_open_meta(meta, request_id)
 
     def fired(self, request_id: str) -> frozenset[str]:
         """The kinds of intervention sent to an open window's run (kept across a restart)."""
@@ -454,9 +454,9 @@ class WindowStore:
     ) -> None:
         meta = self.open[request_id].meta
         meta.interventions = [*meta.interventions, [kind, crossed, action, step]]
-        self._save_early_stops(meta, request_id)
+        self._save_open_meta(meta, request_id)
 
-    def _save_early_stops(self, meta: WindowMeta, request_id: str) -> None:
+    def _save_open_meta(self, meta: WindowMeta, request_id: str) -> None:
         # the only meta record of an open window: what its steps cannot tell (early-stop
         # decisions and interventions sent while it runs)
         record: dict[str, Any] = {"partition": meta.partition}
@@ -489,7 +489,7 @@ class WindowStore:
             if record is not None:
                 self.steps[key] = with_fields(record, **{OPENED_AT: now}) if seq == 0 else record
         if window.meta.early_stops or window.meta.interventions:
-            self._save_early_stops(window.meta, request_id)
+            self._save_open_meta(window.meta, request_id)
         return window.meta.next_seq
 
 
