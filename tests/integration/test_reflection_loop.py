@@ -64,7 +64,11 @@ def status_json(worker: WorkerProcess) -> dict[str, Any]:
 def test_the_langgraph_examples_skipped_steps_are_finished_once_each_and_counted(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
-    env = worker_env(kafka_bootstrap, redis_url, tmp_path, "loop", idle_timeout_s=5)
+    # the idle timeout outlasts the reflection workers' failover (their 10 s session timeout,
+    # then the rebalance): a follow-up cut by the kill is redone into its open window, as with
+    # the default 300 s. A shorter one judges the cut follow-up first, and its round-2
+    # reflection is a second follow-up this test would count.
+    env = worker_env(kafka_bootstrap, redis_url, tmp_path, "loop", idle_timeout_s=30)
     worker = WorkerProcess(env, tmp_path / "worker.log").start()
     agents_env = {
         **os.environ,
