@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from tracejudge.streams.kafka.admin import Replication, replication_for
+from tracejudge.streams.kafka.replication import (
+    Replication,
+    TopicCopies,
+    fewest_replicas,
+    replication_for,
+    replication_gaps,
+    topic_overrides,
+)
 from tracejudge.streams.settings import Settings
 
 
@@ -38,3 +47,59 @@ def test_an_empty_setting_is_not_set(text: str) -> None:
     assert Settings.model_validate({"replication_factor": text}).replication_factor is None
     assert Settings().replication_factor is None
     assert Settings.model_validate({"replication_factor": "3"}).replication_factor == 3
+
+
+WANTED = Replication(3, 2)
+
+
+def test_topics_as_the_worker_makes_them_have_no_gap() -> None:
+    found = [TopicCopies("a", 3, 2), TopicCopies("b", 5, 3)]  # more copies than asked: fine
+    assert replication_gaps(found, WANTED) == []
+    # one broker, one copy: nothing better exists
+    assert replication_gaps([TopicCopies("a", 1, 1)], Replication(1, 1)) == []
+
+
+def test_each_kind_of_gap_is_one_sentence_naming_its_topics() -> None:
+    found = [
+        TopicCopies("events", 1, 1),
+        TopicCopies("alerts", 2, 1),
+        TopicCopies("evaluations", 3, 1),
+        TopicCopies("changelog", 3, 3),
+    ]
+    fewer, lone, stuck = replication_gaps(found, WANTED)
+    assert fewer.startswith("alerts (2 replicas, min.insync 1), events (1 replica,")
+    assert "kafka-reassign-partitions.sh" in fewer
+    assert lone.startswith("evaluations (3 replicas, min.insync 1):")
+    assert "min.insync.replicas=2" in lone
+    assert stuck.startswith("changelog (3 replicas, min.insync 3):")
+    assert "one broker down stops every write" in stuck
+    # above the copies, every acks=all write fails; a single copy with 1 is all it can be
+    (fewer, stuck) = replication_gaps([TopicCopies("t", 1, 2)], WANTED)
+    assert stuck.startswith("t (1 replica, min.insync 2)")
+    assert replication_gaps([TopicCopies("t", 1, 1)], Replication(1, 1)) == []
+
+
+def test_a_two_copy_topic_with_two_in_sync_stops_writes_with_one_broker_down() -> None:
+    (stuck,) = replication_gaps([TopicCopies("t", 2, 2)], Replication(2, 1))
+    assert stuck.startswith("t (2 replicas, min.insync 2)")
+
+
+def test_the_fewest_replicas_over_partitions_count() -> None:
+    described: list[dict[str, Any]] = [
+        {"topic": "t", "partitions": [{"replicas": [1, 2, 3]}, {"replicas": [2]}]},
+        {"topic": "gone", "error_code": 3, "partitions": []},
+    ]
+    assert fewest_replicas(described) == {"t": 1}
+
+
+def test_a_topics_own_settings_are_kept_and_defaults_are_not() -> None:
+    # DescribeConfigs v1+ entries: name, value, read_only, source (1: the topic's own), ...
+    entries: list[tuple[Any, ...]] = [
+        ("min.insync.replicas", "2", False, 1, False, []),
+        ("retention.ms", "604800000", False, 5, False, []),  # the broker's default
+        ("cleanup.policy", "compact", False, 1, False, []),
+        ("secret", None, False, 1, True, []),  # a sensitive value is never answered
+    ]
+    assert topic_overrides(entries) == {"min.insync.replicas": "2", "cleanup.policy": "compact"}
+    # v0 answers is_default (a bool) there: True is not source 1
+    assert topic_overrides([("min.insync.replicas", "2", False, True, False)]) == {}

@@ -19,6 +19,13 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
+from tracejudge.streams.kafka.replication import (
+    Replication,
+    fewest_replicas,
+    replication_for,
+    topic_overrides,
+    warn_of_gaps,
+)
 from tracejudge.streams.kafka.security import check_connection, client_options
 from tracejudge.streams.settings import Settings
 
@@ -58,24 +65,6 @@ def changelog_config(settings: Settings, table: str) -> dict[str, str]:
     meta_ms = steps_ms + segment_ms + int(settings.closed_retention_s * 1000) + 3_600_000
     # compact as well: a late event's marker replaces the earlier one
     return {**_COMPACTED, "cleanup.policy": "compact,delete", "retention.ms": str(meta_ms)}
-
-
-@dataclass(frozen=True)
-class Replication:
-    factor: int
-    min_insync: int
-
-
-def replication_for(brokers: int, setting: int | None) -> Replication:
-    """Replicas of the topics the worker creates, on a cluster of `brokers`.
-
-    Not set, 3 where the cluster has them (fewer: one per broker). With 3 replicas or more,
-    `min.insync.replicas` 2: the producers' acks=all then waits for a second copy, and a write
-    only the leader held is never acknowledged, so the leader's death loses nothing (issue 41
-    found topics with 1: acks=all meant "the leader has it"). With 2 replicas, 1: 2 would stop
-    every write while either broker is down."""
-    factor = setting if setting is not None else max(1, min(3, brokers))
-    return Replication(factor, 2 if factor >= 3 else 1)
 
 
 @dataclass(frozen=True)
@@ -124,7 +113,8 @@ async def prepare_topics(
             "start a broker or set TRACEJUDGE_KAFKA_BOOTSTRAP"
         ) from exc
     try:
-        existing = await _partition_counts(admin)
+        on_cluster = await _described_topics(admin)
+        existing = _counts(on_cluster)
         specs = topic_specs(settings)
         mismatched = [
             (s.name, existing[s.name])
@@ -161,8 +151,12 @@ async def prepare_topics(
                 brokers,
                 ", ".join(s.name for s in missing),
             )
-        present = {s.name: dict(s.config) for s in specs if s.config and s.name in existing}
-        await _align_changelog_configs(admin, present)
+        present = [s for s in specs if s.name in existing]
+        configs = await _topic_configs(admin, [s.name for s in present])
+        if configs is not None:
+            warn_of_gaps(fewest_replicas(on_cluster), configs, replication)
+            wanted = {s.name: dict(s.config) for s in present if s.config}
+            await _align_changelog_configs(admin, wanted, configs)
         await seed_group_offsets(settings, settings.topic(names.EVENTS))
         return [s.name for s in missing], replication
     finally:
@@ -215,32 +209,54 @@ async def seed_group_offsets(settings: Settings, topic: str) -> None:
         await consumer.stop()
 
 
+async def _topic_configs(
+    admin: AIOKafkaAdminClient, topics: list[str]
+) -> dict[str, list[tuple[Any, ...]]] | None:
+    """Topic -> its DescribeConfigs entries; None when the broker cannot say (the checks that
+    need them are then skipped, said once)."""
+    if not topics:
+        return {}
+    try:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t, None) for t in topics]
+        responses = await admin.describe_configs(resources)
+    except Exception as exc:  # e.g. a broker without the config APIs (the embedded one)
+        log.warning("cannot read the existing topics' settings: %r", exc)
+        return None
+    return {
+        name: list(entries)
+        for response in responses
+        for code, _msg, _type, name, entries, *_ in response.resources
+        if not code
+    }
+
+
 async def _align_changelog_configs(
-    admin: AIOKafkaAdminClient, wanted: dict[str, dict[str, str]]
+    admin: AIOKafkaAdminClient,
+    wanted: dict[str, dict[str, str]],
+    configs: dict[str, list[tuple[Any, ...]]],
 ) -> None:
-    """Changelogs created by an earlier version (or by Faust) get their cleanup settings."""
-    if not wanted:
+    """Changelogs created by an earlier version (or by Faust) get their cleanup settings. The
+    topic's other settings of its own (its min.insync.replicas) are sent along: AlterConfigs
+    replaces them all, and would otherwise drop them."""
+    stale = {}
+    for name, settings in wanted.items():
+        current = {entry[0]: entry[1] for entry in configs.get(name, [])}
+        if name in configs and any(current.get(k) != v for k, v in settings.items()):
+            stale[name] = {**topic_overrides(configs[name]), **settings}
+    if not stale:
         return
     try:
-        resources = [ConfigResource(ConfigResourceType.TOPIC, t, None) for t in wanted]
-        responses = await admin.describe_configs(resources)
-        stale = []
-        for response in responses:
-            for _code, _msg, _type, name, entries, *_ in response.resources:
-                current = {entry[0]: entry[1] for entry in entries}
-                if any(current.get(k) != v for k, v in wanted[name].items()):
-                    stale.append(name)
-        if stale:
-            altered = await admin.alter_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, t, wanted[t]) for t in stale]
-            )
-            failed = [r for response in altered for r in response.resources if r[0]]
-            if failed:
-                log.warning("cannot set the changelogs' cleanup settings: %s", failed)
-            else:
-                log.info("set cleanup settings of %s", ", ".join(stale))
-    except Exception as exc:  # e.g. a broker without the config APIs (the embedded one)
-        log.warning("cannot check the changelogs' cleanup settings: %r", exc)
+        altered = await admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t, values) for t, values in stale.items()]
+        )
+    except Exception as exc:
+        log.warning("cannot set the changelogs' cleanup settings: %r", exc)
+        return
+    failed = [r for response in altered for r in response.resources if r[0]]
+    if failed:
+        log.warning("cannot set the changelogs' cleanup settings: %s", failed)
+    else:
+        log.info("set cleanup settings of %s", ", ".join(stale))
 
 
 async def partition_counts(settings: Settings, timeout_s: float = 10.0) -> dict[str, int]:
@@ -256,8 +272,16 @@ async def partition_counts(settings: Settings, timeout_s: float = 10.0) -> dict[
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient) -> dict[str, int]:
+    return _counts(await _described_topics(admin))
+
+
+async def _described_topics(admin: AIOKafkaAdminClient) -> list[dict[str, Any]]:
     names = await admin.list_topics()
     if not names:
-        return {}
-    described = await admin.describe_topics(list(names))
+        return []
+    described: list[dict[str, Any]] = await admin.describe_topics(list(names))
+    return described
+
+
+def _counts(described: list[dict[str, Any]]) -> dict[str, int]:
     return {t["topic"]: len(t["partitions"]) for t in described if not t.get("error_code")}

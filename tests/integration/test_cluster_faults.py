@@ -9,8 +9,10 @@ dead-lettered, the worker never exited nor reported itself unhealthy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import logging
 import statistics
 import threading
 import time
@@ -23,7 +25,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from redis.asyncio import Redis
 
@@ -76,6 +78,79 @@ async def test_topics_on_a_cluster_get_three_replicas_and_two_in_sync(
             for _code, _msg, _type, name, entries, *_ in response.resources
         }
         assert insync == {name: "2" for name in created}
+    finally:
+        await admin.close()
+
+
+async def test_existing_topics_keep_their_replication_and_are_named_when_short(
+    kafka_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Topics made before the worker (another tool, a smaller cluster) are not changed, but a
+    gap is named at start; a changelog's cleanup settings are set without dropping its own
+    min.insync.replicas (AlterConfigs replaces a topic's settings whole)."""
+    unique = f"it-old-{uuid.uuid4().hex[:6]}"
+    settings = Settings.model_validate(
+        {
+            "kafka_bootstrap": kafka_cluster.bootstrap,
+            "topic_prefix": f"{unique}.",
+            "app_id": unique,
+            "partitions": 2,
+            "redis_url": "",
+        }
+    )
+    one_copy, lone, steps = (
+        settings.topic("events"),
+        settings.topic("evaluations"),
+        changelog_topic(unique, names.WINDOW_STEPS),
+    )
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_cluster.bootstrap)
+    await admin.start()
+    try:
+        made = await admin.create_topics(
+            [
+                # the cluster's default min ISR is 2: a single copy says 1, as a small cluster's did
+                NewTopic(one_copy, 2, 1, topic_configs={"min.insync.replicas": "1"}),
+                NewTopic(lone, 2, 3, topic_configs={"min.insync.replicas": "1"}),
+                # as an earlier version left it: compacted, with the worker's min ISR
+                NewTopic(
+                    steps,
+                    2,
+                    3,
+                    topic_configs={
+                        "min.insync.replicas": "2",
+                        "max.message.bytes": "2097152",  # not a default, unlike the 2 here
+                        "cleanup.policy": "compact",
+                    },
+                ),
+            ]
+        )
+        assert [code for _topic, code, *_ in made.topic_errors] == [0, 0, 0], made
+        for node in kafka_cluster.running():  # every broker knows them: the worker asks any
+            for topic in (one_copy, lone, steps):
+                for _ in range(60):
+                    with contextlib.suppress(Exception):
+                        found = await kafka_cluster.partitions(topic, via=node)
+                        if len(found) == 2 and all(lead >= 0 for lead, _ in found.values()):
+                            break
+                    await asyncio.sleep(0.5)
+        with caplog.at_level(logging.WARNING, logger="tracejudge.streams.kafka"):
+            created = await ensure_topics(settings)
+        assert not {one_copy, lone, steps} & set(created)
+        warned = [r.getMessage() for r in caplog.records if "existing topics" in r.getMessage()]
+        assert len(warned) == 2, warned
+        assert f"{one_copy} (1 replica, min.insync 1)" in warned[0]
+        assert lone not in warned[0] and steps not in "".join(warned)
+        assert f"{lone} (3 replicas, min.insync 1)" in warned[1]
+
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, steps, None)]
+        )
+        (entries,) = [e for response in responses for _c, _m, _t, _n, e, *_ in response.resources]
+        now = {entry[0]: entry[1] for entry in entries}
+        assert now["cleanup.policy"] == "delete"  # the worker's, set
+        assert (now["min.insync.replicas"], now["max.message.bytes"]) == ("2", "2097152")
+        described = await admin.describe_topics([one_copy])
+        assert {len(p["replicas"]) for p in described[0]["partitions"]} == {1}  # not changed
     finally:
         await admin.close()
 
