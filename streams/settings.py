@@ -13,6 +13,7 @@ from dotenv import dotenv_values
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -444,6 +445,8 @@ class RuleSettings(BaseModel):
         description="Calls in a row with no result the run had not seen (0: off).",
     )
 
+    _budget_book: BudgetBook = PrivateAttr(default_factory=BudgetBook)
+
     @model_validator(mode="after")
     def _interventions_readable(self) -> Self:
         # checked with the other settings, so a bad threshold or budgets file stops every
@@ -451,8 +454,10 @@ class RuleSettings(BaseModel):
         LoopRules(
             self.loop_repeat, self.loop_cycles, self.loop_same_failure, self.loop_no_new_result
         )
-        if self.budgets_file:
-            BudgetBook.read(Path(self.budgets_file))
+        # read once, here: the worker's budget_book() is this book, not a second reading
+        self._budget_book = (
+            BudgetBook.read(Path(self.budgets_file)) if self.budgets_file else BudgetBook()
+        )
         return self
 
     generic_max_retries: int = Field(
@@ -781,8 +786,8 @@ class Settings(
         )
 
     def budget_book(self) -> BudgetBook:
-        """The budgets file, read and checked (BudgetsError names what is wrong)."""
-        return BudgetBook.read(Path(self.budgets_file)) if self.budgets_file else BudgetBook()
+        """The budgets file as read and checked at start (BudgetsError named what was wrong)."""
+        return self._budget_book
 
     def early_stop_policy(self) -> EarlyStopPolicy:
         return EarlyStopPolicy(
