@@ -222,12 +222,14 @@ async def _topic_configs(
     except Exception as exc:  # e.g. a broker without the config APIs (the embedded one)
         log.warning("cannot read the existing topics' settings: %r", exc)
         return None
-    return {
-        name: list(entries)
-        for response in responses
-        for code, _msg, _type, name, entries, *_ in response.resources
-        if not code
-    }
+    found = {}
+    for response in responses:
+        for code, message, _type, name, entries, *_ in response.resources:
+            if code:  # e.g. a broker that has not heard of a topic made a moment ago
+                log.warning("cannot read the settings of %s (error %d: %s)", name, code, message)
+            else:
+                found[name] = list(entries)
+    return found
 
 
 async def _align_changelog_configs(
