@@ -103,6 +103,7 @@ def test_offsets_acknowledged_twice_are_committed_in_one_run_not_one_per_commit(
             _acked_index=defaultdict(set),
             _gap=defaultdict(IntervalTree),
             _committed_offset=defaultdict(lambda: None),
+            _unacked_messages=set(),
         )
         state._new_offset = MethodType(Consumer._new_offset, state)
         state._acked["tp"] = sorted([*range(28, 60), *range(28, 60)])
@@ -113,9 +114,93 @@ def test_offsets_acknowledged_twice_are_committed_in_one_run_not_one_per_commit(
     plain = consumer()
     assert plain._new_offset("tp") == 29  # faust alone: one offset per commit
     fixed = consumer()
-    internals.unique_acks(fixed)
-    internals.unique_acks(fixed)  # once per consumer
+    internals.checked_new_offset(fixed)
+    internals.checked_new_offset(fixed)  # once per consumer
     assert fixed._new_offset("tp") == 60 and fixed._acked["tp"] == []
     fixed._committed_offset["tp"] = 60  # what faust's commit records
     fixed._acked["tp"].extend([60, 61])
     assert fixed._new_offset("tp") == 62
+
+
+def test_a_record_still_being_handled_at_the_head_is_not_committed_over() -> None:
+    from collections import defaultdict
+    from types import MethodType, SimpleNamespace
+
+    from faust.transport.consumer import Consumer
+    from intervaltree import IntervalTree
+
+    held = SimpleNamespace(tp="tp", offset=449, acked=False)  # its step kept in memory
+    other = SimpleNamespace(tp="other", offset=100, acked=False)
+
+    def consumer() -> SimpleNamespace:
+        # committed at 449; 450..460 acknowledged, 449 delivered and not acknowledged yet
+        state = SimpleNamespace(
+            _acked=defaultdict(list, {"tp": list(range(450, 461))}),
+            _acked_index=defaultdict(set, {"tp": set(range(450, 461))}),
+            _gap=defaultdict(IntervalTree),
+            _committed_offset=defaultdict(lambda: None, {"tp": 449}),
+            _unacked_messages=[held, other],
+        )
+        state._new_offset = MethodType(Consumer._new_offset, state)
+        return state
+
+    assert consumer()._new_offset("tp") == 461  # faust alone: 449 passed over
+    fixed = consumer()
+    internals.checked_new_offset(fixed)
+    assert fixed._new_offset("tp") is None
+    held.acked = True  # its verdict acknowledged
+    fixed._acked["tp"].append(449)
+    assert fixed._new_offset("tp") == 461
+    fixed._committed_offset["tp"] = 461  # what faust's commit records
+    fixed._acked["tp"].extend([462, 463])  # 461: a transaction marker, no record delivered
+    assert fixed._new_offset("tp") == 464
+
+
+async def test_a_rebalance_seek_ending_after_a_commit_does_not_put_the_commit_back() -> None:
+    from collections import defaultdict
+    from types import MethodType, SimpleNamespace
+
+    from faust.transport.consumer import Consumer
+    from faust.types import TP
+    from intervaltree import IntervalTree
+
+    tp, other, new = TP("events", 0), TP("events", 1), TP("events", 2)
+
+    def consumer() -> SimpleNamespace:
+        # the state faust's own `perform_seek` and `_new_offset` use: records 449..460 were
+        # committed (461) while the seek was still reading the group's offsets, which it found
+        # at 449; 461..470 are acknowledged since
+        state = SimpleNamespace(
+            _acked=defaultdict(list),
+            _acked_index=defaultdict(set),
+            _gap=defaultdict(IntervalTree),
+            _committed_offset=defaultdict(lambda: None),
+            _read_offset=defaultdict(lambda: None),
+        )
+        state._new_offset = MethodType(Consumer._new_offset, state)
+        state.perform_seek = MethodType(Consumer.perform_seek, state)
+
+        async def seek_to_committed() -> dict[TP, int]:
+            state._committed_offset.update({tp: 461})  # faust's commit, meanwhile
+            return {tp: 449, other: 0}
+
+        state.seek_to_committed = seek_to_committed
+        return state
+
+    plain = consumer()
+    await plain.perform_seek()
+    plain._acked[tp].extend(range(461, 471))
+    assert plain._committed_offset[tp] == 449
+    assert plain._new_offset(tp) is None  # faust alone: never committed again
+
+    fixed = consumer()
+    internals.commits_never_back(fixed)
+    internals.commits_never_back(fixed)  # once per consumer
+    await fixed.perform_seek()
+    fixed._acked[tp].extend(range(461, 471))
+    assert fixed._committed_offset[tp] == 461
+    assert fixed._committed_offset[other] is None and fixed._committed_offset[new] is None
+    assert fixed._new_offset(tp) == 471
+    fixed._committed_offset.pop(tp)  # revoked: the next assignment starts from the group's
+    fixed._committed_offset.update({tp: 300})
+    assert fixed._committed_offset[tp] == 300

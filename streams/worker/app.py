@@ -35,6 +35,7 @@ from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
 from tracejudge.streams.worker.offsets import GroupOffsets
+from tracejudge.streams.worker.stall_report import stall_report
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -340,7 +341,12 @@ def _add_watchdog_and_pages(
         on_offsets=offsets_seen,
         on_broker_lost=ctx.partitions.lost,
         processed=lambda: {TopicPartition(*tp): off for tp, off in guard.processed().items()},
+        report=lambda: consumer_state(),
     )
+
+    def consumer_state() -> str:
+        owned = (tp for tp in app.consumer.assignment() if tp.topic in inputs)
+        return stall_report(app.consumer, guard, owned)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
@@ -352,6 +358,7 @@ def _add_watchdog_and_pages(
     @app.task  # type: ignore[untyped-decorator]
     async def watch_for_stalls() -> None:
         def stalled(reason: str) -> None:
+            log.warning("the consumer at the stall:\n  %s", consumer_state())
             ctx.errors.exit(reason, RuntimeError("no progress on owned input partitions"))
 
         await watchdog.run(stalled)
@@ -364,9 +371,16 @@ def _add_watchdog_and_pages(
         )
         _shorten_fetch_wait(app)
         record_handoff.install(app.consumer)
-        internals.unique_acks(app.consumer)
+        internals.checked_new_offset(app.consumer)
+        internals.commits_never_back(app.consumer)
 
-    if settings.debug_endpoints:  # stacks can show data in flight: off unless asked for
+    _add_pages(app, ctx, watchdog, judge_runner)
+
+
+def _add_pages(
+    app: faust.App, ctx: WorkerContext, watchdog: StallWatchdog, judge_runner: JudgeRunner | None
+) -> None:
+    if ctx.settings.debug_endpoints:  # stacks can show data in flight: off unless asked for
 
         @app.page("/debug/tasks")  # type: ignore[misc]
         async def tasks(web: Any, request: Any) -> Any:

@@ -54,6 +54,7 @@ class StallWatchdog:
         on_offsets: OffsetsSeen | None = None,
         on_broker_lost: Callable[[], None] | None = None,
         processed: Callable[[], dict[TopicPartition, int]] | None = None,
+        report: Callable[[], str] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topics
@@ -63,6 +64,7 @@ class StallWatchdog:
         self.on_offsets = on_offsets
         self.on_broker_lost = on_broker_lost
         self.processed = processed
+        self.report = report  # the consumer's state, logged when a stall is first seen
         # per partition behind what was processed: its committed offset, and since when unmoved
         self.behind: dict[TopicPartition, tuple[int, float]] = {}
         self.stalled_since: float | None = None
@@ -169,8 +171,9 @@ class StallWatchdog:
         if self.stalled_since is None:
             self.stalled_since = now
             log.warning(
-                "input lag is not moving and no event was processed for %.0fs",
+                "input lag is not moving and no event was processed for %.0fs%s",
                 self.settings.stall_timeout_s,
+                "" if self.report is None else ":\n  " + self.report(),
             )
         elif now - self.stalled_since >= PROBE_INTERVAL_S:
             on_stall(f"consumption stalled for over {self.settings.stall_timeout_s:g}s")
