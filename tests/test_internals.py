@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from pathlib import Path
+from types import MethodType, SimpleNamespace
+from typing import Any
 
 import pytest
+from faust.transport.consumer import Consumer
+from faust.types import TP
+from intervaltree import IntervalTree
 
 from tracejudge.streams.kafka import internals
 
@@ -88,28 +94,28 @@ def test_the_worker_refuses_to_start_on_a_library_that_moved_its_internals(
     assert "mode-streaming" in caplog.text
 
 
+def faust_consumer(
+    acked: dict[Any, list[int]], committed: dict[Any, int], unacked: list[Any] | None = None
+) -> SimpleNamespace:
+    """The state faust's own `Consumer._new_offset` and `perform_seek` read and write, with
+    those two methods bound to it."""
+    state = SimpleNamespace(
+        _acked=defaultdict(list, {tp: list(offsets) for tp, offsets in acked.items()}),
+        _acked_index=defaultdict(set, {tp: set(offsets) for tp, offsets in acked.items()}),
+        _gap=defaultdict(IntervalTree),
+        _committed_offset=defaultdict(lambda: None, committed),
+        _read_offset=defaultdict(lambda: None),
+        _unacked_messages=unacked or [],
+    )
+    state._new_offset = MethodType(Consumer._new_offset, state)
+    state.perform_seek = MethodType(Consumer.perform_seek, state)
+    return state
+
+
 def test_offsets_acknowledged_twice_are_committed_in_one_run_not_one_per_commit() -> None:
-    from collections import defaultdict
-    from types import MethodType, SimpleNamespace
-
-    from faust.transport.consumer import Consumer
-    from intervaltree import IntervalTree
-
     def consumer() -> SimpleNamespace:
-        # the state faust's own `_new_offset` reads, with offsets 28..59 acknowledged twice
-        # (as after an acknowledgement that landed during a rebalance)
-        state = SimpleNamespace(
-            _acked=defaultdict(list),
-            _acked_index=defaultdict(set),
-            _gap=defaultdict(IntervalTree),
-            _committed_offset=defaultdict(lambda: None),
-            _unacked_messages=set(),
-        )
-        state._new_offset = MethodType(Consumer._new_offset, state)
-        state._acked["tp"] = sorted([*range(28, 60), *range(28, 60)])
-        state._acked_index["tp"] = set(range(28, 60))
-        state._committed_offset["tp"] = 28
-        return state
+        # offsets 28..59 acknowledged twice (an acknowledgement landed during a rebalance)
+        return faust_consumer({"tp": sorted([*range(28, 60), *range(28, 60)])}, {"tp": 28})
 
     plain = consumer()
     assert plain._new_offset("tp") == 29  # faust alone: one offset per commit
@@ -123,26 +129,12 @@ def test_offsets_acknowledged_twice_are_committed_in_one_run_not_one_per_commit(
 
 
 def test_a_record_still_being_handled_at_the_head_is_not_committed_over() -> None:
-    from collections import defaultdict
-    from types import MethodType, SimpleNamespace
-
-    from faust.transport.consumer import Consumer
-    from intervaltree import IntervalTree
-
     held = SimpleNamespace(tp="tp", offset=449, acked=False)  # its step kept in memory
     other = SimpleNamespace(tp="other", offset=100, acked=False)
 
     def consumer() -> SimpleNamespace:
         # committed at 449; 450..460 acknowledged, 449 delivered and not acknowledged yet
-        state = SimpleNamespace(
-            _acked=defaultdict(list, {"tp": list(range(450, 461))}),
-            _acked_index=defaultdict(set, {"tp": set(range(450, 461))}),
-            _gap=defaultdict(IntervalTree),
-            _committed_offset=defaultdict(lambda: None, {"tp": 449}),
-            _unacked_messages=[held, other],
-        )
-        state._new_offset = MethodType(Consumer._new_offset, state)
-        return state
+        return faust_consumer({"tp": list(range(450, 461))}, {"tp": 449}, [held, other])
 
     assert consumer()._new_offset("tp") == 461  # faust alone: 449 passed over
     fixed = consumer()
@@ -157,28 +149,12 @@ def test_a_record_still_being_handled_at_the_head_is_not_committed_over() -> Non
 
 
 async def test_a_rebalance_seek_ending_after_a_commit_does_not_put_the_commit_back() -> None:
-    from collections import defaultdict
-    from types import MethodType, SimpleNamespace
-
-    from faust.transport.consumer import Consumer
-    from faust.types import TP
-    from intervaltree import IntervalTree
-
     tp, other, new = TP("events", 0), TP("events", 1), TP("events", 2)
 
     def consumer() -> SimpleNamespace:
-        # the state faust's own `perform_seek` and `_new_offset` use: records 449..460 were
-        # committed (461) while the seek was still reading the group's offsets, which it found
-        # at 449; 461..470 are acknowledged since
-        state = SimpleNamespace(
-            _acked=defaultdict(list),
-            _acked_index=defaultdict(set),
-            _gap=defaultdict(IntervalTree),
-            _committed_offset=defaultdict(lambda: None),
-            _read_offset=defaultdict(lambda: None),
-        )
-        state._new_offset = MethodType(Consumer._new_offset, state)
-        state.perform_seek = MethodType(Consumer.perform_seek, state)
+        # records 449..460 were committed (461) while faust's seek was still reading the
+        # group's offsets, which it found at 449; 461..470 are acknowledged since
+        state = faust_consumer({}, {})
 
         async def seek_to_committed() -> dict[TP, int]:
             state._committed_offset.update({tp: 461})  # faust's commit, meanwhile
