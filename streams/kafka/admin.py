@@ -21,6 +21,7 @@ from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.streams.kafka.replication import (
     Replication,
+    config_values,
     fewest_replicas,
     replication_for,
     topic_overrides,
@@ -242,7 +243,7 @@ async def _align_changelog_configs(
     replaces them all, and would otherwise drop them."""
     stale = {}
     for name, settings in wanted.items():
-        current = {entry[0]: entry[1] for entry in configs.get(name, [])}
+        current = config_values(configs.get(name, []))
         if name in configs and any(current.get(k) != v for k, v in settings.items()):
             stale[name] = {**topic_overrides(configs[name]), **settings}
     if not stale:

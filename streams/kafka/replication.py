@@ -82,8 +82,7 @@ def warn_of_gaps(
     """Existing topics keep their replication: a gap is named, never changed (see above)."""
     found = []
     for name, entries in configs.items():
-        values = {entry[0]: entry[1] for entry in entries}
-        insync = values.get("min.insync.replicas")
+        insync = config_values(entries).get("min.insync.replicas")
         if name in replicas and insync is not None and insync.isdigit():
             found.append(TopicCopies(name, replicas[name], int(insync)))
     for gap in replication_gaps(found, wanted):
@@ -105,6 +104,11 @@ def fewest_replicas(described: Iterable[Mapping[str, Any]]) -> dict[str, int]:
         for t in described
         if not t.get("error_code")
     }
+
+
+def config_values(entries: Iterable[tuple[Any, ...]]) -> dict[str, Any]:
+    """Name -> value of a topic's DescribeConfigs entries (name, value, read_only, ...)."""
+    return {entry[0]: entry[1] for entry in entries}
 
 
 def topic_overrides(entries: Iterable[tuple[Any, ...]]) -> dict[str, str]:

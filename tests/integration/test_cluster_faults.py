@@ -38,6 +38,7 @@ from tracejudge.models import names
 from tracejudge.models.names import MARKER_HEADER, REDIS_EVALUATION_KEY, changelog_topic
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.kafka.replication import config_values
 from tracejudge.streams.replay.engine import replay_tables
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.windows import SEP
@@ -47,19 +48,24 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 3
 
 
-async def test_topics_on_a_cluster_get_three_replicas_and_two_in_sync(
-    kafka_cluster: Cluster,
-) -> None:
-    unique = f"it-rf-{uuid.uuid4().hex[:6]}"
-    settings = Settings.model_validate(
+def topic_settings(cluster: Cluster, unique: str) -> Settings:
+    """A worker's settings for topics of its own on `cluster`, two partitions each."""
+    return Settings.model_validate(
         {
-            "kafka_bootstrap": kafka_cluster.bootstrap,
+            "kafka_bootstrap": cluster.bootstrap,
             "topic_prefix": f"{unique}.",
             "app_id": unique,
             "partitions": 2,
             "redis_url": "",
         }
     )
+
+
+async def test_topics_on_a_cluster_get_three_replicas_and_two_in_sync(
+    kafka_cluster: Cluster,
+) -> None:
+    unique = f"it-rf-{uuid.uuid4().hex[:6]}"
+    settings = topic_settings(kafka_cluster, unique)
     assert settings.replication_factor is None  # not set: the cluster decides
     created = await ensure_topics(settings)
     assert settings.topic("events") in created and f"{unique}-window-steps-changelog" in created
@@ -73,7 +79,7 @@ async def test_topics_on_a_cluster_get_three_replicas_and_two_in_sync(
             [ConfigResource(ConfigResourceType.TOPIC, name, None) for name in created]
         )
         insync = {
-            name: {entry[0]: entry[1] for entry in entries}["min.insync.replicas"]
+            name: config_values(entries)["min.insync.replicas"]
             for response in responses
             for _code, _msg, _type, name, entries, *_ in response.resources
         }
@@ -89,15 +95,7 @@ async def test_existing_topics_keep_their_replication_and_are_named_when_short(
     gap is named at start; a changelog's cleanup settings are set without dropping its own
     min.insync.replicas (AlterConfigs replaces a topic's settings whole)."""
     unique = f"it-old-{uuid.uuid4().hex[:6]}"
-    settings = Settings.model_validate(
-        {
-            "kafka_bootstrap": kafka_cluster.bootstrap,
-            "topic_prefix": f"{unique}.",
-            "app_id": unique,
-            "partitions": 2,
-            "redis_url": "",
-        }
-    )
+    settings = topic_settings(kafka_cluster, unique)
     one_copy, lone, steps = (
         settings.topic("events"),
         settings.topic("evaluations"),
@@ -152,7 +150,7 @@ async def test_existing_topics_keep_their_replication_and_are_named_when_short(
             (entries,) = [
                 e for response in responses for _c, _m, _t, _n, e, *_ in response.resources
             ]
-            now = {entry[0]: entry[1] for entry in entries}
+            now = config_values(entries)
             if now["cleanup.policy"] == "delete":  # the worker's, set
                 break
             await asyncio.sleep(0.5)

@@ -17,6 +17,7 @@ from tests.integration.harness import WorkerProcess, worker_env
 from tests.realservices import ROOT
 from tracejudge.models.names import changelog_topic
 from tracejudge.streams.kafka.admin import changelog_config, ensure_topics, topic_specs
+from tracejudge.streams.kafka.replication import config_values
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +84,7 @@ async def changelog_configs(bootstrap: str, topic: str) -> dict[str, str]:
             [ConfigResource(ConfigResourceType.TOPIC, topic, None)]
         )
         (resource,) = response.resources
-        return {entry[0]: entry[1] for entry in resource[4]}
+        return config_values(resource[4])
     finally:
         await admin.close()
 
