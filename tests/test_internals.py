@@ -147,6 +147,13 @@ def test_a_record_still_being_handled_at_the_head_is_not_committed_over() -> Non
     fixed._acked["tp"].extend([462, 463])  # 461: a transaction marker, no record delivered
     assert fixed._new_offset("tp") == 464
 
+    # nothing committed yet: faust commits from the first acknowledged offset, whatever is below
+    early = SimpleNamespace(tp="tp", offset=3, acked=False)
+    assert faust_consumer({"tp": [5, 6]}, {}, [early])._new_offset("tp") == 7
+    fresh = faust_consumer({"tp": [5, 6]}, {}, [early])
+    internals.checked_new_offset(fresh)
+    assert fresh._new_offset("tp") is None
+
 
 async def test_a_rebalance_seek_ending_after_a_commit_does_not_put_the_commit_back() -> None:
     tp, other, new = TP("events", 0), TP("events", 1), TP("events", 2)

@@ -234,7 +234,7 @@ def checked_new_offset(consumer: Any) -> None:
                 if len(unique) != len(acked):
                     acked[:] = unique
                     consumer._acked_index[tp].update(unique)
-            if acked and _unacked_below(consumer, tp, min(acked)):
+            if acked and _unacked_at_head(consumer, tp, acked):
                 return None
             return original(tp)
 
@@ -242,13 +242,20 @@ def checked_new_offset(consumer: Any) -> None:
     consumer._tracejudge_checked_new_offset = True
 
 
-def _unacked_below(consumer: Any, tp: Any, offset: int) -> bool:
-    """Whether a record of `tp` delivered and not acknowledged lies between the committed
-    offset and `offset`."""
+def _unacked_at_head(consumer: Any, tp: Any, acked: list[int]) -> bool:
+    """Whether faust would commit over an offset at the head of `tp` (the one just above the
+    committed offset, or any below the first acknowledged one when nothing is committed yet)
+    that holds a record delivered and not acknowledged. Only then are the messages in flight
+    looked through: not on every commit."""
     committed = consumer._committed_offset[tp]
+    gaps = consumer._gap.get(tp)
+    head = min([min(acked), *(interval.begin for interval in gaps or ())])
+    if committed and head != committed + 1:
+        return False  # the head is acknowledged, or faust itself waits for it (it does not
+        # look at the head when the committed offset is None or 0)
     low = -1 if committed is None else committed
     return any(
-        message.tp == tp and not message.acked and low <= message.offset < offset
+        message.tp == tp and not message.acked and low <= message.offset < head
         for message in list(consumer._unacked_messages)
     )
 
