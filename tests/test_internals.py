@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 from collections import defaultdict
 from pathlib import Path
 from types import MethodType, SimpleNamespace
@@ -187,3 +188,60 @@ async def test_a_rebalance_seek_ending_after_a_commit_does_not_put_the_commit_ba
     fixed._committed_offset.pop(tp)  # revoked: the next assignment starts from the group's
     fixed._committed_offset.update({tp: 300})
     assert fixed._committed_offset[tp] == 300
+
+
+async def test_a_commit_refused_after_the_group_moved_on_keeps_the_membership() -> None:
+    from aiokafka import TopicPartition
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+    from aiokafka.errors import IllegalGenerationError
+    from aiokafka.structs import OffsetAndMetadata
+
+    tp = TopicPartition("events", 0)
+
+    def coordinator(moves_on: bool) -> GroupCoordinator:
+        # aiokafka's own commit and its handling of the answer; only the request is answered
+        # here: IllegalGeneration, after (or without) the next generation forming meanwhile
+        state: GroupCoordinator = GroupCoordinator.__new__(GroupCoordinator)
+        state.group_id, state.coordinator_id = "group", 1
+        state.generation, state.member_id = 1, "member-a"
+        state._rejoin_needed_fut = asyncio.get_running_loop().create_future()
+
+        async def send_req(request: object) -> object:
+            if moves_on:  # the member joined generation 2 while the commit was in flight
+                state.generation = 2
+            code = IllegalGenerationError.errno
+            return SimpleNamespace(topics=[(tp.topic, [(tp.partition, code)])])
+
+        state._send_req = send_req  # type: ignore[method-assign]
+        return state
+
+    async def commit(state: GroupCoordinator) -> None:
+        with pytest.raises(IllegalGenerationError):  # the commit fails either way
+            await state._do_commit_offsets(None, {tp: OffsetAndMetadata(10, "")})
+
+    plain = coordinator(moves_on=True)
+    await commit(plain)
+    assert (plain.generation, plain.member_id) == (-1, "")  # aiokafka: a ghost member left
+
+    def consumer(state: GroupCoordinator) -> SimpleNamespace:
+        return SimpleNamespace(
+            _thread=SimpleNamespace(_consumer=SimpleNamespace(_coordinator=state))
+        )
+
+    fixed = coordinator(moves_on=True)
+    internals.stale_commits_keep_membership(consumer(fixed))
+    internals.stale_commits_keep_membership(consumer(fixed))  # once per consumer
+    await commit(fixed)
+    assert (fixed.generation, fixed.member_id) == (2, "member-a")
+    assert not fixed._rejoin_needed_fut.done()
+
+    judge = coordinator(moves_on=True)  # an AIOKafkaConsumer of our own (the judge stage's)
+    internals.stale_commits_keep_membership(SimpleNamespace(_coordinator=judge))
+    await commit(judge)
+    assert (judge.generation, judge.member_id) == (2, "member-a")
+
+    same = coordinator(moves_on=False)  # refused in the generation it was sent in: reset
+    internals.stale_commits_keep_membership(consumer(same))
+    await commit(same)
+    assert (same.generation, same.member_id) == (-1, "")
+    assert same._rejoin_needed_fut.done()

@@ -373,6 +373,7 @@ def _add_watchdog_and_pages(
         record_handoff.install(app.consumer)
         internals.checked_new_offset(app.consumer)
         internals.commits_never_back(app.consumer)
+        internals.stale_commits_keep_membership(app.consumer)
 
     _add_pages(app, ctx, watchdog, judge_runner)
 
