@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.structs import OffsetAndMetadata
 
 from tracejudge.models import names
-from tracejudge.streams.kafka import internals
+from tracejudge.streams.kafka import membership
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
 
@@ -126,7 +126,7 @@ class JudgeRunner:
 
         consumer.subscribe([self.topic], listener=Listener())
         await consumer.start()
-        internals.stale_commits_keep_membership(consumer)
+        membership.stale_commits_keep_membership(consumer)
         try:
             while True:
                 await self._step(consumer)

@@ -6,7 +6,8 @@ start-up and fails with one clear message naming what is missing and the version
 instead of a worker that starts and then loses offsets or stalls. The versions tested are the
 ranges pinned in pyproject.toml. The stall report (`consumer_view`) reads more of their state,
 for a log line only: what is missing there is left out, never relied on. Nothing else in the
-project touches a private attribute of these libraries (tests/test_internals.py keeps it so).
+project touches a private attribute of these libraries (tests/test_internals.py keeps it so),
+but `membership.py`: aiokafka's alone, for the judge stage, which never imports faust.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import signal
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -302,55 +302,6 @@ def commits_never_back(consumer: Any) -> None:
     if isinstance(consumer._committed_offset, _ForwardOffsets):
         return
     consumer._committed_offset = _ForwardOffsets(consumer._committed_offset)
-
-
-# the generation and member id a commit in flight was sent with (each commit is its own task)
-_commit_sent_as: ContextVar[tuple[int, str] | None] = ContextVar("tracejudge_commit", default=None)
-
-
-def stale_commits_keep_membership(consumer: Any) -> None:
-    """A commit sent in one generation of the group and answered after the next one formed is
-    refused (IllegalGeneration), and aiokafka then resets the member id and the generation,
-    although the member is already in the new generation. It joins again as a new member, and
-    the coordinator waits for the old one, now a ghost, until its session times out: the whole
-    group stops consuming for a session timeout (seen when workers scaled out while faust's
-    commit timer ran into the rebalance). Kafka's Java client resets only when the generation
-    is still the one the commit was sent with; so does this, on the consumer's group
-    coordinator. The commit still fails, as it must. `consumer`: an AIOKafkaConsumer, or
-    faust's consumer around one; once it started, once per consumer."""
-    aio = _path(consumer, "_thread", "_consumer") or consumer
-    coordinator: Any = getattr(aio, "_coordinator", None)
-    if not hasattr(coordinator, "_do_commit_offsets") or getattr(
-        coordinator, "_tracejudge_stale_commits", False
-    ):
-        return
-    do_commit = coordinator._do_commit_offsets
-    reset = coordinator.reset_generation
-
-    async def commit_as_sent(assignment: Any, offsets: Any) -> Any:
-        # the request is built from these before the first await of `do_commit`
-        token = _commit_sent_as.set((coordinator.generation, coordinator.member_id))
-        try:
-            return await do_commit(assignment, offsets)
-        finally:
-            _commit_sent_as.reset(token)
-
-    def reset_unless_moved_on() -> None:
-        sent_as = _commit_sent_as.get()
-        now = (coordinator.generation, coordinator.member_id)
-        if sent_as is not None and sent_as != now:
-            log.info(
-                "a commit sent in generation %d was refused after generation %d formed: "
-                "the group membership is kept",
-                sent_as[0],
-                now[0],
-            )
-            return
-        reset()
-
-    coordinator._do_commit_offsets = commit_as_sent
-    coordinator.reset_generation = reset_unless_moved_on
-    coordinator._tracejudge_stale_commits = True
 
 
 def set_fetch_max_wait(consumer: Any, wait_ms: int, prefetch_backoff_s: float) -> None:

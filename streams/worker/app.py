@@ -24,7 +24,7 @@ from tracejudge.models import names
 from tracejudge.streams.agreement.calibrations import refresher_of
 from tracejudge.streams.commit import OffsetGuard
 from tracejudge.streams.judging.consumer import JudgeRunner
-from tracejudge.streams.kafka import internals
+from tracejudge.streams.kafka import internals, membership
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
 from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -373,7 +373,7 @@ def _add_watchdog_and_pages(
         record_handoff.install(app.consumer)
         internals.checked_new_offset(app.consumer)
         internals.commits_never_back(app.consumer)
-        internals.stale_commits_keep_membership(app.consumer)
+        membership.stale_commits_keep_membership(app.consumer)
 
     _add_pages(app, ctx, watchdog, judge_runner)
 
