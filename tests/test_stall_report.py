@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 from aiokafka import TopicPartition
 from aiokafka.consumer.subscription_state import SubscriptionState
+from faust.tables.recovery import RecoveryStats
 
 from tracejudge.streams.commit import OffsetGuard, _Seek
 from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.stall_report import stall_report
 
 EVENTS0, EVENTS1 = TopicPartition("events", 0), TopicPartition("events", 1)
@@ -65,5 +68,35 @@ def test_a_library_without_that_state_gives_a_shorter_line_not_an_error() -> Non
     report = stall_report(object(), guard, [EVENTS0])
     assert report == (
         "consumer flow_active=None unacked_messages=None\n"
-        "  events[0]: next_to_handle=683 seek_pending_to=683x2"
+        "  events[0]: next_to_handle=683 seek_pending_to=683x2\n"
+        "  recovery: not running"
     )
+
+
+def test_a_recovery_that_never_ends_shows_what_it_still_has_to_read() -> None:
+    meta0 = TopicPartition("window-meta-changelog", 0)
+    recovery = SimpleNamespace(
+        in_recovery=True,
+        active_stats=lambda: {meta0: RecoveryStats(highwater=141, offset=68, remaining=73)},
+    )
+    consumer = SimpleNamespace(_paused_partitions=set(), _active_partitions={meta0})
+    lines = stall_report(consumer, _guard(), [], recovery).split("\n  ")
+    assert lines[1] == "recovery: running, 1 changelog partition(s) to read"
+    assert lines[2] == (
+        "window-meta-changelog[0]: faust_active=True faust_paused=False next_to_handle=None "
+        "recovery_at=68 recovery_needs=141"
+    )
+
+
+async def test_where_tasks_wait_is_logged_without_the_values_they_wait_on() -> None:
+    async def waits() -> None:
+        await asyncio.sleep(3600)
+
+    task = asyncio.ensure_future(waits())
+    await asyncio.sleep(0)
+    try:
+        safe, full = async_stacks(values=False), async_stacks()
+    finally:
+        task.cancel()
+    assert "waits" in safe and "awaiting" not in safe
+    assert "awaiting <" in full  # the debug page's view shows what is awaited

@@ -346,7 +346,8 @@ def _add_watchdog_and_pages(
 
     def consumer_state() -> str:
         owned = (tp for tp in app.consumer.assignment() if tp.topic in inputs)
-        return stall_report(app.consumer, guard, owned)
+        recovery = getattr(app.tables, "recovery", None)  # faust's TableManager has one
+        return stall_report(app.consumer, guard, owned, recovery)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
@@ -359,6 +360,7 @@ def _add_watchdog_and_pages(
     async def watch_for_stalls() -> None:
         def stalled(reason: str) -> None:
             log.warning("the consumer at the stall:\n  %s", consumer_state())
+            log.warning("where each task waits:\n%s", async_stacks(values=False))
             ctx.errors.exit(reason, RuntimeError("no progress on owned input partitions"))
 
         await watchdog.run(stalled)
