@@ -5,7 +5,7 @@ characters: the time ratio must stay near 8 (linear), never near 64 (quadratic).
 
 Inputs: one long token, repeated separators, nested brackets, CJK without spaces, digits with
 separators, and repeated openings of what the classifiers look for (tags, e-mail, keys). Prints
-the worst case per function; issue 10's bar: the 8k time at most 10x the 1k time.
+the worst case per function; the bar: the 8k time at most 10x the 1k time.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import json
 import time
 from collections.abc import Callable
 
-from tracejudge.judges.early_stop import errors_in, extract_tag, observation_success
-from tracejudge.judges.generic import assess_answer
+from tracejudge.judges.answers.generic import assess_answer
+from tracejudge.judges.answers.prompt_kind import prompt_is_complex
+from tracejudge.judges.inflight.early_stop import errors_in, extract_tag, observation_success
 from tracejudge.judges.llm.answer import InvalidAnswer, parse_answer
-from tracejudge.judges.outcomes import admitted_failure, claimed_actions, handoff
-from tracejudge.judges.prompt_kind import prompt_is_complex
-from tracejudge.judges.redact import mask
+from tracejudge.judges.masking.redact import mask
+from tracejudge.judges.rules.claims import admitted_failure, claimed_actions, handoff
 from tracejudge.models.events import parse_event
 
 UNITS: dict[str, str] = {

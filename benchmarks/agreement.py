@@ -8,9 +8,9 @@ handlers, as `tracejudge replay` does: the same windows, step limit, baselines l
 order the runs come, rules only. Per set it prints the AUC of `overall_score` against the label,
 the ok runs alerted (`passed` false) and sent to reflection (`incomplete`), the failed runs
 flagged (not passed, not success or incomplete), and per rule how often it fired on ok and on
-failed runs (the table of `tracejudge agreement`, judges/rule_rates.py). A rule whose rate on ok
-runs reaches 80 % of its rate on failed runs tells nothing about the outcome: the last column
-says so.
+failed runs (the table of `tracejudge agreement`, judges/agreement/rule_rates.py). A rule
+whose rate on ok runs reaches 80 % of its rate on failed runs tells nothing about the outcome:
+the last column says so.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.data import SHARED_DATA, require
-from tracejudge.judges.agreement import auc, label_ok
-from tracejudge.judges.rule_rates import RuleRate, rule_rates, rule_table
+from tracejudge.judges.agreement.rule_rates import RuleRate, rule_rates, rule_table
+from tracejudge.judges.agreement.tally import auc, label_ok
 from tracejudge.models.events import STEP_TYPES, parse_event
 from tracejudge.models.window import Window, assemble_window
 from tracejudge.streams.replay.engine import lines_of, replay
 from tracejudge.streams.settings import Settings
 
-# Done-when bars of issue 27, printed beside the figures
+# The bars the verdicts are held to, printed beside the figures
 OK_ALERTED_MAX = 0.15
 OK_REFLECTED_MAX = 0.10
 FAILED_FLAGGED_MIN = 0.50

@@ -1,5 +1,5 @@
-"""Live agreement on the shared labelled sets, across a worker's kill -9 (issue 39, done when 1
-and 2).
+"""Live agreement on the shared labelled sets, across a worker's kill -9: the live figures
+equal those computed offline from the same verdicts and labels.
 
     python -m benchmarks.agreement_live [--data DIR] [--set NAME] [--setting NAME=VALUE]
         [--outcomes-right-after] [--timeout-s 300] [--check]
@@ -71,7 +71,7 @@ from tests.integration.harness import (
     worker_env,
 )
 from tests.realservices import ROOT, start_kafka, start_redis
-from tracejudge.judges.agreement import Kept, Tally, cells, kept_of
+from tracejudge.judges.agreement.tally import Kept, Tally, cells, kept_of
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.report import agreement_json
 from tracejudge.streams.agreement.store import RedisAgreementStore, keys_of
@@ -80,7 +80,7 @@ from tracejudge.streams.replay.labels import Labelled, read_labels
 from tracejudge.streams.settings import Settings
 
 RULES_ONLY = {"llm_judge_enabled": "false"}
-AUC_TOLERANCE = 0.005  # done when 1: AUC within 0.005, counts exact
+AUC_TOLERANCE = 0.005  # live = offline: AUC within 0.005, counts exact
 READINGS = ("live, store", "live, status", "offline", "command, published", "command, replayed")
 # compared by --check; the replayed command's verdicts are not the worker's (module docstring)
 CHECKED = ("live, status", "offline", "command, published")

@@ -1,4 +1,4 @@
-"""What outcomes cost the worker, and what Redis keeps per request (issue 39, done when 5).
+"""What outcomes cost the worker, and what Redis keeps per request.
 
     python -m benchmarks.agreement_store [--requests 2000] [--check]
 
@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
 from tests.realservices import start_redis
-from tracejudge.judges.agreement import Kept, Truth, View
+from tracejudge.judges.agreement.tally import Kept, Truth, View
 from tracejudge.streams.agreement.store import PREFIX, RedisAgreementStore
 
 GOAL_BYTES = 256

@@ -1,5 +1,5 @@
-"""Calibrated alerts held out in time (issue 39, done-when 3), on every labelled set under
-../shared/data (benchmarks/data.py).
+"""Calibrated alerts held out in time, on every labelled set under ../shared/data
+(benchmarks/data.py).
 
     python -m benchmarks.calibration [--data DIR] [--set NAME] [--min-ok-runs N]
                                      [--min-failed-runs N]
@@ -37,8 +37,8 @@ import numpy as np
 
 from benchmarks.agreement import labelled_sets
 from benchmarks.data import SHARED_DATA, require
-from tracejudge.judges.agreement import NO_AGENT, Truth, auc, kept_of, label_ok
-from tracejudge.judges.calibration import Calibration
+from tracejudge.judges.agreement.calibration import Calibration
+from tracejudge.judges.agreement.tally import NO_AGENT, Truth, auc, kept_of, label_ok
 from tracejudge.models import names
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.calibrations import CalibrationRefresher
@@ -49,7 +49,7 @@ from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 
 TARGETS = (0.05, 0.10)
-GOAL_POINTS = 0.05  # done-when 3: the future's ok runs alerted within 5 points of the target
+GOAL_POINTS = 0.05  # the goal: the future's ok runs alerted within 5 points of the target
 Record = tuple[bytes | None, bytes]
 
 
@@ -250,7 +250,7 @@ def run_set(folder: Path, settings: Settings) -> list[str]:
                 n_failed = sum(
                     1 for r in split.past_runs if labels.get(r) is False and _of(past, r) == agent
                 )
-                # the +1 rule (judges/calibration.py) needs 1/target - 1 ok runs at least,
+                # the +1 rule (judges/agreement/calibration.py) needs 1/target - 1 ok runs at least,
                 # whatever the minimums: with fewer, no threshold keeps the promise
                 needed = max(tuned.calibration_min_ok_runs, math.ceil(1 / target - 1 - 1e-9))
                 out.append(

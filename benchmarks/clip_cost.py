@@ -1,5 +1,5 @@
-"""What cutting texts off secrets (judges/clipping.py) costs the judge's input, which the
-worker builds on its event loop as a request closes (issue 38).
+"""What cutting texts off secrets (judges/masking/clipping.py) costs the judge's input, which the
+worker builds on its event loop as a request closes.
 
     python -m benchmarks.clip_cost [--plain] [--data DIR] [--repeat N]
 
@@ -12,8 +12,8 @@ store, verdict making, 8k context), every `build_input` the worker calls timed. 
 p99 and max milliseconds of CPU per request (the thread's own time: the
 machine is shared).
 
-`--plain`: the cut as it was before judges/clipping.py (`models.events.clip`, through secrets),
-for the comparison.
+`--plain`: the cut as it was before judges/masking/clipping.py (`models.events.clip`, through
+secrets), for the comparison.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import tracejudge.judges.llm.prompt as prompt
-import tracejudge.judges.making as making
-import tracejudge.judges.records as records
-import tracejudge.judges.timeline as timeline
+import tracejudge.judges.verdict.make as making
+import tracejudge.judges.windows.records as records
+import tracejudge.judges.windows.timeline as timeline
 from benchmarks.data import SHARED_DATA, require
 from benchmarks.judge_input import judge_inputs, settings_for
-from tracejudge.judges import clipping
+from tracejudge.judges.masking import clipping
 from tracejudge.models.events import clip, parse_event
 from tracejudge.models.window import Window, assemble_window
 from tracejudge.streams.replay.engine import lines_of

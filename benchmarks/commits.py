@@ -4,7 +4,7 @@ worker drains a backlog, per table store.
     python -m benchmarks.commits [--requests 4000] [--stores memory,rocksdb]
 
 A crash replays what was not committed, so the longest time without a commit while draining
-bounds the work a kill -9 repeats (issue 9, item 8). Prints the drain rate, how many times the
+bounds the work a kill -9 repeats. Prints the drain rate, how many times the
 committed offsets moved and the longest gap between two moves.
 """
 

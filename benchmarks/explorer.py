@@ -21,9 +21,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from tracejudge.judges.making import Closing, Judging, make_verdict
-from tracejudge.judges.records import step_record
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
+from tracejudge.judges.windows.records import step_record
 from tracejudge.models import names
 from tracejudge.models.events import parse_event
 from tracejudge.streams.settings import Settings

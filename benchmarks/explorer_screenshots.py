@@ -48,7 +48,7 @@ from tests.integration.browser import (
 from tests.integration.harness import WorkerProcess, wait_counter, worker_env
 from tests.realservices import ROOT, start_kafka, start_redis
 from tracejudge.client.events import outcome_event
-from tracejudge.judges.agreement import label_ok
+from tracejudge.judges.agreement.tally import label_ok
 
 SHARED = ROOT.parent / "shared" / "data" / "tau_airline" / "events.jsonl"
 VENDORED = ROOT / "tests" / "data" / "tau_airline" / "events.jsonl"

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracejudge.judges.generic import assess_answer
+from tracejudge.judges.answers.generic import assess_answer
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 LABELLED = DATA / "generic_labelled.jsonl"

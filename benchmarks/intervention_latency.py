@@ -1,4 +1,4 @@
-"""Interventions: time to the agent, side by side with the time to an evaluation (issue 42).
+"""Interventions: time to the agent, side by side with the time to an evaluation.
 
     python -m benchmarks.intervention_latency [--requests 200] [--concurrency 4]
         [--step-ms 100] [--warmup 5] [--linger-ms MS] [--check]

@@ -1,9 +1,9 @@
-"""The loop rules replayed on every labelled set (issue 42, done-when 1): which runs they would
-have stopped, and what would not have been spent.
+"""The loop rules replayed on every labelled set: which runs they would have stopped, and
+what would not have been spent.
 
     python -m benchmarks.interventions [--data DIR] [--set NAME]
 
-Each run's tool calls go, in order, through `judges/loops.py` with its default rules (no
+Each run's tool calls go, in order, through `judges/inflight/loops.py` with its default rules (no
 budgets). A run is "stopped" at the first call that completes a rule; what comes after that
 call is what would not have been spent:
 - steps: the run's reasoning steps and tool calls after it;
@@ -28,8 +28,8 @@ from typing import Any
 
 from benchmarks.agreement import labelled_sets
 from benchmarks.data import SHARED_DATA, require
-from tracejudge.judges.agreement import label_ok
-from tracejudge.judges.loops import LoopFound, LoopRules, LoopWatch
+from tracejudge.judges.agreement.tally import label_ok
+from tracejudge.judges.inflight.loops import LoopFound, LoopRules, LoopWatch
 
 STEP_TYPES = ("reasoning_step", "tool_call")
 

@@ -1,17 +1,17 @@
-"""What of a run reaches the LLM judge (issue 38, items 1 and 2), on the shared coding and
-airline runs (../shared/data, benchmarks/data.py) through the worker's own path: its handlers,
-window store (step limit, held steps) and verdict making, at default settings with the LLM
-judge on, each closed run's judge job collected instead of sent.
+"""What of a run reaches the LLM judge, on the shared coding and airline runs (../shared/data,
+benchmarks/data.py) through the worker's own path: its handlers, window store (step limit, held
+steps) and verdict making, at default settings with the LLM judge on, each closed run's judge
+job collected instead of sent.
 
     python -m benchmarks.judge_input [--data DIR] [--context-tokens N ...]
 
 Per set and context size it prints, for the runs with a failed call: the share whose last failed
 call's text (its error, else its result, as the contract keeps it, masked as the judge sees it)
 is in the judge's input whole; where the run ended on a harness limit marker
-(judges/signals.py LIMIT), the share whose agent's own last failed command is; the share of all
-failed calls represented; and the prompts whose estimated tokens (input, system prompt, schema,
-output reserve) exceed the context. Then the same budget check on a synthetic Chinese run with
-every text at the contract's maxima.
+(judges/rules/endings.py LIMIT), the share whose agent's own last failed command is; the share
+of all failed calls represented; and the prompts whose estimated tokens (input, system prompt,
+schema, output reserve) exceed the context. Then the same budget check on a synthetic Chinese
+run with every text at the contract's maxima.
 
 A failed call is represented when its step index and its tool appear together with at least
 the head of its error (its error, else its result, masked): as a step of its own (whole, a
@@ -37,9 +37,9 @@ from typing import Any
 
 from benchmarks.data import SHARED_DATA, require
 from tracejudge.judges.llm.prompt import CLOSE, COMPACT, OPEN, estimate_tokens, indexes_of
-from tracejudge.judges.redact import mask
-from tracejudge.judges.signals import LIMIT
-from tracejudge.judges.verdicts import JudgeJob
+from tracejudge.judges.masking.redact import mask
+from tracejudge.judges.rules.endings import LIMIT
+from tracejudge.judges.verdict.conclude import JudgeJob
 from tracejudge.models import names
 from tracejudge.models.events import parse_event
 from tracejudge.prompts import final_judge_prompt

@@ -1,4 +1,4 @@
-"""Issue 38's load yardstick: the LLM judge against a server that allows fewer calls than asked.
+"""The LLM judge's load yardstick: against a server that allows fewer calls than asked.
 
     python -m benchmarks.judge_load [--requests 400] [--rate 20] [--final-wait-s 200] [--check]
 
@@ -24,7 +24,7 @@ Judged throughput: final evaluations with judge_status ok, divided by the time f
 call reaching the server to the last of those evaluations published (broker timestamp): the
 period the judge was busy. Compared with the server's allowance, 8 / 2 s = 4 a second.
 
-Goals (issue 38, "Done when" 1; `--check` exits 1 when one is missed): at least 95 % of the
+Goals (`--check` exits 1 when one is missed): at least 95 % of the
 requests end ok, none circuit_open, throughput at least 0.9 of the allowance, every request's
 first evaluation within 5 s of its close, and the lag metric seen above zero while jobs wait.
 Bounded: the publishing takes requests / rate seconds; then finals are awaited at most
@@ -220,7 +220,7 @@ async def publish(
 
 async def warm_up(tracer: AsyncTracer, run: str, evals: Evaluations, timeout_s: float) -> bool:
     """One request judged before the clock starts: the judge consumer takes its first job some
-    seconds after /health says 200 (issue 38), which is a start-up cost, not load."""
+    seconds after /health says 200, which is a start-up cost, not load."""
     rid = f"{run}-warm-up"
     evals.seen[rid] = Seen()
     req = tracer.request("warm the judge up", request_id=rid, agent_name="load")

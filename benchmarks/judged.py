@@ -1,4 +1,4 @@
-"""Issue 15's judge-on yardstick: judged throughput against its ideal, and the window agent's
+"""The judge-on yardstick: judged throughput against its ideal, and the window agent's
 rule-only throughput with the judge on and off.
 
     python -m benchmarks.judged [--latency-ms 500] [--seconds 30] [--rounds 3]

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.data import SHARED_DATA, require
-from tracejudge.judges.detectors import _PLUGINS, PATTERNS, Span
-from tracejudge.judges.redact import mask, spans
+from tracejudge.judges.masking.detectors import _PLUGINS, PATTERNS, Span
+from tracejudge.judges.masking.redact import mask, spans
 
 SETS = ("swe_java", "tau_airline")
 # event type -> the free-text fields measured (the ones an agent fills with its own content)

@@ -5,7 +5,7 @@ look-alikes.
 
 Corpus: `tests/data/redaction_corpus.jsonl` (written by `tests/data/make_redaction_corpus.py`).
 A secret is caught when none of its raw value survives `mask`; a look-alike is a false
-positive when `mask` changes it at all. Bars (issue 10): recall >= 0.99 on secrets, >= 0.95
+positive when `mask` changes it at all. Bars: recall >= 0.99 on secrets, >= 0.95
 per kind of personal data, false positives <= 1%.
 """
 
@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracejudge.judges.redact import mask
+from tracejudge.judges.masking.redact import mask
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "redaction_corpus.jsonl"
 PII = frozenset({"email", "phone", "cn_mobile", "card_number", "us_ssn", "iban", "cn_resident_id"})

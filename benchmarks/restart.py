@@ -7,7 +7,7 @@ two tool calls, final response) and, in a second scenario, `--open` requests tha
 (one task_started each), stops the worker with SIGTERM and starts it again on the same data
 directory: prints the seconds until /health says ok and the changelog records behind it. Each
 scenario runs once per table store, side by side: with RocksDB a restart reads only the
-changelogs' tail; in memory it replays them whole (issue 9: at most 30 s).
+changelogs' tail; in memory it replays them whole (the bar: at most 30 s).
 """
 
 from __future__ import annotations

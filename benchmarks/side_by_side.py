@@ -1,4 +1,4 @@
-"""Issue 29's yardstick, per core: bare Faust, one tracejudge worker, and as many workers as
+"""The per-core yardstick: bare Faust, one tracejudge worker, and as many workers as
 cores in the consumer group, in one run on the same broker, with raw aiokafka as the floor.
 
     python -m benchmarks.side_by_side [--requests 6000] [--rates 1000,2000,4000,6000]
@@ -15,7 +15,7 @@ For each system:
   the evaluation; bare Faust: the forwarded final event), p50/p99, requests with no output 5 s
   after the last was sent, and the highest rate whose p99 stays <= 100 ms with nothing left
   behind.
-The last lines print issue 29's three per-core bars against bare Faust.
+The last lines print the three per-core bars against bare Faust.
 """
 
 from __future__ import annotations
@@ -525,7 +525,7 @@ def report(floor: Drain, results: list[tuple[str, Drain, list[Steady]]]) -> None
     cpu = min(one[1].cpu_ms, many[1].cpu_ms) / faust[1].cpu_ms
     drain_x = many[1].rate / faust[1].rate
     steady_x = best(many[2]) / best(faust[2]) if best(faust[2]) else float("inf")
-    print("\nissue 29's bars against bare Faust, per core:")
+    print("\nbars against bare Faust, per core:")
     bars = [
         ("CPU per event, all processes", cpu, cpu <= 0.8, "<= 0.8x"),
         (f"drain, {many[0].split(': ')[1]}", drain_x, drain_x >= 2, ">= 2x"),

@@ -23,14 +23,14 @@ from typing import Any
 from benchmarks.adversarial import timed as best_of
 from benchmarks.side_by_side import backlog
 from tests.memory import MemoryWorker, memory_worker
-from tracejudge.judges.early_stop import check_early_stop
-from tracejudge.judges.generic import assess_answer
+from tracejudge.judges.answers.generic import assess_answer
+from tracejudge.judges.inflight.early_stop import check_early_stop
 from tracejudge.judges.llm.prompt import build_input
-from tracejudge.judges.made import made_of
-from tracejudge.judges.records import window_of
-from tracejudge.judges.redact import mask
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, conclude
+from tracejudge.judges.masking.redact import mask
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.conclude import DISABLED, Policy, WindowFacts, conclude
+from tracejudge.judges.verdict.encoded import made_of
+from tracejudge.judges.windows.records import window_of
 from tracejudge.models.events import parse_event
 
 STEP_LIMIT = 50

@@ -1,4 +1,4 @@
-"""Interventions reach the agent while it runs: budgets crossed and loops found (issue 42).
+"""Interventions reach the agent while it runs: budgets crossed and loops found.
 
 The worker publishes an `Intervention` on the control topic the moment a run's event crosses a
 loop rule or its budget. A tracer reads them back for its own requests, on a thread of its own,

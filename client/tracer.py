@@ -56,8 +56,8 @@ class _Tracing:
         redis_url: str | None = None,
         topic_prefix: str = "tracejudge.",
         queue_size: int = DEFAULT_QUEUE,
-        # 5 ms, not more: an intervention can only answer an event once it has left (issue 42's
-        # p99 of 50 ms from the crossing event to the agent; 20 ms made it 56 ms)
+        # 5 ms, not more: an intervention can only answer an event once it has left (the goal:
+        # p99 under 50 ms from the crossing event to the agent; 20 ms made it 56 ms)
         linger_ms: float = 5.0,
         batch_bytes: int = 1_000_000,
         queue_bytes: int = 64 * 1024 * 1024,

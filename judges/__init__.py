@@ -16,15 +16,22 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-# first: from here on, events parsed in this process are clipped off secrets (judges/clipping.py)
-from tracejudge.judges import clipping  # noqa: F401
-from tracejudge.judges.early_stop import EarlyStop, EarlyStopPolicy, Round, check_early_stop
-from tracejudge.judges.generic import AnswerAssessment, assess_answer
+from tracejudge.judges.answers.generic import AnswerAssessment, assess_answer
+from tracejudge.judges.inflight.early_stop import (
+    EarlyStop,
+    EarlyStopPolicy,
+    Round,
+    check_early_stop,
+)
 from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer
-from tracejudge.judges.norms import Norms, RunStats
-from tracejudge.judges.redact import mask
-from tracejudge.judges.rules import RuleJudge, RuleVerdict
-from tracejudge.judges.verdicts import JudgeOutcome, Policy, Verdict, WindowFacts, conclude
+
+# first: from here on, events parsed in this process are clipped off secrets
+# (judges/masking/clipping.py)
+from tracejudge.judges.masking import clipping  # noqa: F401
+from tracejudge.judges.masking.redact import mask
+from tracejudge.judges.rules.agent_norms import Norms, RunStats
+from tracejudge.judges.rules.judge import RuleJudge, RuleVerdict
+from tracejudge.judges.verdict.conclude import JudgeOutcome, Policy, Verdict, WindowFacts, conclude
 from tracejudge.models.window import Window
 
 

@@ -46,7 +46,7 @@ def clip(text: str, limit: int) -> str:
 # How an event's text over its limit is clipped as the event is parsed, before anything is
 # masked: a secret across this cut would leave, in every output, a fragment the masker cannot
 # recognise. Importing `tracejudge.judges` (the worker, replay) installs a clip that moves the
-# cut off secrets (judges/clipping.py); the models cannot import it (they import nothing of
+# cut off secrets (judges/masking/clipping.py); the models cannot import it (they import nothing of
 # ours: pyproject's import contracts), and the light client, which parses events with these
 # models but masks nothing, must not load the detectors: it keeps the plain cut.
 _arrival_clip: Callable[[str, int], str] = clip

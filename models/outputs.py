@@ -134,7 +134,7 @@ class JudgeCall(_Output):
 
 
 class CalibrationUsed(_Output):
-    """The calibration that set an evaluation's warn_threshold (judges/calibration.py)."""
+    """The calibration that set an evaluation's warn_threshold (judges/agreement/calibration.py)."""
 
     id: str = Field(description="Deterministic: from the agent, threshold, target and counts.")
     threshold: int = Field(ge=0, le=100)
@@ -184,7 +184,7 @@ class InterventionMade(BaseModel):
 
 class Saving(BaseModel):
     """What a run stopped by an intervention did not spend: a floor, estimated from its
-    agent's median run (judges/savings.py)."""
+    agent's median run (judges/inflight/savings.py)."""
 
     tool_calls: int = Field(ge=0)
     tokens: int | None = Field(default=None, ge=0, description="None: the run reported none.")
@@ -305,8 +305,8 @@ class ReflectionRequest(_Output):
     summary: str
     failed_steps: list[FailedStep] = Field(default_factory=list)
     remaining_steps: list[str] = Field(default_factory=list)
-    # the evaluation's suggestions: what the follow-up run should do differently (added in
-    # issue 40 for the client's reflection worker; older workers send none)
+    # the evaluation's suggestions: what the follow-up run should do differently (added for
+    # the client's reflection worker; older workers send none)
     suggestions: list[str] = Field(default_factory=list)
     reflection_round: int = Field(ge=1, description="The task's round + 1.")
     ts: float
@@ -384,7 +384,7 @@ class EarlyStopDecision(_Output):
 
 
 class Intervention(_Output):
-    """A run told, while it runs, that it crossed a budget or is in a loop (issue 42). On the
+    """A run told, while it runs, that it crossed a budget or is in a loop. On the
     control topic, keyed by request id, beside early-stop decisions."""
 
     type: Literal["intervention"] = "intervention"

@@ -17,7 +17,7 @@ from typing import Literal, NoReturn
 
 from aiokafka.errors import KafkaError
 
-from tracejudge.judges.redact import mask
+from tracejudge.judges.masking.redact import mask
 from tracejudge.models import names
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.streams.kafka.records import InRecord

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tracejudge.judges.redact import mask
+from tracejudge.judges.masking.redact import mask
 
 
 class JsonLogFormatter(logging.Formatter):

@@ -298,7 +298,7 @@ class Metrics:
         r.register(_Readings(self.readings))
 
     def _outcome_series(self, r: CollectorRegistry) -> None:
-        """Outcome events (issue 39): the figures they make are `agreement.live`'s."""
+        """Outcome events: the figures they make are `agreement.live`'s."""
         self.outcomes = Counter(
             "tracejudge_outcomes",
             "Outcome events by result: joined (to the request's verdict), same (as the one "

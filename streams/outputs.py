@@ -18,9 +18,9 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from tracejudge.judges.actions import asked, followed, iterations, reflection
-from tracejudge.judges.agreement import Kept
-from tracejudge.judges.made import Made, chained, encode
+from tracejudge.judges.agreement.action_effects import asked, followed, iterations, reflection
+from tracejudge.judges.agreement.tally import Kept
+from tracejudge.judges.verdict.encoded import Made, chained, encode
 from tracejudge.models.names import REDIS_EVALUATION_KEY, REDIS_TIMELINE_KEY
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.commit import later
@@ -106,7 +106,7 @@ class VerdictPublisher:
     # each evaluation also as an OpenTelemetry event (TRACEJUDGE_OTEL_EVALUATIONS_ENDPOINT)
     exporter: EvaluationExporter | None = None
     # where a final verdict is kept for its outcomes (None: no Redis, no live agreement), and
-    # a follow-up's parent's verdict found (issue 40)
+    # a follow-up's parent's verdict found
     agreement: AgreementStore | None = None
     # a follow-up later than this after its parent's verdict counts as late, not followed up
     followup_window_s: float = 3600.0
@@ -186,8 +186,8 @@ class VerdictPublisher:
         self.log.note(summary)
 
     async def _count_actions(self, store: AgreementStore, made: Made, kept: Kept) -> None:
-        """The effect of actions (judges/actions.py): a reflection asked, a follow-up of one,
-        an iterative loop told it may stop (or not).
+        """The effect of actions (judges/agreement/action_effects.py): a reflection asked, a
+        follow-up of one, an iterative loop told it may stop (or not).
         Counted once per request whatever the deliveries (the store's act keys); a failure
         loses a count, never the verdict (the store counts and logs it)."""
         rid = made.request_id

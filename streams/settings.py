@@ -21,18 +21,19 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# Defaults of the judges' own settings are theirs: written there once, read here.
-from tracejudge.judges.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
-from tracejudge.judges.budgets import BudgetBook
-from tracejudge.judges.calibration import CalibrationBook, CalibrationRule
-from tracejudge.judges.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
+from tracejudge.judges.agreement.calibration import CalibrationBook, CalibrationRule
+from tracejudge.judges.inflight.budgets import BudgetBook
+from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
+from tracejudge.judges.inflight.loops import LoopRules
 from tracejudge.judges.llm.client import LLMConfig
 from tracejudge.judges.llm.prompt import input_token_budget
-from tracejudge.judges.loops import LoopRules
-from tracejudge.judges.redact import mask
-from tracejudge.judges.rules import DEFAULT_TOOL_CALL_BUDGET
-from tracejudge.judges.sampling import parse_rates
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.llm.sampling import parse_rates
+from tracejudge.judges.masking.redact import mask
+
+# Defaults of the judges' own settings are theirs: written there once, read here.
+from tracejudge.judges.rules.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
+from tracejudge.judges.rules.judge import DEFAULT_TOOL_CALL_BUDGET
+from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.prompts import final_judge_prompt
 
 CONFIG_FILE_ENV = "TRACEJUDGE_CONFIG_FILE"
@@ -421,13 +422,13 @@ class RuleSettings(BaseModel):
     interventions_enabled: bool = Field(
         True,
         description="Tell a run on the control topic, while it runs, that it crossed its budget "
-        "or is in a loop (judges/loops.py, judges/budgets.py).",
+        "or is in a loop (judges/inflight/loops.py, judges/inflight/budgets.py).",
     )
     budgets_file: str = Field(
         "",
         description='A TOML file of per-request budgets: [default] and [agents."NAME"] '
         "tables of steps, tool_calls, tokens, cost_usd, wall_s, and the agents' own loop_* "
-        "thresholds (judges/budgets.py); checked at start. Empty: no budgets.",
+        "thresholds (judges/inflight/budgets.py); checked at start. Empty: no budgets.",
     )
     loop_repeat: int = Field(
         LoopRules.repeat, ge=0, le=32, description="The same call and result in a row (0: off)."

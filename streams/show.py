@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from redis.exceptions import RedisError
 
-from tracejudge.judges.redact import mask
+from tracejudge.judges.masking.redact import mask
 from tracejudge.models import names
 from tracejudge.streams.kafka.io import read_since
 from tracejudge.streams.outputs import redis_client
@@ -104,7 +104,7 @@ def no_timeline(
 
 
 def _flagged(e: dict[str, Any]) -> bool:
-    # as judges/making.py decides which timelines TRACEJUDGE_TIMELINES=flagged keeps
+    # as judges/verdict/make.py decides which timelines TRACEJUDGE_TIMELINES=flagged keeps
     return (
         not e.get("passed")
         or not e.get("success")

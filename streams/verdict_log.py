@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.judges.made import Summary
+from tracejudge.judges.verdict.encoded import Summary
 
 log = logging.getLogger("tracejudge.streams.outputs")  # where the line always was
 

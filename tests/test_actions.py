@@ -1,4 +1,4 @@
-"""The chain of a reflected request and the effect of the reflection (issue 40): a follow-up's
+"""The chain of a reflected request and the effect of the reflection: a follow-up's
 evaluation names its origin's verdict, and each follow-up is counted once (memory worker and
 memory store: no Kafka, no Redis; the store on Redis: tests/integration/test_actions.py)."""
 
@@ -10,10 +10,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.memory import MemoryWorker, memory_worker
-from tracejudge.judges.actions import ActionFigures, ActionTally, asked, followed
-from tracejudge.judges.agreement import NO_AGENT, Kept, View
-from tracejudge.judges.making import Closing, Judging, make_verdict
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.agreement.action_effects import ActionFigures, ActionTally, asked, followed
+from tracejudge.judges.agreement.tally import NO_AGENT, Kept, View
+from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.actions import actions_json
 from tracejudge.streams.agreement.live import LiveAgreement
@@ -152,7 +152,7 @@ def test_a_kept_record_carries_the_chain_and_reads_an_older_one() -> None:
     k = kept(73, False, True, 1_234.0, round_=2)
     k = Kept(**{**k.__dict__, "root": "first-request"})
     assert Kept.decode(k.encode()) == k
-    older = json.dumps(json.loads(k.encode())[:10])  # kept by a worker before issue 40
+    older = json.dumps(json.loads(k.encode())[:10])  # kept by an older worker, without the chain
     back = Kept.decode(older)
     assert (back.score, back.success, back.incomplete, back.round, back.root) == (
         None,

@@ -1,5 +1,4 @@
-"""`tracejudge agreement EVENTS --labels FILE`: the offline twin of the live agreement figures
-(issue 39, item 4 and Done when 2)."""
+"""`tracejudge agreement EVENTS --labels FILE`: the offline twin of the live agreement figures."""
 
 from __future__ import annotations
 
@@ -15,8 +14,8 @@ from tests.cli import agreement_json as agreement
 from tests.cli import as_json
 from tests.conftest import TAU_DATA
 from tests.fake_llm import FakeLLM, tool_call_reply, verdict
-from tracejudge.judges.agreement import Tally, Truth, auc, cells, kept_of, label_ok
-from tracejudge.judges.rule_rates import rule_rates, rule_table
+from tracejudge.judges.agreement.rule_rates import rule_rates, rule_table
+from tracejudge.judges.agreement.tally import Tally, Truth, auc, cells, kept_of, label_ok
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.cli.main import main
 from tracejudge.streams.replay.engine import ReplayResult, lines_of, replay

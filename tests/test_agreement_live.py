@@ -15,8 +15,8 @@ from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tests.memory import memory_worker
 from tests.test_judge_pending import judge_all, run
 from tests.test_worker_handlers import final, start, tool
-from tracejudge.judges.agreement import Kept, Tally, Truth, View, cells, kept_of, label_ok
-from tracejudge.judges.rules import RuleVerdict
+from tracejudge.judges.agreement.tally import Kept, Tally, Truth, View, cells, kept_of, label_ok
+from tracejudge.judges.rules.judge import RuleVerdict
 from tracejudge.models import names
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.live import LiveAgreement, bounded

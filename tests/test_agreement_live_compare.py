@@ -1,10 +1,10 @@
-"""The rule benchmarks/agreement_live.py judges live against offline figures by (issue 39,
-done when 1): counts exact, AUC within 0.005."""
+"""The rule benchmarks/agreement_live.py judges live against offline figures by:
+counts exact, AUC within 0.005."""
 
 from __future__ import annotations
 
 from benchmarks.agreement_live import equal, row
-from tracejudge.judges.agreement import Kept, Tally, Truth, View, cells
+from tracejudge.judges.agreement.tally import Kept, Tally, Truth, View, cells
 
 
 def figures(*runs: tuple[int, bool]) -> dict[str, object]:

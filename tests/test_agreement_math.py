@@ -1,4 +1,4 @@
-"""The agreement arithmetic every surface shares (judges/agreement.py)."""
+"""The agreement arithmetic every surface shares (judges/agreement/tally.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tracejudge.judges.agreement import (
+from tracejudge.judges.agreement.tally import (
     Cell,
     Kept,
     Tally,

@@ -1,6 +1,6 @@
 """`tracejudge agreement --evaluations FILE --labels FILE`: the labels joined to the verdicts the
-worker published (`tracejudge tail evaluations --json`), not to a re-evaluation (issue 39, Done
-when 2: the live worker's verdicts depend on the order runs close, a replay's on file order)."""
+worker published (`tracejudge tail evaluations --json`), not to a re-evaluation
+(the live worker's verdicts depend on the order runs close, a replay's on file order)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.cli import agreement_json as agreement
 from tests.cli import as_json
 from tests.conftest import TAU_DATA
 from tests.fake_llm import FakeLLM, tool_call_reply, verdict
-from tracejudge.judges.agreement import Tally, Truth, cells, kept_of, label_ok
+from tracejudge.judges.agreement.tally import Tally, Truth, cells, kept_of, label_ok
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.cli.main import main
 from tracejudge.streams.replay.engine import lines_of, replay

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from tests.memory import memory_worker
-from tracejudge.judges.baselines import Baseline
-from tracejudge.judges.norms import RunStats
+from tracejudge.judges.rules.agent_norms import RunStats
+from tracejudge.judges.rules.baselines import Baseline
 from tracejudge.streams.worker.baselines import BaselineBook
 
 

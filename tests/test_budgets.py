@@ -1,5 +1,5 @@
-"""Per-request budgets (judges/budgets.py): the file, validated with one clear error; limits per
-agent; each limit found once, on the event that crosses it, and every event counted."""
+"""Per-request budgets (judges/inflight/budgets.py): the file, validated with one clear error;
+limits per agent; each limit found once, on the event that crosses it, and every event counted."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tracejudge.judges.budgets import Budget, BudgetBook, BudgetsError
-from tracejudge.judges.loops import LoopRules
-from tracejudge.judges.spend import BudgetWatch
+from tracejudge.judges.inflight.budgets import Budget, BudgetBook, BudgetsError
+from tracejudge.judges.inflight.loops import LoopRules
+from tracejudge.judges.inflight.spend import BudgetWatch
 
 FILE = """
 [default]

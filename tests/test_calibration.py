@@ -1,4 +1,4 @@
-"""Calibrated alerts (issue 39): the threshold rule, the verdicts made after a calibration, and
+"""Calibrated alerts: the threshold rule, the verdicts made after a calibration, and
 the refresher that learns calibrations from the agreement tally."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 
 from tests.memory import memory_worker
 from tests.test_worker_handlers import final, start, tool
-from tracejudge.judges.agreement import Cell, Tally
-from tracejudge.judges.calibration import (
+from tracejudge.judges.agreement.calibration import (
     Calibration,
     CalibrationBook,
     CalibrationRule,
@@ -20,6 +19,7 @@ from tracejudge.judges.calibration import (
     calibrate_all,
     conformal_threshold,
 )
+from tracejudge.judges.agreement.tally import Cell, Tally
 from tracejudge.streams.agreement.calibrations import CalibrationRefresher, refresher_of
 from tracejudge.streams.settings import Settings
 

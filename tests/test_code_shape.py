@@ -1,4 +1,4 @@
-"""The shape issue 8 asked for, kept: short functions in streams/, small modules."""
+"""The code's shape, kept: short functions in streams/, small modules."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.test_rules import judge, rule_decision, window_of
-from tracejudge.judges.conversation import pending_action, unconfirmed_changes
-from tracejudge.judges.norms import Norm, Norms
+from tracejudge.judges.rules.agent_norms import Norm, Norms
+from tracejudge.judges.rules.conversation import pending_action, unconfirmed_changes
 
 Turn = tuple[str, Any]  # ("user", text) | ("agent", text) | ("call", (tool, ok))
 

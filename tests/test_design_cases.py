@@ -20,8 +20,8 @@ import pytest
 
 from tests.memory import memory_worker
 from tracejudge.judges.llm.answer import parse_answer
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import (
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.conclude import (
     DISABLED,
     JudgeOutcome,
     Policy,

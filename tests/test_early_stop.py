@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tracejudge.judges.early_stop import (
+from tracejudge.judges.inflight.early_stop import (
     Action,
     EarlyStopPolicy,
     Round,
@@ -17,7 +17,7 @@ from tracejudge.judges.early_stop import (
 )
 
 DATA = Path(__file__).parent / "data"
-# the tuning half, and the frozen half the detector was not tuned on (issue 12)
+# the tuning half, and the frozen half the detector was not tuned on
 SCENARIOS = json.loads((DATA / "early_stop_scenarios.json").read_text(encoding="utf-8"))
 FROZEN = json.loads((DATA / "early_stop_frozen.json").read_text(encoding="utf-8"))
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from tracejudge.judges.agreement import Kept, Tally, Truth, View, cells, wilson
+from tracejudge.judges.agreement.tally import Kept, Tally, Truth, View, cells, wilson
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.ui.agreement import AgreementReader, agreement_of
 from tracejudge.streams.ui.reliability import LEFT, RIGHT, SIZE, TOP

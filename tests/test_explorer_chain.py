@@ -1,5 +1,5 @@
 """The explorer's request page with its chain of reflections, and the agent page with the effect
-of the actions asked (issue 40): verdicts made by the real worker code (memory worker, memory
+of the actions asked: verdicts made by the real worker code (memory worker, memory
 store), held by the explorer's store, served by its app (no broker, no Redis)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from tests.memory import memory_worker
 from tests.test_actions import PARENT, follow_up, run
-from tracejudge.judges.actions import ActionTally, asked, followed, reflection
-from tracejudge.judges.agreement import Kept, View
+from tracejudge.judges.agreement.action_effects import ActionTally, asked, followed, reflection
+from tracejudge.judges.agreement.tally import Kept, View
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.demo.samples import sample_traces
 from tracejudge.streams.settings import Settings

@@ -1,4 +1,4 @@
-"""The framework integrations stop a run told to stop, the framework's own way (issue 42), with
+"""The framework integrations stop a run told to stop, the framework's own way, with
 the real LangGraph and OpenAI Agents SDK and their scripted models. The worker and the
 tracer's reader are played by `Told`: it tells a request to stop on its third tool call, as
 the loop rule does; the handler, the processor and the frameworks are the real ones.

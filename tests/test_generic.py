@@ -4,9 +4,9 @@ import pytest
 
 from benchmarks.generic_precision import FROZEN, score
 from tests.test_rules import trace, window_of
-from tracejudge.judges.generic import assess_answer, classify, continue_prompt
-from tracejudge.judges.prompt_kind import prompt_is_complex
-from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.answers.generic import assess_answer, classify, continue_prompt
+from tracejudge.judges.answers.prompt_kind import prompt_is_complex
+from tracejudge.judges.rules.judge import RuleJudge
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_generic_final_output_makes_the_request_incomplete() -> None:
 @pytest.mark.parametrize(
     ("prompt", "response", "retry"),
     [
-        # issue 12's held-out misses, decided as seed 004 files them
+        # pairs from the held-out set it once got wrong, decided as seed 004 files them
         ("你好", "你好！有什么可以帮您的吗？", False),
         ("hi", "What can I help with?", False),
         ("您好", "您好！有什么我可以帮助您的吗？", False),
@@ -124,7 +124,7 @@ def test_generic_final_output_makes_the_request_incomplete() -> None:
         ),
     ],
 )
-def test_issue_12_pairs(prompt: str, response: str, retry: bool) -> None:
+def test_held_out_pairs_it_once_got_wrong(prompt: str, response: str, retry: bool) -> None:
     assessment = assess_answer(prompt, response)
     assert assessment.retry is retry, assessment.reasons
 

@@ -59,12 +59,35 @@ def test_a_model_that_imports_faust_breaks_the_build(tmp_path: Path) -> None:
 
 def test_a_judge_that_imports_the_worker_breaks_the_build(tmp_path: Path) -> None:
     tree = tracejudge_tree(tmp_path, copy=True)
-    rules = tree / "tracejudge" / "judges" / "rules.py"
+    rules = tree / "tracejudge" / "judges" / "rules" / "judge.py"
     rules.write_text(rules.read_text() + "\nfrom tracejudge.streams.worker import app  # noqa\n")
     result = lint_imports(tree)
     assert result.returncode == 1
     assert "judges import only models and prompts of ours" in result.stdout
     assert "BROKEN" in result.stdout
+
+
+def test_a_judges_folder_that_imports_one_above_it_breaks_the_build(tmp_path: Path) -> None:
+    # masking is the bottom layer: every other folder of the judges may use it, it uses none
+    tree = tracejudge_tree(tmp_path, copy=True)
+    redact = tree / "tracejudge" / "judges" / "masking" / "redact.py"
+    redact.write_text(redact.read_text() + "\nfrom tracejudge.judges.rules import judge  # noqa\n")
+    result = lint_imports(tree)
+    assert result.returncode == 1
+    assert "the judges' folders are layered: each imports only the folders below it BROKEN" in (
+        result.stdout
+    )
+    assert "tracejudge.judges.masking.redact -> tracejudge.judges.rules.judge" in result.stdout
+
+
+def test_the_judges_hold_only_their_role_folders() -> None:
+    # each role in a folder whose __init__.py says what it holds and what it may import
+    judges = ROOT / "judges"
+    loose = sorted(p.name for p in judges.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules beside the role folders: {loose}"
+    for folder in (p for p in judges.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        doc = (folder / "__init__.py").read_text()
+        assert doc.startswith('"""') and "import" in doc, f"{folder.name}: no docstring on imports"
 
 
 def test_a_client_that_imports_streams_breaks_the_build(tmp_path: Path) -> None:

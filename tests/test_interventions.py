@@ -1,4 +1,4 @@
-"""Interventions while a run runs (issue 42), through the worker's handlers in memory: a loop
+"""Interventions while a run runs, through the worker's handlers in memory: a loop
 or a budget crossed is told on the control topic on the event that crosses it, once per kind,
 before the request ends."""
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.memory import memory_worker
-from tracejudge.judges.norms import Norm, Norms, RunStats
-from tracejudge.judges.savings import estimated_saving
+from tracejudge.judges.inflight.savings import estimated_saving
+from tracejudge.judges.rules.agent_norms import Norm, Norms, RunStats
 from tracejudge.models.outputs import InterventionMade, Saving, Usage
 from tracejudge.streams.settings import SettingsError, load_settings
 

@@ -19,7 +19,7 @@ from tests.test_rules import GOOD, trace, window_of
 from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError
 from tracejudge.judges.llm.prompt import build_input
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.streams.judging.stage import JudgeStage
 from tracejudge.streams.settings import Settings
 

@@ -1,4 +1,4 @@
-"""What decides a run reaches the judge (issue 38, items 1 and 2): beyond the step limit the last
+"""What decides a run reaches the judge: beyond the step limit the last
 steps stay whole and failed steps keep a digest; long texts keep head and tail; a short budget
 keeps the goal, the answer and the failed steps first, then the last steps, and says what it
 left out; the budget is in tokens, estimated to err high for CJK text too."""
@@ -12,7 +12,6 @@ import pytest
 
 from tests.test_rules import GOOD, trace, window_of
 from tests.test_windows import store
-from tracejudge.judges.clipping import SNAP
 from tracejudge.judges.llm.prompt import (
     COMPACT,
     build_input,
@@ -22,6 +21,7 @@ from tracejudge.judges.llm.prompt import (
     ranges,
     shrink_input,
 )
+from tracejudge.judges.masking.clipping import SNAP
 from tracejudge.models.events import SUMMARY_LIMIT, parse_event
 from tracejudge.prompts import final_judge_prompt
 
@@ -90,7 +90,7 @@ def test_a_long_text_is_clipped_head_and_tail_and_flagged() -> None:
     event = parse_event(call(1, ok=False, result_preview=log, error="exit 1"))
     assert event.type == "tool_call"
     preview = event.result_preview or ""
-    # at most the limit: the worker's cut moves to a line break nearby (judges/clipping.py)
+    # at most the limit: the worker's cut moves to a line break nearby (judges/masking/clipping.py)
     assert SUMMARY_LIMIT - 2 * SNAP <= len(preview) <= SUMMARY_LIMIT and len(log) > 100_000
     assert preview.startswith("[INFO] Scanning") and preview.endswith("[ERROR] BUILD FAILURE")
     assert "…[clipped" in preview and event.clipped == ["result_preview"]

@@ -1,4 +1,4 @@
-"""What the judge's prompt left out reaches the evaluation's provenance (issue 38, item 9): the
+"""What the judge's prompt left out reaches the evaluation's provenance: the
 counts its own `left_out` told the judge (steps omitted, failed steps shortened, merged or
 listed compactly, texts clipped) travel in the judge job to `JudgeCall.input_left_out`, and
 `tracejudge show` and the explorer's request page say them."""

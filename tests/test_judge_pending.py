@@ -1,5 +1,5 @@
 """A request sent to the LLM judge has a verdict at once: the rules', pending, replaced by the
-judge's under the same evaluation_id, whose reflection and alerts come with it (issue 38, 4)."""
+judge's under the same evaluation_id, whose reflection and alerts come with it."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from tests.memory import MemoryWorker, memory_worker
 from tests.test_rules import GOOD, trace, window_of
 from tracejudge.judges.llm.prompt import build_input
 from tracejudge.judges.llm.usage import Prices, Tokens, tokens_of
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import JudgeJob, Policy, WindowFacts
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.conclude import JudgeJob, Policy, WindowFacts
 from tracejudge.prompts import final_judge_prompt
 from tracejudge.streams.judging.budget import BudgetLimits, SpendBudget
 from tracejudge.streams.judging.jobs import record_outcome

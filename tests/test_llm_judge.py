@@ -33,9 +33,9 @@ from tracejudge.judges.llm.prompt import (
     shrink_input,
 )
 from tracejudge.judges.llm.prompt import _render as render
-from tracejudge.judges.redact import mask_any, masked_json
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import JudgeOutcome, Policy, WindowFacts, conclude
+from tracejudge.judges.masking.redact import mask_any, masked_json
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.conclude import JudgeOutcome, Policy, WindowFacts, conclude
 from tracejudge.prompts import final_judge_prompt
 
 
@@ -438,7 +438,7 @@ def _stage(fake_url: str, **settings: Any) -> Any:
 
 
 def _job() -> Any:
-    from tracejudge.judges.verdicts import JudgeJob
+    from tracejudge.judges.verdict.conclude import JudgeJob
 
     window = window_of(trace(GOOD, [("book", True)]))
     return JudgeJob(
@@ -567,7 +567,7 @@ async def test_json_schema_mode_asks_for_the_verdict_as_content(fake: FakeLLM) -
     assert lists and all("maxItems" in p for p in lists)
 
 
-# --- the design documents' answer shapes (issue 28) -------------------------------------------
+# --- the design documents' answer shapes ------------------------------------------------------
 
 ONLINE_EVALUATION_ANSWER = {
     "correctness": 80,

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.memory import memory_worker
-from tracejudge.judges.sampling import RateRule, Selection, parse_rates
+from tracejudge.judges.llm.sampling import RateRule, Selection, parse_rates
 from tracejudge.streams.settings import Settings, SettingsError, load_settings
 from tracejudge.streams.show import render
 
@@ -75,7 +75,7 @@ def test_the_same_requests_are_selected_in_another_process() -> None:
     here = sorted(chosen(selection, "planner", "2")) + sorted(chosen(selection, "other"))
     code = (
         "import json, sys\n"
-        "from tracejudge.judges.sampling import Selection, parse_rates\n"
+        "from tracejudge.judges.llm.sampling import Selection, parse_rates\n"
         "s = Selection(rate=0.3, rates=parse_rates('planner@2=0.6'))\n"
         "ids = json.loads(sys.stdin.read())\n"
         "pick = lambda a, v: sorted(r for r in ids if s.why_not(r, a, v, False) is None)\n"

@@ -1,4 +1,4 @@
-"""Early stop on long loops (issue 28): a `<Conclusion>` in round 2 of 5 after many earlier
+"""Early stop on long loops: a `<Conclusion>` in round 2 of 5 after many earlier
 steps gets its decision whatever the window keeps of those steps: beyond the step limit, and
 with trace capture off, the round's signals are kept, not its text."""
 

@@ -1,4 +1,4 @@
-"""The loop rules (judges/loops.py): each found on the call that completes its pattern, and
+"""The loop rules (judges/inflight/loops.py): each found on the call that completes its pattern, and
 not on what agents do when they make progress."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tracejudge.judges.loops import LoopRules, LoopWatch
+from tracejudge.judges.inflight.loops import LoopRules, LoopWatch
 
 Call = tuple[str, str | None, bool, str | None]  # tool, arguments, success, result or error
 DEFAULT = LoopRules()

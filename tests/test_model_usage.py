@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tracejudge.judges.making import Closing, Judging, make_verdict
-from tracejudge.judges.norms import Tally
-from tracejudge.judges.records import load_record, step_record
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.rules.agent_norms import Tally
+from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
+from tracejudge.judges.windows.records import load_record, step_record
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import Evaluation, Usage

@@ -1,4 +1,4 @@
-"""Outcome events (issue 39): the contract, the client's `outcome`, `publish`, and the worker
+"""Outcome events: the contract, the client's `outcome`, `publish`, and the worker
 routing them past the windows (memory worker: no Kafka, no Redis)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A secret across a cut is not split (issue 38): texts are clipped (head and tail) before they
+"""A secret across a cut is not split: texts are clipped (head and tail) before they
 are masked, and a fragment of a secret left on one side of the cut is no longer recognised by the
 masker. For every kind masked today (one from the labelled corpus each, in its context), a log
 longer than the limit with the secret placed exactly across the head's or the tail's cut, through
@@ -20,11 +20,11 @@ from tests.memory import memory_worker
 from tests.test_judge_input import block
 from tests.test_rules import window_of
 from tests.test_windows import store
-from tracejudge.judges.clipping import _ENDS, MARGIN, SHORT, clip_whole, head_whole
 from tracejudge.judges.llm.prompt import BRIEF_CHARS, DIGEST_CHARS, build_input
-from tracejudge.judges.records import DIGEST_ERROR_CHARS
-from tracejudge.judges.redact import mask, spans
-from tracejudge.judges.timeline import TEXT_LIMIT, timeline_of
+from tracejudge.judges.masking.clipping import _ENDS, MARGIN, SHORT, clip_whole, head_whole
+from tracejudge.judges.masking.redact import mask, spans
+from tracejudge.judges.windows.records import DIGEST_ERROR_CHARS
+from tracejudge.judges.windows.timeline import TEXT_LIMIT, timeline_of
 from tracejudge.models.events import SUMMARY_LIMIT, clip, clip_cuts, parse_event
 
 CORPUS = Path(__file__).resolve().parent / "data" / "redaction_corpus.jsonl"
@@ -171,8 +171,8 @@ def test_a_cut_moved_off_a_secret_keeps_the_limit_and_counts_what_went() -> None
 
 
 def test_only_short_secrets_and_a_urls_password_hold_what_ends_a_window() -> None:
-    # judges/clipping.py reads around a cut only as far as the run that no long secret crosses:
-    # a kind added to the detectors that breaks the rule must widen the window, not leak
+    # judges/masking/clipping.py reads around a cut only as far as the run that no long secret
+    # crosses: a kind added to the detectors that breaks the rule must widen the window, not leak
     for line in CORPUS.read_text(encoding="utf-8").splitlines():
         text = json.loads(line)["text"]
         for start, end, kind in spans(text):
@@ -230,7 +230,7 @@ async def test_a_secret_across_the_cut_of_an_arriving_event_reaches_no_output(
     context: str, raw: str, cut: int, side: str
 ) -> None:
     # the worker clips an event's text over its limit as it parses it, before anything is
-    # masked: the cut installed by judges/clipping.py moves off the secret
+    # masked: the cut installed by judges/masking/clipping.py moves off the secret
     log = across(context, raw, cut, side, ARRIVAL)
     w = memory_worker(
         llm_judge_enabled=True,

@@ -1,4 +1,4 @@
-"""The generic-answer classifier quotes what it found as written (issue 38).
+"""The generic-answer classifier quotes what it found as written.
 
 Its patterns read a folded sentence (lower case, punctuation to spaces) and some take a few of
 the answer's own words ("Checking … now", "Here is …"). What they found becomes a retry
@@ -20,11 +20,17 @@ import pytest
 from tests.leaks import pieces, text_of
 from tests.memory import memory_worker
 from tests.test_rules import window_of
-from tracejudge.judges.answer_families import families, normalise, strip_acknowledgements
-from tracejudge.judges.generic import assess_answer, classify
-from tracejudge.judges.redact import mask, masked_json
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, conclude, evaluator_version
+from tracejudge.judges.answers.families import families, normalise, strip_acknowledgements
+from tracejudge.judges.answers.generic import assess_answer, classify
+from tracejudge.judges.masking.redact import mask, masked_json
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.conclude import (
+    DISABLED,
+    Policy,
+    WindowFacts,
+    conclude,
+    evaluator_version,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 FRAGMENT = 6

@@ -1,4 +1,4 @@
-"""A secret across the cut of a rule's evidence is not split (issue 38): the rules quote the run
+"""A secret across the cut of a rule's evidence is not split: the rules quote the run
 (an error, a sentence of the answer, a user's turn, a call's arguments) in findings, reasons and
 remaining steps, cut to a few dozen characters, and those are masked only when the evaluation is
 made. A fragment left by a cut through a secret is one the masker no longer recognises.
@@ -17,9 +17,15 @@ import pytest
 
 from tests.test_privacy_clipping import leaks
 from tests.test_rules import window_of
-from tracejudge.judges.redact import mask
-from tracejudge.judges.rules import LOOP_RUN, RuleJudge
-from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, conclude, evaluator_version
+from tracejudge.judges.masking.redact import mask
+from tracejudge.judges.rules.judge import LOOP_RUN, RuleJudge
+from tracejudge.judges.verdict.conclude import (
+    DISABLED,
+    Policy,
+    WindowFacts,
+    conclude,
+    evaluator_version,
+)
 
 SECRETS = {
     "openai_key": "sk-proj-YSD0F7exeUnSCUNxs2GZbra570bf4x16Qm3Tt9",

@@ -7,9 +7,9 @@ import pytest
 
 from benchmarks.redaction import PII, evaluate
 from tests.test_rules import trace, window_of
-from tracejudge.judges.redact import ID_FIELDS, mask, mask_any, masked_json
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import DISABLED, Policy, WindowFacts, conclude
+from tracejudge.judges.masking.redact import ID_FIELDS, mask, mask_any, masked_json
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.conclude import DISABLED, Policy, WindowFacts, conclude
 from tracejudge.models.outputs import RetryRequest
 from tracejudge.streams.logs import mask_log_records
 from tracejudge.streams.settings import Settings

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import TAU_DATA
 from tests.integration.harness import refund_request
 from tests.memory import memory_worker
-from tracejudge.judges.records import WindowMeta
+from tracejudge.judges.windows.records import WindowMeta
 from tracejudge.streams.cli.main import main
 from tracejudge.streams.cli.replay import duration_s
 from tracejudge.streams.demo.samples import sample_traces

@@ -1,4 +1,4 @@
-"""How many replicas the worker gives the topics it creates (issue 41)."""
+"""How many replicas the worker gives the topics it creates."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import (
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.conclude import (
     DISABLED,
     Policy,
     Verdict,
@@ -150,7 +150,7 @@ def test_planned_steps_not_executed_are_remaining() -> None:
     assert verdict.incomplete and verdict.remaining_steps[0] == "book_reservation"
     # and the answer's claim is held against a trace with nothing but a search in it
     assert ("claim_without_call", claim) in verdict.findings
-    # a planned call that ran and failed is executed (issue 11): it decides success instead
+    # a planned call that ran and failed is executed: it decides success instead
     failed = judge.judge(
         window_of(
             trace(
@@ -226,7 +226,7 @@ def test_reflection_limit_turns_into_an_alert() -> None:
     assert disabled.reflection is None and not disabled.alerts
 
 
-# --- the answer against the trace (judges/outcomes.py) -------------------------------------
+# --- the answer against the trace (judges/rules/claims.py) -------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -328,7 +328,7 @@ def test_an_attempted_planned_step_that_failed_is_not_remaining_work() -> None:
 
 
 def test_planned_steps_written_as_descriptions_count_as_done_when_as_many_ran() -> None:
-    # issue 28: the design's rule is a count; two described steps, both run
+    # the design's rule is a count; two described steps, both run
     planned = ["look up the customer's order", "issue the refund for the damaged item"]
     calls = [("get_order", True), ("refund", True)]
     output = "Your refund of $20 for order 1234 has been issued."

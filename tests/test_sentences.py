@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tracejudge.judges.outcomes import admitted_failure, claimed_actions
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.sentences import sentence_at, sentences
+from tracejudge.judges.rules.claims import admitted_failure, claimed_actions
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.text.sentences import sentence_at, sentences
 from tracejudge.models.events import parse_event
 from tracejudge.models.window import assemble_window
 

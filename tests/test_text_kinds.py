@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.test_rules import judge, window_of
-from tracejudge.judges.text_kinds import split
+from tracejudge.judges.text.kinds import split
 
 PATCH = """Submitted patch:
 diff --git a/src/app/Ids.java b/src/app/Ids.java

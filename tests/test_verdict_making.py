@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from tracejudge.judges.made import Summary
-from tracejudge.judges.making import Closing, Judging, LLMRouting, make_verdict
-from tracejudge.judges.records import step_record
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.judges.verdict.encoded import Summary
+from tracejudge.judges.verdict.make import Closing, Judging, LLMRouting, make_verdict
+from tracejudge.judges.windows.records import step_record
 from tracejudge.models.events import parse_event
 from tracejudge.streams.demo.samples import sample_traces
 from tracejudge.streams.verdict_log import VerdictLog

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tracejudge.judges.records import WindowMeta, read_step, step_record
+from tracejudge.judges.windows.records import WindowMeta, read_step, step_record
 from tracejudge.models.events import ToolCall, parse_event
 from tracejudge.streams.worker.idle import due, marker_applies
 from tracejudge.streams.worker.windows import WindowStore

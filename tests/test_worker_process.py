@@ -72,7 +72,7 @@ def test_a_repeated_library_error_is_let_through_once_per_period_with_a_count() 
 
 
 def test_one_broker_of_three_down_is_degraded_not_unhealthy() -> None:
-    # issue 41: with two of three brokers answering, /health said 503 broker_unreachable
+    # with two of three brokers answering, /health once said 503 broker_unreachable
     w = memory_worker()
     w.ctx.liveness.assigned = True
     body, code = health_report(

@@ -12,7 +12,7 @@ model; each tool run is a tool call (failed when the tool raised); the top-level
 the final response (its last message), or its error. Callbacks hand events to the tracer's
 buffer and return.
 
-Stopping (issue 42): when the worker tells a run to stop (a budget crossed, a loop found), the
+Stopping: when the worker tells a run to stop (a budget crossed, a loop found), the
 handler raises `InterventionStop` from the run's next model or tool callback, before that
 model or tool is called: the callback manager lets a handler's exception through only when its
 `raise_error` is True, so it is True here and every other callback catches whatever goes wrong

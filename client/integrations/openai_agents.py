@@ -19,7 +19,7 @@ trace's workflow name when the caller set one; never the SDK's default "Agent wo
 every run without a `RunConfig(workflow_name=...)` has.
 Callbacks hand events to the tracer's buffer and return; nothing here raises into the agent.
 
-Stopping (issue 42): a tracing processor only watches, it cannot end a run. The SDK's own way
+Stopping: a tracing processor only watches, it cannot end a run. The SDK's own way
 is run hooks: `Runner.run(..., hooks=processor.hooks())` raises `AgentsInterventionStop` from
 the run's next `on_llm_start` or `on_tool_start` once the worker told its request to stop (a
 budget crossed, a loop found), before that model or tool is called. It is an `InterventionStop`

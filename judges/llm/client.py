@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 # The server asking to slow down: waited out (Retry-After) and retried under the deadline, the
 # calls in flight come down, and the breaker never hears of it: counting them opened the
-# breaker under load and turned 320 of 400 requests into rule-only verdicts (issue 38)
+# breaker under load and turned 320 of 400 requests into rule-only verdicts
 PUSHBACK_STATUS = frozenset({429, 503})
 # A 4xx that every call would get alike (wrong endpoint, key or model): breaker failures. Other
 # 4xx (400, 413, 422: this request's size or content) say nothing about the next request

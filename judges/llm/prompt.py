@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracejudge.judges.clipping import clip_whole
 from tracejudge.judges.llm.answer import TOOL_NAME
-from tracejudge.judges.records import DIGEST_ARGS_CHARS
-from tracejudge.judges.redact import mask_any
-from tracejudge.judges.signals import LIMIT
+from tracejudge.judges.masking.clipping import clip_whole
+from tracejudge.judges.masking.redact import mask_any
+from tracejudge.judges.rules.endings import LIMIT
+from tracejudge.judges.windows.records import DIGEST_ARGS_CHARS
 from tracejudge.models.events import Iteration, ReasoningStep, ToolCall, UserMessage, clip
 from tracejudge.models.window import Step, Window
 from tracejudge.prompts import JudgePrompt
@@ -214,7 +214,7 @@ def build_input(
     # still be recognised as the same failure as a whole copy of it
     keys = {s["i"]: _repeat_key(s) for s in data.get("steps", []) if _failed(s)}
     # before masking, so every text cut here is cut by clip_whole: a secret across a cut would
-    # leave a fragment the masker no longer recognises (judges/clipping.py)
+    # leave a fragment the masker no longer recognises (judges/masking/clipping.py)
     _shorten_fixed(data, room, clip_whole)
     # cheap: fewer steps to mask; every failed step stays for the cut below to list
     _select(data, room.scaled(UNMASKED_SLACK), keys, prefilter=True)

@@ -1,4 +1,4 @@
-"""Outcomes joined to verdicts, per request, and the agreement tally they make (issue 39).
+"""Outcomes joined to verdicts, per request, and the agreement tally they make.
 
 `store`: where a final verdict's `Kept` and the outcomes of its request meet (Redis, shared by
 every process; a memory twin for replay and tests). `outcomes`: the worker's handler of

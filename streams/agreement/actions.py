@@ -1,5 +1,5 @@
-"""The action figures (issue 40) as /metrics families and `tracejudge status` lines, read from
-the action tally every process counts into (`store.py`, judges/actions.py).
+"""The action figures as /metrics families and `tracejudge status` lines, read from
+the action tally every process counts into (`store.py`, judges/agreement/action_effects.py).
 
 Labels are bounded: `agent` as the agreement figures bound theirs (live.py's TOP_AGENTS with
 most actions asked, the rest "other"), `action` is reflection_1 .. reflection_N
@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from tracejudge.judges.actions import (
+from tracejudge.judges.agreement.action_effects import (
     EARLY_STOP,
     GENERIC_RETRY,
     RAN_TO_END,

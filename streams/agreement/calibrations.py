@@ -1,7 +1,7 @@
 """Keeps a process's calibrated alert thresholds fresh: every TRACEJUDGE_CALIBRATION_REFRESH_S,
 the agreement tally (merged over every process, `AgreementStore.tally`) is read and each
-agent's calibration learned again (`judges/calibration.py`) into the book the verdict policy
-reads. The worker and `tracejudge judge` both make verdicts, so both run one.
+agent's calibration learned again (`judges/agreement/calibration.py`) into the book the
+verdict policy reads. The worker and `tracejudge judge` both make verdicts, so both run one.
 
 A failed read keeps the calibrations in force: they were learned from outcomes that are still
 true, and a Redis outage must not flip every agent's threshold back and forth.
@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from tracejudge.judges.agreement import Tally
-from tracejudge.judges.calibration import (
+from tracejudge.judges.agreement.calibration import (
     Calibration,
     CalibrationBook,
     CalibrationRule,
     calibrate_all,
 )
+from tracejudge.judges.agreement.tally import Tally
 from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from prometheus_client.core import Metric
 
-from tracejudge.judges.actions import ActionFigures
-from tracejudge.judges.agreement import Figures, Tally
+from tracejudge.judges.agreement.action_effects import ActionFigures
+from tracejudge.judges.agreement.tally import Figures, Tally
 from tracejudge.streams.agreement import actions
 from tracejudge.streams.agreement.gauges import gauge_families
 from tracejudge.streams.agreement.store import RedisAgreementStore, keys_of
@@ -110,7 +110,7 @@ class LiveAgreement:
     clock: Callable[[], float] = time.monotonic
     figures: dict[tuple[str, str], Figures] = field(default_factory=dict)
     tally: Tally | None = None  # as of the last refresh that read it
-    # the effect of actions (issue 40): (agent, action) -> figures, served beside agreement's
+    # the effect of actions: (agent, action) -> figures, served beside agreement's
     actions: dict[tuple[str, str], ActionFigures] = field(default_factory=dict)
     failures: int = 0
     _families: list[Metric] = field(default_factory=list)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tracejudge.judges.agreement import Truth
+from tracejudge.judges.agreement.tally import Truth
 from tracejudge.models.events import Outcome
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.metrics import Metrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracejudge.judges.agreement import Tally
+from tracejudge.judges.agreement.tally import Tally
 
 SOURCES = ("rules", "judge", "blend")
 

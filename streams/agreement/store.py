@@ -12,7 +12,7 @@ Keys (prefix `tracejudge:agreement:`):
 - `tally:{utc day}`: hash cell key -> count, the pairs whose outcome came that day; a bucket
   lives the retention plus a day.
 
-The effect of actions (issue 40, judges/actions.py) lives beside it, because a follow-up is
+The effect of actions (judges/agreement/action_effects.py) lives beside it, because a follow-up is
 joined to its parent's kept verdict (the parent may have been judged by another process):
 - `act:{what}:{rid}`: JSON `[day, [[field, amount], ...]]`, what a request counted as asked
   (`what` = asked) or as a follow-up (`follow`), so a verdict published again counts once;
@@ -40,8 +40,8 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 
-from tracejudge.judges.actions import ActionTally, Amounts
-from tracejudge.judges.agreement import Cell, Kept, Tally, Truth, cells
+from tracejudge.judges.agreement.action_effects import ActionTally, Amounts
+from tracejudge.judges.agreement.tally import Cell, Kept, Tally, Truth, cells
 
 log = logging.getLogger(__name__)
 

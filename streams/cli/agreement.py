@@ -12,8 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
-from tracejudge.judges.agreement import Figures
-from tracejudge.judges.rule_rates import rule_table
+from tracejudge.judges.agreement.rule_rates import rule_table
+from tracejudge.judges.agreement.tally import Figures
 from tracejudge.streams.cli import exits
 from tracejudge.streams.replay.agreement import (
     Joined,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from tracejudge.judges.redact import mask
+from tracejudge.judges.masking.redact import mask
 from tracejudge.models import names
 from tracejudge.streams.demo.embedded import (
     Running,

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from tracejudge.judges.llm.answer import JudgeAnswer
-from tracejudge.judges.redact import masked_json
+from tracejudge.judges.masking.redact import masked_json
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracejudge.judges.made import made_of
-from tracejudge.judges.verdicts import JudgeJob, JudgeOutcome
+from tracejudge.judges.verdict.conclude import JudgeJob, JudgeOutcome
+from tracejudge.judges.verdict.encoded import made_of
 from tracejudge.streams.judging.stage import JudgeStage
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
 
-from tracejudge.judges.calibration import CalibrationBook
+from tracejudge.judges.agreement.calibration import CalibrationBook
 from tracejudge.models import names
 from tracejudge.streams.agreement.calibrations import refresher_of
 from tracejudge.streams.agreement.live import agreement_store

@@ -13,8 +13,8 @@ from tracejudge.judges.llm.client import CallRecord, JudgeError, LLMClient, LLMC
 from tracejudge.judges.llm.monitor import FallbackMonitor
 from tracejudge.judges.llm.prompt import cache_key
 from tracejudge.judges.llm.usage import Prices
-from tracejudge.judges.rules import RuleJudge
-from tracejudge.judges.verdicts import (
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.conclude import (
     JudgeJob,
     JudgeOutcome,
     Policy,

@@ -4,7 +4,7 @@ A probe that fails (a partition whose leader just died, a group coordinator movi
 mean the cluster is gone: with one broker of three down, the others take over its partitions
 within seconds. Each broker is asked on its own for metadata, so /health can tell "degraded"
 (some answer: keep the worker) from "unreachable" (none does: an outage its supervisor should
-see). Issue 41: with two brokers of three up, /health answered 503 and an orchestrator would
+see). Before, with two brokers of three up, /health answered 503 and an orchestrator would
 have restarted every healthy worker.
 """
 

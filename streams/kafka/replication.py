@@ -30,8 +30,8 @@ def replication_for(brokers: int, setting: int | None) -> Replication:
 
     Not set, 3 where the cluster has them (fewer: one per broker). With 3 replicas or more,
     `min.insync.replicas` 2: the producers' acks=all then waits for a second copy, and a write
-    only the leader held is never acknowledged, so the leader's death loses nothing (issue 41
-    found topics with 1: acks=all meant "the leader has it"). With 2 replicas, 1: 2 would stop
+    only the leader held is never acknowledged, so the leader's death loses nothing (topics
+    had been made with 1: acks=all meant "the leader has it"). With 2 replicas, 1: 2 would stop
     every write while either broker is down."""
     factor = setting if setting is not None else max(1, min(3, brokers))
     return Replication(factor, 2 if factor >= 3 else 1)

@@ -14,8 +14,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tracejudge.judges.actions import ActionTally
-from tracejudge.judges.agreement import Tally
+from tracejudge.judges.agreement.action_effects import ActionTally
+from tracejudge.judges.agreement.tally import Tally
 from tracejudge.models import names
 from tracejudge.streams.agreement.actions import action_lines, actions_json
 from tracejudge.streams.agreement.live import agreement_store
@@ -59,7 +59,7 @@ class Status:
     # no Redis (no live agreement) or Redis unreachable (`agreement_error` says which)
     agreement: dict[str, Any] | None = None
     agreement_error: str | None = None
-    # agent -> action -> the effect of the actions asked (`agreement/actions.py`, issue 40);
+    # agent -> action -> the effect of the actions asked (`agreement/actions.py`);
     # None where agreement is (the same Redis, read with it)
     actions: dict[str, Any] | None = None
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tracejudge.judges.agreement import (
+from tracejudge.judges.agreement.rule_rates import RuleRate, rule_rates
+from tracejudge.judges.agreement.tally import (
     NO_AGENT,
     NO_VERSION,
     Figures,
@@ -30,8 +31,7 @@ from tracejudge.judges.agreement import (
     View,
     kept_of,
 )
-from tracejudge.judges.rule_rates import RuleRate, rule_rates
-from tracejudge.judges.rules import RuleVerdict
+from tracejudge.judges.rules.judge import RuleVerdict
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.replay.engine import ReplayResult

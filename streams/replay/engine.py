@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
-from tracejudge.judges.agreement import Tally
+from tracejudge.judges.agreement.tally import Tally
 from tracejudge.models import names
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.kafka.records import InRecord

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracejudge.judges.agreement import Truth, label_ok
+from tracejudge.judges.agreement.tally import Truth, label_ok
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import OUTCOME_SOURCE, Outcome, parse_event
 

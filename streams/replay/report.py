@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from tracejudge.judges.agreement import auc, label_ok
+from tracejudge.judges.agreement.tally import auc, label_ok
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.metrics import quadrant
 from tracejudge.streams.replay.engine import ReplayResult

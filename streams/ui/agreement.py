@@ -20,8 +20,8 @@ from typing import Generic, Literal, TypeVar
 
 from redis.exceptions import RedisError
 
-from tracejudge.judges.actions import ActionFigures, ActionTally
-from tracejudge.judges.agreement import Figures, Share, Tally
+from tracejudge.judges.agreement.action_effects import ActionFigures, ActionTally
+from tracejudge.judges.agreement.tally import Figures, Share, Tally
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.store import AgreementUnavailable, RedisAgreementStore
 from tracejudge.streams.outputs import redis_client

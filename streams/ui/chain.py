@@ -1,5 +1,5 @@
 """A request's chain of reflections for its page: the origin, each follow-up round, and which
-verdict is final for the chain (issue 40).
+verdict is final for the chain.
 
 Built from what the explorer holds: a follow-up's evaluation names its parent
 (`origin.request_id`, with the parent's verdict as the worker found it), so the chain is walked

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from tracejudge.judges.agreement import Bin, Figures
+from tracejudge.judges.agreement.tally import Bin, Figures
 
 SIZE = 360  # the plot's side: a square, as both axes run 0..1
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 12, 44

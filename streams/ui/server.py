@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from tracejudge.judges.redact import ID_FIELDS, mask, mask_any
+from tracejudge.judges.masking.redact import ID_FIELDS, mask, mask_any
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.logs import quiet_library_logs

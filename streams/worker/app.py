@@ -151,7 +151,7 @@ def create_app(settings: Settings) -> faust.App:
         ctx.publisher.log.flush()
 
     refresher = refresher_of(settings, ctx.calibration_book, ctx.agreement)
-    if refresher is not None:  # per-agent alert thresholds learned from outcomes (issue 39)
+    if refresher is not None:  # per-agent alert thresholds learned from outcomes
 
         @app.task  # type: ignore[untyped-decorator]
         async def calibrate() -> None:

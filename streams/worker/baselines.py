@@ -21,8 +21,8 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracejudge.judges.baselines import Baseline
-from tracejudge.judges.norms import Norms, RunStats
+from tracejudge.judges.rules.agent_norms import Norms, RunStats
+from tracejudge.judges.rules.baselines import Baseline
 
 SEP = "\x1f"
 BASELINE_MARKER_ID = "tracejudge:baselines"  # the request id of the timer's write marker

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tracejudge.judges.making import Closing, Judging, make_verdict
-from tracejudge.judges.norms import group_of
-from tracejudge.judges.rules import RuleJudge
+from tracejudge.judges.rules.agent_norms import group_of
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
 from tracejudge.models.window import ClosedBy
 from tracejudge.streams.commit import Held, later
 from tracejudge.streams.outputs import Channel, VerdictPublisher, deliver

@@ -14,10 +14,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from tracejudge.judges.calibration import CalibrationBook
-from tracejudge.judges.making import Judging, LLMRouting
-from tracejudge.judges.sampling import parse_rates
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.agreement.calibration import CalibrationBook
+from tracejudge.judges.llm.sampling import parse_rates
+from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.judges.verdict.make import Judging, LLMRouting
 from tracejudge.streams.agreement.live import LiveAgreement, agreement_store
 from tracejudge.streams.agreement.outcomes import AgreementOutcomes
 from tracejudge.streams.agreement.store import AgreementStore, RedisAgreementStore

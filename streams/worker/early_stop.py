@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.judges.early_stop import EarlyStopPolicy, check_early_stop
-from tracejudge.judges.made import encode
-from tracejudge.judges.redact import mask
-from tracejudge.judges.verdicts import stable_id
+from tracejudge.judges.inflight.early_stop import EarlyStopPolicy, check_early_stop
+from tracejudge.judges.masking.redact import mask
+from tracejudge.judges.verdict.conclude import stable_id
+from tracejudge.judges.verdict.encoded import encode
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
 from tracejudge.streams.metrics import Metrics

@@ -42,7 +42,7 @@ class EventHandler:
     metrics: Metrics = field(default_factory=Metrics)
     # outcome events go here, never to a window (`WorkerContext.build` wires the metrics in)
     outcomes: OutcomeTaker = field(default_factory=CountingOutcomes)
-    # budgets and loops while a run runs (issue 42); None: interventions off
+    # budgets and loops while a run runs; None: interventions off
     intervener: Intervener | None = None
 
     async def __call__(self, record: InRecord) -> None:

@@ -21,8 +21,8 @@ def health_report(
 ) -> tuple[dict[str, Any], int]:
     """The body and HTTP status of /health. A worker that judges (`judge`: its judge consumer)
     is ready only once that consumer is assigned too: until then its judge jobs wait unread
-    (issue 38: /health said 200 about 30 s before the first job was taken). `brokers`: how many
-    answer; some missing is "degraded" and still ready (issue 41), none is for `broker_unreachable`
+    (before, /health said 200 about 30 s before the first job was taken). `brokers`: how many
+    answer; some missing is "degraded" and still ready, none is for `broker_unreachable`
     to say."""
     judge_waiting = judge is not None and not judge.assigned
     up = ctx.liveness.assigned and recovered and not rebalancing and not judge_waiting

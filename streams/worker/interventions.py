@@ -1,6 +1,6 @@
-"""Interventions while a run runs (issue 42): each new step event goes through its request's
-loop rules and budget (judges/loops.py, judges/budgets.py); a crossing goes out on the control
-topic at once, before the request ends, beside early-stop decisions.
+"""Interventions while a run runs: each new step event goes through its request's
+loop rules and budget (judges/inflight/loops.py, judges/inflight/budgets.py); a crossing goes
+out on the control topic at once, before the request ends, beside early-stop decisions.
 
 At most one intervention per kind (budget, loop) per request: the first crossing of each is
 sent, and recorded in the window's meta (changelog-backed, as early-stop decisions are), so a
@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.judges.budgets import BudgetBook
-from tracejudge.judges.loops import LoopFound, LoopRules, LoopWatch
-from tracejudge.judges.made import encode
-from tracejudge.judges.redact import mask
-from tracejudge.judges.spend import BudgetWatch, Crossing
-from tracejudge.judges.verdicts import stable_id
+from tracejudge.judges.inflight.budgets import BudgetBook
+from tracejudge.judges.inflight.loops import LoopFound, LoopRules, LoopWatch
+from tracejudge.judges.inflight.spend import BudgetWatch, Crossing
+from tracejudge.judges.masking.redact import mask
+from tracejudge.judges.verdict.conclude import stable_id
+from tracejudge.judges.verdict.encoded import encode
 from tracejudge.models.events import Event, FinalResponse, Iteration, ReasoningStep, ToolCall
 from tracejudge.models.outputs import Intervention
 from tracejudge.streams.metrics import Metrics

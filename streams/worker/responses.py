@@ -8,9 +8,9 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracejudge.judges.actions import Amounts, retry_answered, retry_asked
-from tracejudge.judges.made import encode
-from tracejudge.judges.retries import RetryPlan, plan_retry
+from tracejudge.judges.agreement.action_effects import Amounts, retry_answered, retry_asked
+from tracejudge.judges.verdict.encoded import encode
+from tracejudge.judges.verdict.retries import RetryPlan, plan_retry
 from tracejudge.models.responses import ModelResponse, parse_model_response
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.kafka.records import InRecord
@@ -31,7 +31,8 @@ class ResponseHandler:
     max_event_bytes: int | None = None
     judging: bool = True  # TRACEJUDGE_ENABLED=false: answers are parsed and counted, no more
     metrics: Metrics = field(default_factory=Metrics)
-    # where the generic-retry figures are counted (judges/actions.py); None: not counted
+    # where the generic-retry figures are counted (judges/agreement/action_effects.py); None:
+    # not counted
     actions: AgreementStore | None = None
 
     async def __call__(self, record: InRecord) -> None:

@@ -42,9 +42,9 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tracejudge.judges.early_stop import Action, Round
-from tracejudge.judges.norms import RunStats, Tally
-from tracejudge.judges.records import (
+from tracejudge.judges.inflight.early_stop import Action, Round
+from tracejudge.judges.rules.agent_norms import RunStats, Tally
+from tracejudge.judges.windows.records import (
     OPENED_AT,
     PARTITION,
     WindowMeta,

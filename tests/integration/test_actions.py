@@ -14,8 +14,8 @@ import redis.asyncio as aioredis
 from tests.memory import memory_worker
 from tests.realservices import free_port
 from tests.test_actions import PARENT, follow_up, run
-from tracejudge.judges.making import Closing, Judging, make_verdict
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
 from tracejudge.streams.agreement.store import (
     PREFIX,
     AgreementUnavailable,

@@ -1,8 +1,8 @@
-"""Outcomes joined to verdicts by a real worker on the real broker and Redis, across a kill -9
-(issue 39, done when 1): the labelled tau-bench airline runs published as events, then an
-outcome from each run's label once its final verdict is out; the worker killed with -9 while
-it takes the outcomes, and restarted. The tally in Redis must be what the test computes
-offline from the same final evaluations and labels: each outcome counted once, none lost."""
+"""Outcomes joined to verdicts by a real worker on the real broker and Redis, across a kill -9:
+the labelled tau-bench airline runs published as events, then an outcome from each run's label
+once its final verdict is out; the worker killed with -9 while it takes the outcomes, and
+restarted. The tally in Redis must be what the test computes offline from the same final
+evaluations and labels: each outcome counted once, none lost."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tests.integration.harness import (
     wait_counter,
     worker_env,
 )
-from tracejudge.judges.agreement import Tally, Truth, cells, kept_of, label_ok
+from tracejudge.judges.agreement.tally import Tally, Truth, cells, kept_of, label_ok
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.store import RedisAgreementStore, keys_of
 

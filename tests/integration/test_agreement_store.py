@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from tests import agreement_cases as cases
 from tests.realservices import free_port
-from tracejudge.judges.agreement import Truth
+from tracejudge.judges.agreement.tally import Truth
 from tracejudge.streams.agreement.store import (
     PREFIX,
     AgreementUnavailable,

@@ -33,7 +33,7 @@ from tests.integration.harness import WorkerProcess, consume, refund_request, wo
 from tests.kafkacluster import NODES, Cluster
 from tests.realservices import Service, launch_redis
 from tracejudge.client import Tracer
-from tracejudge.judges.records import WindowMeta
+from tracejudge.judges.windows.records import WindowMeta
 from tracejudge.models import names
 from tracejudge.models.names import MARKER_HEADER, REDIS_EVALUATION_KEY, changelog_topic
 from tracejudge.streams.kafka.admin import ensure_topics

@@ -19,7 +19,7 @@ from selenium.webdriver.common.by import By
 from tests.integration.browser import browser, explorer, screenshot, wait_until
 from tests.integration.harness import WorkerProcess, produce
 from tests.test_explorer import judged
-from tracejudge.judges.agreement import Figures, Tally, Truth, kept_of
+from tracejudge.judges.agreement.tally import Figures, Tally, Truth, kept_of
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.store import MemoryAgreementStore

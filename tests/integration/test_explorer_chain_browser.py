@@ -1,5 +1,5 @@
 """A reflected request's chain and the agent's action figures in a real browser (Debian's
-Chromium, headless), issue 40 Done when 3: a request that skips a planned step, judged by a real
+Chromium, headless): a request that skips a planned step, judged by a real
 worker on the real broker; its reflection request read from the topic; the follow-up the
 client's reflection worker would start (its request id from the reflection id, its task_started
 naming the origin, round 1) finishing the step left; then the explorer's pages: each request

@@ -1,4 +1,4 @@
-"""A framework's run stops when the worker tells it to (issue 42, done-when 3): the real
+"""A framework's run stops when the worker tells it to: the real
 LangGraph and OpenAI Agents SDK, driven by their scripted models asking for the same look-up
 over and over, a real worker on the real broker finding the loop, the tracer's reader bringing
 the intervention back, the integration raising it out of the framework's run call; then the

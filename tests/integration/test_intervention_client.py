@@ -1,4 +1,4 @@
-"""Interventions reach the agent on the real broker, from a real worker (issue 42): a run that
+"""Interventions reach the agent on the real broker, from a real worker: a run that
 calls the same tool the same way again is told to stop on the call that completes the loop;
 a run over its step budget on the step that crosses it; a run doing varied work is told
 nothing. The agent is the real `Tracer`; nothing of the client is stubbed."""

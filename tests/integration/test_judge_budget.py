@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from tests.fake_llm import FakeLLM
 from tests.realservices import free_port
 from tests.test_judge_usage import answered, job
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.streams.judging.budget import BudgetLimits, SpendBudget
 from tracejudge.streams.judging.stage import JudgeStage
 from tracejudge.streams.settings import Settings

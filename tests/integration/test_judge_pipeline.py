@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer
 from tests.fake_llm import FakeLLM, data_block, tool_call_reply, verdict
 from tests.integration.harness import WorkerProcess, consume, grouped, produce_events, worker_env
 from tests.realservices import free_port
-from tracejudge.judges.sampling import sampled
+from tracejudge.judges.llm.sampling import sampled
 from tracejudge.streams.demo.samples import sample_traces
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The judge queue under load (issue 38, items 3 and 4), on the real broker and Redis: jobs are
+"""The judge queue under load, on the real broker and Redis: jobs are
 taken from Kafka only while the judge has a call slot (the rest wait there, counted as lag, not
 shed), the consumer stays in its group while it waits, a tokens-per-minute limit shared
 through Redis and corrected to the reported usage, and a judging worker ready only once its
@@ -24,7 +24,7 @@ from tests.integration.harness import WorkerProcess, create_topic, produce, work
 from tests.realservices import free_port
 from tests.test_llm_judge import client_for
 from tracejudge.judges.llm.client import JudgeError
-from tracejudge.judges.verdicts import Policy
+from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.models import names
 from tracejudge.streams.judging import consumer as judge_consumer
 from tracejudge.streams.judging.consumer import JudgeRunner

@@ -121,7 +121,7 @@ async def test_tools_mode_against_a_server_that_ignores_tools(
             assert evaluation["overall_score"] == evaluation["rule_score"]
 
 
-# The online-evaluation design's answer: three scores and reasons, no verdict (issue 28).
+# The online-evaluation design's answer: three scores and reasons, no verdict.
 ONLINE_EVALUATION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -148,8 +148,8 @@ async def test_a_real_answer_in_the_online_evaluation_designs_shape_keeps_its_sc
     from tracejudge.judges.llm.breaker import CircuitBreaker
     from tracejudge.judges.llm.client import LLMClient, LLMConfig
     from tracejudge.judges.llm.prompt import build_input
-    from tracejudge.judges.rules import RuleJudge
-    from tracejudge.judges.verdicts import JudgeOutcome, Policy, WindowFacts, conclude
+    from tracejudge.judges.rules.judge import RuleJudge
+    from tracejudge.judges.verdict.conclude import JudgeOutcome, Policy, WindowFacts, conclude
     from tracejudge.models.events import parse_event
     from tracejudge.models.window import assemble_window
     from tracejudge.prompts import JudgePrompt

@@ -1,4 +1,4 @@
-"""The loop closed on the real broker (issue 40, Done when 1): 40 requests of the LangGraph
+"""The loop closed on the real broker: 40 requests of the LangGraph
 example (examples/langgraph_reflection.py), every other one skipping a planned step, judged by
 a real worker; the example's reflection worker in two processes, one killed with -9 midway,
 finishes the skipped work; exactly one follow-up per reflection request, and the figures the

@@ -20,8 +20,8 @@ from tests.integration.harness import (
 from tests.integration.test_cli import cli
 from tests.realservices import free_port
 from tests.test_verdict_making import JUDGING, closings
-from tracejudge.judges.made import Made
-from tracejudge.judges.making import make_verdict
+from tracejudge.judges.verdict.encoded import Made
+from tracejudge.judges.verdict.make import make_verdict
 from tracejudge.models import names
 from tracejudge.streams.judging.service import ProducerTopic, producer
 from tracejudge.streams.outputs import RedisSink, VerdictPublisher, redis_client
@@ -165,8 +165,8 @@ async def test_a_pending_verdict_never_replaces_the_judges_final_one_in_redis(
 ) -> None:
     from dataclasses import replace as replaced
 
-    from tracejudge.judges.making import Judging, LLMRouting
-    from tracejudge.judges.verdicts import Policy
+    from tracejudge.judges.verdict.conclude import Policy
+    from tracejudge.judges.verdict.make import Judging, LLMRouting
 
     settings = await settings_with_topics(
         worker_env(kafka_bootstrap, redis_url, tmp_path, "vpend"), tmp_path
