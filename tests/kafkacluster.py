@@ -1,5 +1,5 @@
 """A three-node Apache Kafka (KRaft) cluster on loopback, from the same pinned jars as the single
-broker in `realservices.py`, for the fault tests of issue 41.
+broker in `realservices.py`, for the broker fault and scaling tests.
 
 Every node is both broker and controller (a 3-voter quorum), so any one of them can die and the
 cluster keeps a controller, a leader for every partition and two in-sync replicas: topics are
@@ -36,6 +36,7 @@ from tests.realservices import (
     kafka_libs,
     stop_process,
 )
+from tests.retried import note_retry, refuse_services_in_the_fast_tier
 
 NODES = 3
 T = TypeVar("T")
@@ -212,12 +213,14 @@ def start_cluster(workdir: Path, timeout_s: float = 90.0, attempts: int = 3) -> 
 
     Started again on new ports when a node exits before listening (a port chosen free was taken
     by then) or the cluster does not form within `timeout_s`."""
+    refuse_services_in_the_fast_tier("Kafka cluster")
     for attempt in range(attempts):
         try:
             return _start_once(workdir / f"try{attempt}", timeout_s)
-        except (ServiceExited, RuntimeError):
+        except (ServiceExited, RuntimeError) as failed:
             if attempt == attempts - 1:
                 raise
+            note_retry("the three-node cluster started again", failed)
     raise AssertionError("unreachable")
 
 

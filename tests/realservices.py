@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from tests.retried import note_retry, refuse_services_in_the_fast_tier
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -172,9 +174,12 @@ def launch_kafka(
 def _with_fresh_ports(launch: Callable[[], Service], attempts: int = 3) -> Service:
     """`launch` again on new ports when the service exits before listening: a port chosen free
     can be taken (by any client's outgoing connection) before the service binds it."""
+    refuse_services_in_the_fast_tier("broker or Redis")
     for _ in range(attempts - 1):
-        with contextlib.suppress(ServiceExited):
+        try:
             return launch()
+        except ServiceExited as exited:
+            note_retry("a service started again on new ports", exited)
     return launch()
 
 

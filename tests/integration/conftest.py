@@ -24,8 +24,9 @@ def pipeline_worker(
 
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three Kafka nodes (issue 41's fault tests); started only for the tests that ask. A test
-    that kills, pauses or restarts a node leaves all three running and in the metadata."""
+    """Three Kafka nodes for the broker fault and scaling tests; started only for the tests that
+    ask. A test that kills, pauses or restarts a node leaves all three running and in the
+    metadata."""
     cluster = start_cluster(tmp_path_factory.mktemp("kafka-cluster"))
     yield cluster
     cluster.stop()

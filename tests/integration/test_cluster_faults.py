@@ -1,4 +1,4 @@
-"""Issue 41: the worker on a three-broker cluster, with brokers failing under load.
+"""The worker on a three-broker cluster, with brokers failing under load.
 
 Like Kafka's own replication tests (`tests/kafkatest/tests/core/replication_test.py`): the real
 client sends a steady stream of requests the whole time, a broker fails, and the check is the
@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 from tests.integration.harness import WorkerProcess, consume, refund_request, worker_env
 from tests.kafkacluster import NODES, Cluster
 from tests.realservices import Service, launch_redis
+from tests.soak import runs
 from tracejudge.client import Tracer
 from tracejudge.judges.windows.records import WindowMeta
 from tracejudge.models import names
@@ -43,7 +44,8 @@ from tracejudge.streams.replay.engine import replay_tables
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.windows import SEP
 
-pytestmark = pytest.mark.integration
+# one process holds the three-node cluster (a session fixture): every test on it runs there
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("kafka-cluster")]
 
 PARTITIONS = 3
 
@@ -554,7 +556,7 @@ async def under_load(
         worker.stop()
 
 
-RUNS = [1, 2, 3]  # issue 41: each fault passes three runs in a row
+RUNS = runs()  # once here; `scripts/soak.sh N` repeats each fault N times in a row
 
 
 def events_leader(counts: dict[int, int]) -> int:
@@ -587,7 +589,7 @@ async def test_the_events_leader_killed_under_load_loses_nothing(
 
 async def coordinator_killed(fault: Fault) -> None:
     """The consumer group's coordinator killed -9, started again 10 s later: the worker must
-    find the new one (the issue saw the lookup sent to the dead node)."""
+    find the new one (a worker once kept sending the lookup to the dead node)."""
     await killed_and_restarted(
         fault, await fault.cluster.coordinator_of(fault.worker.settings.app_id)
     )

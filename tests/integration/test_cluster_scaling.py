@@ -1,13 +1,13 @@
-"""Issue 41: workers scaled 1 -> 3 -> 1 on the three-broker cluster while traffic flows.
+"""Workers scaled 1 -> 3 -> 1 on the three-broker cluster while traffic flows.
 
 The real client sends a steady stream of requests the whole time; a second and third worker join
-the group (every partition moves at least once), then two leave: gracefully (SIGTERM), or in one
-run one of them killed -9, so its partitions wait for the session timeout. The check is the same
-as after a broker fault (`test_cluster_faults.py`): every request has one verdict (duplicates
-share the `evaluation_id`), commits reach the log end, nothing dead-lettered, no worker exited
-on its own, and the client delivered every event once. A rebalance is where Faust can resume
-fetching before it seeks to the committed offsets (faust-streaming #216, #221): a record passed
-over there is a lost or doubled window here.
+the group (every partition moves at least once), then two leave: gracefully (SIGTERM), or, in
+the other variant, one of them killed -9, so its partitions wait for the session timeout. The
+check is the same as after a broker fault (`test_cluster_faults.py`): every request has one
+verdict (duplicates share the `evaluation_id`), commits reach the log end, nothing
+dead-lettered, no worker exited on its own, and the client delivered every event once. A
+rebalance is where Faust can resume fetching before it seeks to the committed offsets
+(faust-streaming #216, #221): a record passed over there is a lost or doubled window here.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from tests.integration.harness import WorkerProcess, consume, worker_env
 from tests.integration.test_cluster_faults import HealthWatch, Load, commits_behind, percentile
 from tests.kafkacluster import Cluster
 from tests.realservices import free_port
+from tests.soak import runs
 from tracejudge.client import Tracer
 from tracejudge.models.names import MARKER_HEADER
 
-pytestmark = pytest.mark.integration
+# one process holds the three-node cluster (a session fixture): every test on it runs there
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("kafka-cluster")]
 
 PARTITIONS = 6  # two per worker at three workers
 RATE = 20.0  # requests a second
@@ -108,11 +110,12 @@ def exits(workers: list[WorkerProcess]) -> str:
     return "\n".join(lines[-60:])
 
 
-@pytest.mark.parametrize("run", [1, 2, 3])
+@pytest.mark.parametrize("run", runs())
+@pytest.mark.parametrize("leaving", ["sigterm", "kill9"])
 async def test_workers_scaled_1_3_1_under_load_lose_nothing(
-    kafka_cluster: Cluster, redis_url: str, tmp_path: Path, run: int
+    kafka_cluster: Cluster, redis_url: str, tmp_path: Path, leaving: str, run: int
 ) -> None:
-    kill_one = run == 2  # one run loses a worker to kill -9 instead of a graceful stop
+    kill_one = leaving == "kill9"  # one of the two leaving killed -9, not stopped gracefully
     began = time.monotonic()
     workers = group_of_workers(kafka_cluster, redis_url, tmp_path, 3)
     first, *joining = workers

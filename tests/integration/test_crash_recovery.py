@@ -17,12 +17,14 @@ from tests.integration.harness import (
     produce,
     worker_env,
 )
+from tests.soak import runs
 
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("repeat", runs())  # scripts/soak.sh N: N in a row
 async def test_kill_9_mid_replay_then_restart(
-    kafka_bootstrap: str, redis_url: str, tau_events: Path, tmp_path: Path
+    kafka_bootstrap: str, redis_url: str, tau_events: Path, tmp_path: Path, repeat: int
 ) -> None:
     worker = WorkerProcess(
         worker_env(kafka_bootstrap, redis_url, tmp_path, "crash"), tmp_path / "worker.log"
@@ -67,6 +69,7 @@ async def test_kill_9_mid_replay_then_restart(
     assert all(len(v) == 1 for v in ids.values()), "a duplicate carried another evaluation_id"
     duplicates = len(records) - len(expected)
     print(
-        f"killed after {killed_at} evaluations; {duplicates} duplicate evaluations after "
-        f"restart; {restarts} more restart(s) after the stall watchdog stopped the worker"
+        f"\nkill -9 mid-replay run {repeat}: killed after {killed_at} evaluations; "
+        f"{duplicates} duplicate evaluations after restart; {restarts} more restart(s) after "
+        "the stall watchdog stopped the worker"
     )

@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from tests.integration.harness import WorkerProcess, consume, refund_request, worker_env
 from tests.realservices import free_port
+from tests.soak import runs
 
 pytestmark = pytest.mark.integration
 
@@ -116,8 +117,9 @@ def what_happened(workers: list[WorkerProcess]) -> str:
     return "\n".join(lines[-60:])
 
 
+@pytest.mark.parametrize("repeat", runs())  # scripts/soak.sh N: N in a row
 async def test_kill_9_and_restart_five_times_skips_nothing(
-    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, repeat: int
 ) -> None:
     base, workers = two_workers(kafka_bootstrap, redis_url, tmp_path, "gaps")
     run = uuid.uuid4().hex[:6]
@@ -185,8 +187,8 @@ async def test_kill_9_and_restart_five_times_skips_nothing(
     )
     repaired = [w.log.read_text().count("seeking back") for w in workers]
     print(
-        f"{len(finals)} requests, {CYCLES} kill -9 cycles; skips repaired per worker: "
-        f"{repaired}; restarted by the supervisor: {restarts}"
+        f"\nkill -9 loop run {repeat}: {len(finals)} requests, {CYCLES} kill -9 cycles; "
+        f"skips repaired per worker: {repaired}; restarted by the supervisor: {restarts}"
     )
 
 
