@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.realservices import ROOT, free_port, stop_process
@@ -203,12 +203,13 @@ async def consume(
     bootstrap: str,
     topic: str,
     *,
-    until: Callable[[list[ConsumerRecord]], bool],
+    until: Callable[[list[ConsumerRecord]], bool] | None,
     timeout_s: float = 60.0,
     settle_s: float = 0.0,
 ) -> list[ConsumerRecord]:
     """Every record of a topic from the beginning, until `until(records)` (then `settle_s` more,
-    to catch unexpected extras) or the timeout."""
+    to catch unexpected extras) or the timeout. `until=None`: until the records the topic held
+    when reading began are read, then `settle_s` more: what is there, and what comes soon."""
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -221,16 +222,31 @@ async def consume(
     try:
         deadline = time.monotonic() + timeout_s
         settled_at: float | None = None
+        ends: dict[TopicPartition, int] | None = None
         while time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=200)
             records += [r for rs in batch.values() for r in rs]
-            if settled_at is None and until(records):
+            if until is None and ends is None and consumer.assignment():
+                ends = await consumer.end_offsets(list(consumer.assignment()))
+            if settled_at is None and (
+                until(records) if until is not None else await read_to(consumer, ends)
+            ):
                 settled_at = time.monotonic() + settle_s
             if settled_at is not None and time.monotonic() >= settled_at:
                 break
     finally:
         await consumer.stop()
     return records
+
+
+async def read_to(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int] | None) -> bool:
+    """Whether the consumer has read every partition up to `ends` (None: not known yet)."""
+    if ends is None:
+        return False
+    for partition, end in ends.items():
+        if await consumer.position(partition) < end:
+            return False
+    return True
 
 
 def values(records: Iterable[ConsumerRecord]) -> list[dict[str, Any]]:
@@ -266,15 +282,13 @@ async def grouped(
         return pending or value.get("final") is not False
 
     def until(records: list[ConsumerRecord]) -> bool:
-        if not wait_for_all:
-            return False
         found = (json.loads(r.value) for r in records)
         return keys <= {v.get(field) for v in found if kept(v)}
 
     records = await consume(
         worker.settings.kafka_bootstrap,
         worker.topic(topic),
-        until=until,
+        until=until if wait_for_all else None,
         timeout_s=timeout_s,
         settle_s=settle_s,
     )

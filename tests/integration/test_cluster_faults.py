@@ -44,8 +44,7 @@ from tracejudge.streams.replay.engine import replay_tables
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.windows import SEP
 
-# one process holds the three-node cluster (a session fixture): every test on it runs there
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("kafka-cluster")]
+pytestmark = pytest.mark.integration  # in one process with every test on the cluster: conftest
 
 PARTITIONS = 3
 

@@ -32,8 +32,7 @@ from tests.soak import runs
 from tracejudge.client import Tracer
 from tracejudge.models.names import MARKER_HEADER
 
-# one process holds the three-node cluster (a session fixture): every test on it runs there
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("kafka-cluster")]
+pytestmark = pytest.mark.integration  # in one process with every test on the cluster: conftest
 
 PARTITIONS = 6  # two per worker at three workers
 RATE = 20.0  # requests a second

@@ -45,8 +45,14 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
-def test_the_wheel_has_only_tracejudge_at_top_level(tmp_path: Path) -> None:
-    wheel = build_wheel(tmp_path)
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built once for the module's tests (a build writes under the source tree's
+    build/, which two builds at once would share)."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_has_only_tracejudge_at_top_level(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"tracejudge", "tracejudge-0.1.0.dist-info"}
     for expected in (
@@ -69,11 +75,11 @@ def test_the_wheel_has_only_tracejudge_at_top_level(tmp_path: Path) -> None:
 
 
 def test_an_agent_with_its_own_models_package_uses_the_client(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, wheel: Path
 ) -> None:
     site = tmp_path / "site"
     subprocess.run(
-        [*PIP, "install", "--no-deps", "--target", str(site), str(build_wheel(tmp_path / "wheel"))],
+        [*PIP, "install", "--no-deps", "--target", str(site), str(wheel)],
         check=True,
         timeout=300,
         capture_output=True,
@@ -115,14 +121,14 @@ def test_an_agent_with_its_own_models_package_uses_the_client(
     assert as_module.stdout.strip() == "tracejudge 0.1.0", as_module.stderr
 
 
-def client_only_venv(root: Path) -> Path:
+def client_only_venv(root: Path, wheel: Path) -> Path:
     """A fresh venv holding the wheel and only what `pip install tracejudge` (no extras) pulls
     in: the very distributions of this environment, linked in, so that the test needs no index
     and sees none of the worker extra (no faust, no opencc, no pydantic-settings)."""
     venv.create(root / "venv", with_pip=False)
     python = root / "venv" / "bin" / "python"
     subprocess.run(
-        [*PIP, "--python", str(python), "install", "--no-deps", str(build_wheel(root / "wheel"))],
+        [*PIP, "--python", str(python), "install", "--no-deps", str(wheel)],
         check=True,
         timeout=300,
         capture_output=True,
@@ -140,8 +146,8 @@ def client_only_venv(root: Path) -> Path:
     return python
 
 
-def test_the_client_only_install_has_a_working_command(tmp_path: Path) -> None:
-    python = client_only_venv(tmp_path)
+def test_the_client_only_install_has_a_working_command(tmp_path: Path, wheel: Path) -> None:
+    python = client_only_venv(tmp_path, wheel)
     command = str(python.parent / "tracejudge")
     missing = subprocess.run(
         [str(python), "-c", "import faust"], capture_output=True, timeout=60, check=False
