@@ -1,4 +1,4 @@
-.PHONY: help demo test check format bench schema
+.PHONY: help demo test fast soak check format bench schema
 
 help:  ## list targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -6,8 +6,14 @@ help:  ## list targets
 demo:  ## run the demo on the embedded broker
 	./scripts/demo.sh
 
-test:  ## install what is needed, then lint, types, unit and integration tests
+test:  ## install what is needed, then lint, types, unit and integration tests (what CI runs)
 	./scripts/test.sh
+
+fast:  ## lint, types, import rules and the unit tests: no broker, Redis, browser or Java
+	./scripts/test.sh --fast
+
+soak:  ## each cluster fault, scaling variant and kill -9 loop 3 times; the judge under load
+	./scripts/soak.sh 3
 
 check:  ## formatting, lint, types and import rules only
 	./scripts/bootstrap.sh dev,demo
