@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from tests.memory import Clock, MemoryChannel, fake_exit
@@ -147,3 +148,22 @@ async def test_held_steps_do_not_count_against_the_outputs_in_flight() -> None:
     await agent.ctx.commits.drain()
     assert sorted(agent.acked) == list(range(12))
     assert len(evaluations(channels)) == 6
+
+
+async def test_real_runs_judged_from_memory_get_the_verdicts_written_steps_get() -> None:
+    """Held steps are judged from the events themselves, never encoded: the verdicts must be
+    the ones made from the encoded records, byte for byte, on real runs (long texts, runs past
+    the step limit, events without an event_id)."""
+    path = Path(__file__).parent / "data" / "tau_airline" / "events.jsonl"
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for hold_s in (10.0, 0.0):
+        agent, tables, channels = setup(hold_s)
+        for offset, event in enumerate(events):
+            await agent.handle(offset, event)
+        await agent.ctx.commits.drain()
+        if hold_s:
+            assert tables.window_steps == {}  # every run judged from memory
+        out.append([{**e, "ts": 0} for e in evaluations(channels)])
+    held, written = out
+    assert len(held) == 40 and held == written

@@ -11,6 +11,7 @@ numbers), so that order numbers and timestamps stay; measured by `benchmarks/red
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -39,6 +40,25 @@ def mask(text: str) -> str:
     """Replace every secret or personal-data span with `[REDACTED:kind]`."""
     if len(text) < 6:
         return text
+    if len(text) <= CACHED_CHARS:
+        return _mask_short(text)
+    return _mask(text)
+
+
+# Most texts masked on the way out are the verdict's own sentences ("4 tool call(s); final
+# response present"), the same for thousands of requests: each ran every detector (~20
+# patterns) again. Masking is a pure function of the text, so short texts are remembered;
+# bounded at CACHED_TEXTS x CACHED_CHARS characters, in this process's memory only.
+CACHED_CHARS = 512
+CACHED_TEXTS = 4096
+
+
+@functools.lru_cache(maxsize=CACHED_TEXTS)
+def _mask_short(text: str) -> str:
+    return _mask(text)
+
+
+def _mask(text: str) -> str:
     found = spans(text)
     if not found:
         return text

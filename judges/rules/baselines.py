@@ -50,7 +50,10 @@ def _merged(*parts: dict[str, DDSketch]) -> dict[str, DDSketch]:
     out: dict[str, DDSketch] = {}
     for part in parts:
         for measure, sketch in part.items():
-            out.setdefault(measure, _sketch()).merge(sketch)
+            into = out.get(measure)
+            if into is None:  # not setdefault: it would build a sketch on every call
+                into = out[measure] = _sketch()
+            into.merge(sketch)
     return out
 
 
@@ -62,7 +65,10 @@ class Epoch:
     def add(self, values: dict[str, float]) -> None:
         self.runs += 1
         for measure, value in values.items():
-            self.sketches.setdefault(measure, _sketch()).add(max(0.0, value))
+            sketch = self.sketches.get(measure)
+            if sketch is None:  # not setdefault: it would build a sketch on every run
+                sketch = self.sketches[measure] = _sketch()
+            sketch.add(max(0.0, value))
 
     def encode(self) -> dict[str, object]:
         return {"runs": self.runs, "sketches": {m: _encode(s) for m, s in self.sketches.items()}}

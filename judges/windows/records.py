@@ -116,6 +116,36 @@ def step_record(
     return orjson.dumps(stub)
 
 
+@dataclass(frozen=True, slots=True)
+class HeldStep:
+    """A step record not encoded yet: the validated event and the window's extra fields.
+
+    A step kept only in memory (`streams/worker/windows.py`) is usually judged from memory and
+    never written; encoding it on arrival and decoding it at the close cost more than the
+    rules. `encode` makes the bytes `step_record` would have made, when the step is written;
+    `read_step` gives the event those bytes would have given back."""
+
+    event: Event
+    extra: dict[str, Any] | None = None
+
+    def encode(self) -> bytes:
+        return step_record(self.event, beyond_limit=False, extra=self.extra)
+
+    def read(self) -> Event:
+        event = self.event
+        if event.event_id is None:
+            # the record carries the resolved id, and so does the event read back from it (set
+            # in place: the event is the store's own, and a copy cost more than the rest here)
+            object.__setattr__(event, "event_id", event.resolved_event_id())
+            event.__pydantic_fields_set__.add("event_id")
+        return event
+
+
+def encoded(value: bytes | HeldStep) -> bytes:
+    """A step record as the table stores it."""
+    return value.encode() if isinstance(value, HeldStep) else value
+
+
 def _digest(stub: dict[str, Any], *, args: str | None, error: str | None) -> None:
     if args:
         stub["args_summary"] = clip_whole(args, DIGEST_ARGS_CHARS)
@@ -153,8 +183,10 @@ def with_fields(value: bytes | str | dict[str, Any], **fields: Any) -> bytes:
     return orjson.dumps({**load_record(value), **fields})
 
 
-def read_step(value: bytes | str | dict[str, Any]) -> Event | None:
+def read_step(value: bytes | str | dict[str, Any] | HeldStep) -> Event | None:
     """The event a step record holds, or None for a stub that carries nothing to judge."""
+    if isinstance(value, HeldStep):
+        return value.read()
     record = load_record(value)
     kind = record.get("type")
     # a stub carries nothing to judge, unless it is a failed reasoning step's digest

@@ -365,6 +365,11 @@ class DeadlineWorker(faust.Worker):  # type: ignore[misc]
 
     def __init__(self, *args: Any, stop_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Faust's terminal spinner: at a log level of WARNING or above it sets the root logger
+        # to DEBUG so that every record spins it, and every debug call of every library then
+        # builds a record on the event path (Faust logs each message it sends): a few percent
+        # of the worker's CPU per event, for a spinner nobody sees in a service.
+        self.spinner = None
         self.stop_timeout_s = stop_timeout_s
         self._deadline: threading.Timer | None = None
 

@@ -47,7 +47,9 @@ from tracejudge.judges.rules.agent_norms import RunStats, Tally
 from tracejudge.judges.windows.records import (
     OPENED_AT,
     PARTITION,
+    HeldStep,
     WindowMeta,
+    encoded,
     load_record,
     round_of_record,
     step_record,
@@ -258,9 +260,13 @@ class WindowStore:
         seq = meta.next_seq
         extra = {OPENED_AT: window.opened_at, PARTITION: partition} if seq == 0 else None
         round_ = _round(event) if isinstance(event, Iteration) else None
-        record = step_record(
-            event, beyond_limit=beyond_limit, extra=extra, round_=round_, digest=self.capture
-        )
+        record: bytes | HeldStep
+        if self.hold_s > 0 and not beyond_limit:
+            record = HeldStep(event, extra)  # encoded only if it is ever written
+        else:
+            record = step_record(
+                event, beyond_limit=beyond_limit, extra=extra, round_=round_, digest=self.capture
+            )
         if beyond_limit and self.capture and self.tail_steps > 0:
             window.tail.append((seq, event))  # encoded only if it is still there at close
         if round_ is not None:
@@ -271,7 +277,7 @@ class WindowStore:
         meta.next_seq = seq + 1
         meta.last_event_at = now
         if self.hold_s <= 0:
-            self.steps[step_key(rid, seq)] = record
+            self.steps[step_key(rid, seq)] = encoded(record)
             return "added"
         if window.held is None:
             window.held = Held(now)
@@ -299,7 +305,7 @@ class WindowStore:
             return 0
         held, window.held = window.held, None
         for seq, record in sorted(held.records.items()):
-            self.steps[step_key(request_id, seq)] = record
+            self.steps[step_key(request_id, seq)] = encoded(record)
         self.held_total -= len(held.records)
         held.release()
         return len(held.records)
@@ -360,7 +366,7 @@ class WindowStore:
         if window is not None:
             meta, held = window.meta, window.held.records if window.held else {}
             # the last steps beyond the limit, over their stubs
-            detail = {seq: step_record(e, beyond_limit=False) for seq, e in window.tail}
+            detail = {seq: HeldStep(e) for seq, e in window.tail}
             return meta, [
                 detail.get(seq) or held.get(seq) or self.steps.get(step_key(request_id, seq))
                 for seq in range(meta.next_seq)
