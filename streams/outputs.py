@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel
+from redis.asyncio.client import Pipeline
 
 from tracejudge.judges.agreement.action_effects import asked, followed, iterations, reflection
 from tracejudge.judges.agreement.tally import Kept
@@ -26,6 +27,7 @@ from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavaila
 from tracejudge.streams.commit import later
 from tracejudge.streams.metrics import Metrics, quadrant
 from tracejudge.streams.otel.evaluations import EvaluationExporter
+from tracejudge.streams.redis_batch import batch_of
 from tracejudge.streams.verdict_log import VerdictLog
 
 log = logging.getLogger(__name__)
@@ -138,7 +140,7 @@ class VerdictPublisher:
         # a pending verdict delivered again after the judge's (a crash between the two) must
         # not hide it: written only where there is none yet
         only_new = summary.pending
-        writes = [
+        writes: list[Awaitable[object]] = [
             self.lookup.put_encoded(
                 REDIS_EVALUATION_KEY.format(request_id=made.request_id),
                 made.evaluation,
@@ -148,6 +150,13 @@ class VerdictPublisher:
         if made.timeline is not None:  # in the same pipeline as the evaluation
             key = REDIS_TIMELINE_KEY.format(request_id=made.request_id)
             writes.append(self.lookup.put_encoded(key, made.timeline, only_new=only_new))
+        keeps = self.agreement is not None and made.kept is not None and not summary.pending
+        if keeps:
+            # before the input record is acknowledged: a crash publishes it again, and keeps
+            # it again (a pair counts once however often); never raises (`RedisAgreementStore`);
+            # queued with the writes above, so they share a round trip
+            assert self.agreement is not None and made.kept is not None
+            writes.append(self.agreement.keep(made.request_id, made.kept))
         await asyncio.gather(*writes)
         m = self.metrics
         if summary.pending:
@@ -157,10 +166,8 @@ class VerdictPublisher:
             if terminal_at is not None:
                 m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
             return
-        if self.agreement is not None and made.kept is not None:
-            # before the input record is acknowledged: a crash publishes it again, and keeps
-            # it again (a pair counts once however often); never raises (`RedisAgreementStore`)
-            await self.agreement.keep(made.request_id, made.kept)
+        if keeps:
+            assert self.agreement is not None and made.kept is not None
             await self._count_actions(self.agreement, made, made.kept)
         if self.exporter is not None:
             self.exporter.offer(json.loads(made.evaluation))
@@ -229,19 +236,17 @@ class RedisSink:
     """Latest evaluation per request under `tracejudge:evaluation:{request_id}`.
 
     Redis is a look-up convenience, not the system of record: failures are counted and logged
-    (at most once a minute) and never stop the stream. Writes that arrive while one is on its
-    way go together in one pipeline (one round trip, not one per verdict).
+    (at most once a minute) and never stop the stream. Writes go in the client's shared
+    pipeline (`redis_batch.py`): one round trip for every write queued meanwhile, the kept
+    verdicts' included, not one per verdict.
     """
-
-    MAX_BATCH = 500
 
     def __init__(self, client: aioredis.Redis | None, ttl_s: int) -> None:
         self.ttl_s = ttl_s
         self.errors = 0
         self._last_log = 0.0
         self._client = client
-        self._queue: list[tuple[str, bytes, bool, asyncio.Future[bool]]] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._batch = None if client is None else batch_of(client)
 
     @property
     def enabled(self) -> bool:
@@ -251,33 +256,23 @@ class RedisSink:
         return await self.put_encoded(key, encode(value))
 
     async def put_encoded(self, key: str, value: bytes, *, only_new: bool = False) -> bool:
-        if self._client is None:
+        if self._batch is None:
             return False
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append((key, value, only_new, done))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.ensure_future(self._write(self._client))
-        return await done
+
+        def commands(pipe: Pipeline) -> int:
+            pipe.set(key, value, ex=self.ttl_s, nx=only_new)
+            return 1
+
+        try:
+            await self._batch.run(commands)
+        except Exception as exc:  # RedisError, OSError, or anything: the stream goes on
+            self._failed(exc, 1)
+            return False
+        return True
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
-
-    async def _write(self, client: aioredis.Redis) -> None:
-        while self._queue:
-            batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
-            ok = True
-            try:
-                async with client.pipeline(transaction=False) as pipe:
-                    for key, value, only_new, _ in batch:
-                        pipe.set(key, value, ex=self.ttl_s, nx=only_new)
-                    await pipe.execute()
-            except Exception as exc:  # RedisError, OSError, or anything: waiters must wake
-                ok = False
-                self._failed(exc, len(batch))
-            for *_, done in batch:
-                if not done.done():
-                    done.set_result(ok)
 
     def _failed(self, exc: BaseException, writes: int) -> None:
         self.errors += writes

@@ -36,12 +36,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
 
 from tracejudge.judges.agreement.action_effects import ActionTally, Amounts
 from tracejudge.judges.agreement.tally import Cell, Kept, Tally, Truth, cells
+from tracejudge.streams.redis_batch import batch_of
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +187,7 @@ class RedisAgreementStore:
     # default (`keys_of`): two deployments sharing a Redis keep apart tallies
     prefix: str = PREFIX
     errors: int = 0
-    MAX_BATCH: ClassVar[int] = 500
     _last_log: float = field(default=0.0, init=False)
-    _queue: list[tuple[str, Kept, asyncio.Future[None]]] = field(default_factory=list, init=False)
-    _writer: asyncio.Task[None] | None = field(default=None, init=False)
     # outcomes in flight at once: the client's pool (100 connections by default) is shared
     # with the evaluations' writes and the judge's cache, and must never run dry
     _calls: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16), init=False)
@@ -203,41 +202,25 @@ class RedisAgreementStore:
         return self.retention_s + DAY_S
 
     async def keep(self, request_id: str, kept: Kept) -> None:
-        # verdicts kept while a write is on its way go together in one pipeline
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((request_id, kept, done))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.ensure_future(self._write())
-        await done
+        # in the client's shared pipeline, with the evaluations' writes (`redis_batch.py`)
+        key = self.prefix + f"kept:{request_id}"
 
-    async def _write(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
-            try:
-                await self._keep_batch(batch)
-            except Exception as exc:  # RedisError, OSError, or anything: waiters must wake
-                self._failed(exc, len(batch))
-            for *_, done in batch:
-                if not done.done():
-                    done.set_result(None)
+        def commands(pipe: Pipeline) -> int:
+            pipe.set(key, kept.encode(), ex=self.retention_s)
+            pipe.hgetall(self.prefix + f"out:{request_id}")
+            return 2
 
-    async def _keep_batch(self, batch: list[tuple[str, Kept, asyncio.Future[None]]]) -> None:
-        async with self.client.pipeline(transaction=False) as pipe:
-            for rid, kept, _ in batch:
-                pipe.set(self.prefix + f"kept:{rid}", kept.encode(), ex=self.retention_s)
-                pipe.hgetall(self.prefix + f"out:{rid}")
-            replies = await pipe.execute()
-        joins = [
-            (rid, kept, _text(source), _text(value))
-            for (rid, kept, _), outcomes in zip(batch, replies[1::2], strict=True)
-            for source, value in outcomes.items()
-        ]
-        if not joins:  # the usual case: no outcome before its verdict
-            return
-        async with self.client.pipeline(transaction=False) as pipe:
-            for rid, kept, source, value in joins:
-                await self._pair_into(pipe, rid, source, *pair_of(kept, source, value))
-            await pipe.execute()
+        try:
+            _, outcomes = await batch_of(self.client).run(commands)
+            if outcomes:  # rare: an outcome came before its verdict
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for source, value in outcomes.items():
+                        source, value = _text(source), _text(value)
+                        pair = pair_of(kept, source, value)
+                        await self._pair_into(pipe, request_id, source, *pair)
+                    await pipe.execute()
+        except Exception as exc:  # RedisError, OSError, or anything: never raised
+            self._failed(exc, 1)
 
     async def _pair_into(
         self,
@@ -336,8 +319,7 @@ class RedisAgreementStore:
             log.warning("agreement store failed (%d so far): %r", self.errors, exc)
 
     async def aclose(self) -> None:
-        if self._writer is not None:
-            await asyncio.gather(self._writer, return_exceptions=True)
+        await batch_of(self.client).flush()
 
 
 def action_pair(at: float, amounts: Amounts) -> tuple[str, str]:

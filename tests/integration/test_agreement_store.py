@@ -108,3 +108,39 @@ async def test_the_memory_twin_agrees_with_redis(redis: aioredis.Redis) -> None:
     for store in (memory, live):
         await cases.races_and_redeliveries(store, runs=60)
     assert (await memory.tally()).counts == (await live.tally()).counts
+
+
+async def test_evaluations_and_kept_verdicts_queued_together_share_one_round_trip(
+    redis: aioredis.Redis,
+) -> None:
+    """The worker writes an evaluation and keeps its verdict for every request: queued in the
+    same turn of the loop, a hundred requests' writes go in one pipeline, each caller gets its
+    own replies, and an outcome already in is still joined."""
+    from tracejudge.streams.outputs import RedisSink
+
+    prefix = f"{PREFIX}it-{uuid.uuid4().hex[:8]}:"
+    store, sink = store_of(redis, prefix), RedisSink(redis, 600)
+    rids = [f"rid-{i}" for i in range(100)]
+    truth = Truth(False, "labels")
+    assert await store.outcome(rids[0], truth, cases.NOW) == "early"
+    pipelines = 0
+    make = redis.pipeline
+
+    def counted(*args: object, **kwargs: object) -> object:
+        nonlocal pipelines
+        pipelines += 1
+        return make(*args, **kwargs)  # type: ignore[arg-type]
+
+    redis.pipeline = counted  # type: ignore[method-assign]
+    try:
+        results = await asyncio.gather(
+            *(sink.put_encoded(f"{prefix}evaluation:{rid}", rid.encode()) for rid in rids),
+            *(store.keep(rid, cases.PLAIN) for rid in rids),
+        )
+    finally:
+        redis.pipeline = make  # type: ignore[method-assign]
+    assert results[:100] == [True] * 100 and sink.errors == 0 and store.errors == 0
+    # one for all the writes, one for the pair of the outcome that came first
+    assert pipelines == 2
+    assert await redis.get(f"{prefix}evaluation:{rids[7]}") == b"rid-7"
+    assert (await store.tally()).counts == cases.expected((cases.PLAIN, truth)).counts
