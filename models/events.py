@@ -249,6 +249,16 @@ class FinalResponse(_Event):
     )
 
 
+_WITH_USAGE = (ReasoningStep, Iteration, FinalResponse)
+
+
+def usage_of(event: object) -> Any:
+    """An event's `usage` (a ModelUsage; a dict in a window read back from its records), None
+    for the event types that have none. Not `getattr(event, "usage", None)`: on a model without
+    the field, pydantic raises and catches inside, the dearest part of an event's handling."""
+    return event.usage if isinstance(event, _WITH_USAGE) else None
+
+
 class Outcome(_Event):
     """Ground truth about a request, sent any time after its verdict (minutes to days later):
     a test that passed in CI, a refund that went through, a thumbs-down, a reviewer's call.

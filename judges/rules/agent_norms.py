@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracejudge.judges.rules.claims import reads_only
-from tracejudge.models.events import Event, ModelUsage, ToolCall
+from tracejudge.models.events import Event, ModelUsage, ToolCall, usage_of
 from tracejudge.models.outputs import Usage
 from tracejudge.models.window import Window
 
@@ -89,7 +89,7 @@ class Tally:
     def add(self, event: Event) -> None:
         if isinstance(event, ToolCall):
             self.call(event.tool, call_key(event.tool, event.args_summary), event.success)
-        usage = getattr(event, "usage", None)
+        usage = usage_of(event)
         if usage is not None:
             self.model_call(usage)
         self._seen(event.ts, event.agent_name)

@@ -26,6 +26,7 @@ from tracejudge.models.events import (
     ToolCall,
     UserMessage,
     Validation,
+    usage_of,
 )
 from tracejudge.models.window import ClosedBy, Fired, Window, assemble_window
 
@@ -87,7 +88,7 @@ def step_record(
     for common in ("agent_name", "agent_version"):
         if getattr(event, common):
             stub[common] = getattr(event, common)
-    usage = getattr(event, "usage", None)
+    usage = usage_of(event)
     if usage is not None:  # token and cost totals count every step (norms.Tally)
         stub["usage"] = usage.model_dump(exclude_none=True)
     if isinstance(event, Iteration):

@@ -12,6 +12,7 @@ from typing import Any
 
 from tracejudge.judges.masking.clipping import clip_whole
 from tracejudge.judges.masking.redact import mask
+from tracejudge.models.events import usage_of
 from tracejudge.models.window import Window
 
 TEXT_LIMIT = 300  # per text of a step: enough to recognise it, not the whole of it
@@ -54,7 +55,7 @@ def timeline_of(window: Window) -> list[dict[str, Any]]:
             entry["success"] = event.exec_success
         elif kind == "final_response":
             entry["text"] = _text(event.output)
-        usage = getattr(event, "usage", None)
+        usage = usage_of(event)
         if usage is not None:  # a model, or the dict a window read back from its records holds
             given = usage if isinstance(usage, dict) else usage.model_dump()
             entry["usage"] = {k: v for k, v in given.items() if v is not None}

@@ -22,7 +22,14 @@ from tracejudge.judges.inflight.spend import BudgetWatch, Crossing
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.verdict.conclude import stable_id
 from tracejudge.judges.verdict.encoded import encode
-from tracejudge.models.events import Event, FinalResponse, Iteration, ReasoningStep, ToolCall
+from tracejudge.models.events import (
+    Event,
+    FinalResponse,
+    Iteration,
+    ReasoningStep,
+    ToolCall,
+    usage_of,
+)
 from tracejudge.models.outputs import Intervention
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel, deliver
@@ -83,9 +90,7 @@ class Intervener:
             found = sorted(found, key=lambda f: LOOP_ORDER.index(f.kind))
             made += [self._loop(rid, run, f, event) for f in found]
         if run.budget is not None:
-            # read only with a budget: an event type without `usage` makes getattr raise and
-            # catch inside pydantic, the dearest part of this path
-            usage = getattr(event, "usage", None)
+            usage = usage_of(event)
             tokens = 0 if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
             cost = 0.0 if usage is None else usage.cost_usd or 0.0
             crossed = run.budget.observe(

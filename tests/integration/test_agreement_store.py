@@ -131,7 +131,7 @@ async def test_evaluations_and_kept_verdicts_queued_together_share_one_round_tri
         pipelines += 1
         return make(*args, **kwargs)  # type: ignore[arg-type]
 
-    redis.pipeline = counted  # type: ignore[method-assign]
+    redis.pipeline = counted  # type: ignore[method-assign,assignment]
     try:
         results = await asyncio.gather(
             *(sink.put_encoded(f"{prefix}evaluation:{rid}", rid.encode()) for rid in rids),
