@@ -253,9 +253,13 @@ class RedisSink:
         return self._client is not None
 
     async def put_at(self, key: str, value: BaseModel) -> bool:
-        return await self.put_encoded(key, encode(value))
+        # a decision an agent may be polling for: its pipeline goes at once
+        return await self._put(key, encode(value), only_new=False, urgent=True)
 
     async def put_encoded(self, key: str, value: bytes, *, only_new: bool = False) -> bool:
+        return await self._put(key, value, only_new=only_new, urgent=False)
+
+    async def _put(self, key: str, value: bytes, *, only_new: bool, urgent: bool) -> bool:
         if self._batch is None:
             return False
 
@@ -264,7 +268,7 @@ class RedisSink:
             return 1
 
         try:
-            await self._batch.run(commands)
+            await self._batch.run(commands, urgent=urgent)
         except Exception as exc:  # RedisError, OSError, or anything: the stream goes on
             self._failed(exc, 1)
             return False

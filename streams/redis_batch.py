@@ -10,6 +10,7 @@ it, and each caller gets the replies to its own commands.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -23,16 +24,26 @@ Commands = Callable[[Pipeline], int]
 
 class PipelineBatch:
     MAX_BATCH = 500  # callers per pipeline
+    # A pipeline waits this long for more before it goes, unless a caller is waited on (an
+    # agent polls for its early-stop decision). Verdicts close a few milliseconds apart under
+    # load, so without it most pipelines carried one or two; what waits is a look-up copy (the
+    # evaluation on its topic is out already) and the input record's acknowledgement.
+    LINGER_S = 0.02
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, linger_s: float = LINGER_S) -> None:
         self.client = client
+        self.linger_s = linger_s
         self._queue: list[tuple[Commands, asyncio.Future[list[Any]]]] = []
         self._writer: asyncio.Task[None] | None = None
+        self._urgent = asyncio.Event()
 
-    async def run(self, commands: Commands) -> list[Any]:
-        """The replies to `commands`, in order; raises what the pipeline raised."""
+    async def run(self, commands: Commands, *, urgent: bool = False) -> list[Any]:
+        """The replies to `commands`, in order; raises what the pipeline raised. `urgent`: the
+        pipeline goes without waiting for more."""
         done: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._queue.append((commands, done))
+        if urgent:
+            self._urgent.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write())
         return await done
@@ -44,6 +55,10 @@ class PipelineBatch:
 
     async def _write(self) -> None:
         while self._queue:
+            if self.linger_s > 0 and len(self._queue) < self.MAX_BATCH:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), self.linger_s)
+            self._urgent.clear()
             batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
             try:
                 async with self.client.pipeline(transaction=False) as pipe:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import opencc
 
@@ -104,6 +104,7 @@ def fold_chinese(text: str) -> str:
     return str(_to_simplified().convert(text)) if CJK.search(text) else text
 
 
+@lru_cache(maxsize=1024)  # the same prompt and sentences are folded many times per answer
 def normalise(text: str) -> str:
     """Lower case, punctuation and spacing folded, traditional Chinese to simplified:
     "Ready  to assist!" -> "ready to assist"."""

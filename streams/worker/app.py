@@ -246,6 +246,7 @@ def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:
 
 
 POSITION_TIMEOUT_S = 2.0
+GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections (Python's default: 700)
 
 
 FETCH_MAX_WAIT_MS = 50
@@ -282,6 +283,11 @@ def _add_phase_logs(app: faust.App, settings: Settings) -> None:
         # (tens of milliseconds of pause less, straight into the verdict latency tail).
         gc.collect()
         gc.freeze()
+        # Each event allocates a few hundred objects that live until its record is acknowledged
+        # (a few milliseconds): at Python's default of a young collection every 700 allocations
+        # most of them were walked once or twice before they died, ~2 % of the worker's CPU.
+        # Collected 30 times less often, most die first; cycles wait a little longer.
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> JudgeRunner | None:
