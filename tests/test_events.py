@@ -151,3 +151,45 @@ def test_a_percentage_confidence_is_read_as_its_fraction(given: float, read: flo
     raw = {"type": "reasoning_step", "request_id": "r", "step_index": 0, "phase": "plan"}
     event = parse_event(json.dumps({**raw, "confidence": given}).encode())
     assert isinstance(event, ReasoningStep) and event.confidence == pytest.approx(read)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"type": "tool_call", "request_id": "r", "step_index": 1, "tool": "t", "success": true, '
+        b'"ts": 1.5}',
+        # what orjson refuses and the standard library reads: the same outcome either way
+        b'{"type": "tool_call", "request_id": "r", "step_index": 1, "tool": "t", "success": true, '
+        b'"ts": NaN}',
+        b'{"type": "tool_call", "request_id": "r", "tool": "t", "success": true, '
+        b'"step_index": 1180591620717411303424}',
+        b'{"type": "final_response", "request_id": "r", "output": "\\ud800 alone"}',
+        b'{"type": "final_response", "request_id": "r", "output": "\xff"}',
+        b'{"type": "final_response", "request_id": "r", "output": ',
+        b"[1, 2]",
+        b'{"request_id": "r"}',
+    ],
+)
+def test_events_read_as_the_standard_library_reads_them(raw: bytes) -> None:
+    """pydantic's JSON reader goes first (a quarter of the time); the standard library's is
+    the contract: what it reads, and how it words what it refuses."""
+
+    def stdlib(value: bytes) -> object:
+        try:
+            return json.loads(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            return "not_utf8"
+        except json.JSONDecodeError:
+            return "not_json"
+
+    def outcome(value: object) -> object:
+        try:
+            return parse_event(value)  # type: ignore[arg-type]
+        except InvalidEvent as exc:
+            return exc.code, exc.reason
+
+    decoded = stdlib(raw)
+    expected = outcome(decoded) if not isinstance(decoded, str) else decoded
+    got = outcome(raw)
+    got = got[0] if isinstance(got, tuple) and isinstance(decoded, str) else got
+    assert repr(got) == repr(expected)  # repr: NaN equals itself there
