@@ -2,7 +2,7 @@
 cores in the consumer group, in one run on the same broker, with raw aiokafka as the floor.
 
     python -m benchmarks.side_by_side [--requests 6000] [--rates 1000,2000,4000,6000]
-                                      [--sweep-seconds 20]
+                                      [--sweep-seconds 20] [--write-headline]
 
 Starts the real Kafka (the group coordinator waits 3 s for a new group's members, Kafka's
 production default, so workers started together share the first assignment) and Redis.
@@ -15,7 +15,9 @@ For each system:
   the evaluation; bare Faust: the forwarded final event), p50/p99, requests with no output 5 s
   after the last was sent, and the highest rate whose p99 stays <= 100 ms with nothing left
   behind.
-The last lines print the three per-core bars against bare Faust.
+The last lines print the three per-core bars against bare Faust. `--write-headline` also
+writes the results, with the commit they ran on, over the headline table of BENCHMARKS.md
+(between its `side-by-side headline` markers).
 """
 
 from __future__ import annotations
@@ -447,7 +449,7 @@ KAFKA_FOR_GROUPS = KAFKA_PROPERTIES.replace(
 )
 
 
-async def main(requests: int, rates: list[float], seconds: float) -> None:
+async def main(requests: int, rates: list[float], seconds: float, headline: bool) -> None:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # retries while topics settle
     workdir = Path(tempfile.mkdtemp(prefix="tracejudge-side-"))
     kafka = launch_kafka(workdir / "kafka", KAFKA_FOR_GROUPS)
@@ -496,6 +498,8 @@ async def main(requests: int, rates: list[float], seconds: float) -> None:
         kafka.stop()
         redis.stop()
     report(floor, results)
+    if headline:
+        write_headline(floor, results, requests, rates, seconds)
 
 
 def report(floor: Drain, results: list[tuple[str, Drain, list[Steady]]]) -> None:
@@ -540,10 +544,85 @@ def report(floor: Drain, results: list[tuple[str, Drain, list[Steady]]]) -> None
         print(f"  {label:<40} {value:5.2f}x   (bar {bar}: {'met' if met else 'missed'})")
 
 
+HEADLINE_BEGIN = (
+    "<!-- side-by-side headline: begin (python -m benchmarks.side_by_side --write-headline) -->"
+)
+HEADLINE_END = "<!-- side-by-side headline: end -->"
+
+
+def headline_table(
+    floor: Drain,
+    results: list[tuple[str, Drain, list[Steady]]],
+    requests: int,
+    rates: list[float],
+    seconds: float,
+    commit: str,
+) -> str:
+    faust = results[0][1]
+    lines = [
+        f"On {commit}, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores: backlog {requests} "
+        f"requests x {EVENTS_PER_REQUEST} events, {PARTITIONS} partitions; steady rates "
+        f"{', '.join(f'{r:g}' for r in rates)} events/s, {seconds:g} s each.",
+        "",
+        "| system | drain ev/s | CPU ms/event | drain vs bare Faust | CPU vs bare Faust "
+        f"| highest steady ev/s at p99 <= {P99_LIMIT_MS:g} ms |",
+        "|---|---|---|---|---|---|",
+        f"| raw aiokafka consume + forward (in process) | {floor.rate:,.0f} | "
+        f"{floor.cpu_ms:.3f} | | | |",
+    ]
+    for name, drained, sweep in results:
+        best = max((st.rate for st in sweep if st.held), default=0.0)
+        lines.append(
+            f"| {name} | {drained.rate:,.0f} | {drained.cpu_ms:.3f} | "
+            f"{drained.rate / faust.rate:.2f}x | {drained.cpu_ms / faust.cpu_ms:.2f}x | "
+            f"{best:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def write_headline(
+    floor: Drain,
+    results: list[tuple[str, Drain, list[Steady]]],
+    requests: int,
+    rates: list[float],
+    seconds: float,
+) -> None:
+    at = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    table = headline_table(
+        floor, results, requests, rates, seconds, at + (" with changes" if changed else "")
+    )
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text()
+    head, _, rest = text.partition(HEADLINE_BEGIN)
+    _, found, tail = rest.partition(HEADLINE_END)
+    if not found:
+        raise SystemExit(f"{path.name} has no headline markers")
+    path.write_text(f"{head}{HEADLINE_BEGIN}\n{table}\n{HEADLINE_END}{tail}")
+    print(f"\nheadline written to {path.name}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=6000)
     parser.add_argument("--rates", default="1000,2000,4000,6000")
     parser.add_argument("--sweep-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--write-headline", action="store_true", help="write the results into BENCHMARKS.md"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.requests, [float(r) for r in args.rates.split(",")], args.sweep_seconds))
+    asyncio.run(
+        main(
+            args.requests,
+            [float(r) for r in args.rates.split(",")],
+            args.sweep_seconds,
+            args.write_headline,
+        )
+    )

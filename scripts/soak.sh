@@ -5,7 +5,9 @@
 #   - the kill -9 loops on the single broker (a worker killed and restarted under traffic, and
 #     killed mid-replay), N times;
 #   - the LLM judge under load against a server that allows fewer calls than it is sent, with its
-#     goals checked (`benchmarks.judge_load --check`).
+#     goals checked (`benchmarks.judge_load --check`);
+#   - the worker's CPU per event against bare Faust's, failing on a rise of more than 10 % over
+#     the recorded baseline (`benchmarks.cpu_per_event --check`, benchmarks/cpu_per_event.json).
 # Each part's figures are printed and kept under build/soak/ (one log per part, summary.txt);
 # docs/delivery.md records the last results. Exits non-zero when any part failed.
 set -euo pipefail
@@ -47,10 +49,16 @@ if ! .venv/bin/python -m benchmarks.judge_load --check 2>&1 | tee "$out/judge-lo
   failed=1
   echo "!! judge-load failed: see $out/judge-load.log"
 fi
+echo "== cpu-per-event: python -m benchmarks.cpu_per_event --check"
+if ! .venv/bin/python -m benchmarks.cpu_per_event --check 2>&1 | tee "$out/cpu-per-event.log"; then
+  failed=1
+  echo "!! cpu-per-event failed: see $out/cpu-per-event.log"
+fi
 {
   echo "soak of $(git rev-parse --short HEAD) on $(date -u '+%Y-%m-%d %H:%M UTC'), $runs runs"
   grep -hE "^=+ .*(passed|failed)" "$out"/*.log || true
   grep -hE "^(scale|fault|kill)" "$out"/*.log || true
+  grep -hE "^(lowest CPU|baseline)" "$out/cpu-per-event.log" || true
 } >"$out/summary.txt"
 cat "$out/summary.txt"
 exit "$failed"
