@@ -169,6 +169,13 @@ def create_app(settings: Settings) -> faust.App:
         async def agreement_figures() -> None:
             await live.run()  # never raises: a failed read keeps the last figures
 
+    if not settings.debug_endpoints:
+        # Faust's Monitor keeps statistics of every message, event and send for its /stats
+        # page, served only with the debug endpoints; as a sensor it ran on each of them.
+        @app.task  # type: ignore[untyped-decorator]
+        async def without_faust_monitor() -> None:
+            app.sensors.remove(app.monitor)
+
     judge_runner = _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard, judge_runner)
     _add_phase_logs(app, settings)
