@@ -213,7 +213,9 @@ class RedisAgreementStore:
         try:
             _, outcomes = await batch_of(self.client).run(commands)
             if outcomes:  # rare: an outcome came before its verdict
-                async with self.client.pipeline(transaction=False) as pipe:
+                # a connection each: bounded with the outcomes' calls, so that many verdicts
+                # kept at once never drain the client's pool
+                async with self._calls, self.client.pipeline(transaction=False) as pipe:
                     for source, value in outcomes.items():
                         source, value = _text(source), _text(value)
                         pair = pair_of(kept, source, value)
