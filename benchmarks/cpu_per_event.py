@@ -1,6 +1,6 @@
 """The worker's CPU per event against bare Faust's, in one run: the guard on the per-event path.
 
-    python -m benchmarks.cpu_per_event [--rounds 5] [--requests 4000] [--check | --record]
+    python -m benchmarks.cpu_per_event [--rounds 7] [--requests 4000] [--check | --record]
 
 Starts the real Kafka and Redis, then drains the side-by-side backlog (`side_by_side.backlog`:
 10 events a request) `--rounds` times with each system, taking turns on the same broker: the
@@ -102,7 +102,7 @@ def commit() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=4000)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="fail on a rise over the baseline")
