@@ -8,7 +8,9 @@ setting at its default) and, from its first output to its last, samples its thre
 (100 Hz, the process never paused). Each sample is charged to the first stage (`STAGES`) a frame
 of its stack belongs to; the table gives microseconds of sampled CPU per input event and the
 share. `--faust`: the bare Faust agent that forwards each event is sampled the same way first,
-for its total. The raw samples are kept under `--out` (py-spy's collapsed stacks, one file per
+for its total (a rough one: it drains on a fresh broker whose JVM is still warming, 339 to 443
+µs an event on the same box; `benchmarks.cpu_per_event` takes turns for a fair ratio). The raw
+samples are kept under `--out` (py-spy's collapsed stacks, one file per
 system) for a closer look, e.g. at one stage's callers. Sampled CPU runs close to the process's
 own figure (`side_by_side`'s CPU per event); both move with the box, the shares much less.
 
