@@ -150,13 +150,12 @@ class VerdictPublisher:
         if made.timeline is not None:  # in the same pipeline as the evaluation
             key = REDIS_TIMELINE_KEY.format(request_id=made.request_id)
             writes.append(self.lookup.put_encoded(key, made.timeline, only_new=only_new))
-        keeps = self.agreement is not None and made.kept is not None and not summary.pending
-        if keeps:
+        kept = None if summary.pending else made.kept  # a final verdict's, for its outcomes
+        if self.agreement is not None and kept is not None:
             # before the input record is acknowledged: a crash publishes it again, and keeps
             # it again (a pair counts once however often); never raises (`RedisAgreementStore`);
             # queued with the writes above, so they share a round trip
-            assert self.agreement is not None and made.kept is not None
-            writes.append(self.agreement.keep(made.request_id, made.kept))
+            writes.append(self.agreement.keep(made.request_id, kept))
         await asyncio.gather(*writes)
         m = self.metrics
         if summary.pending:
@@ -166,9 +165,8 @@ class VerdictPublisher:
             if terminal_at is not None:
                 m.verdict_latency.observe(max(0.0, time.time() - terminal_at))
             return
-        if keeps:
-            assert self.agreement is not None and made.kept is not None
-            await self._count_actions(self.agreement, made, made.kept)
+        if self.agreement is not None and kept is not None:
+            await self._count_actions(self.agreement, made, kept)
         if self.exporter is not None:
             self.exporter.offer(json.loads(made.evaluation))
         self.metrics.counts["evaluations"] += 1

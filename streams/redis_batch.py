@@ -1,10 +1,10 @@
-"""Redis commands of many verdicts in one pipeline: one round trip per turn of the event loop.
+"""Redis commands of many verdicts in one pipeline: one round trip for what ~20 ms bring.
 
 The worker writes Redis on every verdict: the evaluation (and its timeline) for agents to read,
 the kept verdict for its outcomes. Each writer queued its own pipeline, so a verdict cost two
 round trips, each a send, a read and the wake-ups around them. Every writer of one client now
-queues here: what is queued while a pipeline is on its way goes in the next one, whoever queued
-it, and each caller gets the replies to its own commands.
+queues here: what is queued while a pipeline waits (`LINGER_S`) or is on its way goes in the
+next one, whoever queued it, and each caller gets the replies to its own commands.
 """
 
 from __future__ import annotations
