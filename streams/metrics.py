@@ -57,6 +57,8 @@ class Readings:
     # the judge queue, where this process judges (`judging.consumer.JudgeRunner`)
     judge_queue_lag: Callable[[], int] = lambda: 0
     judge_oldest_job_age: Callable[[], float] = lambda: 0.0
+    # the linger of the producer's new batches (`worker.linger.BacklogLinger`)
+    producer_linger: Callable[[], float] = lambda: 0.0
     # (topic, partition) -> records not yet committed by the group
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
     # the tracejudge_agreement_* families of the last refresh (`agreement.live.LiveAgreement`)
@@ -97,6 +99,13 @@ class _Readings(Collector):
             "Age of the oldest judge job this process took and has not finished (from its "
             "Kafka timestamp); 0 when none.",
             r.judge_oldest_job_age(),
+        )
+        yield _gauge(
+            "tracejudge_producer_linger_seconds",
+            "How long the batches the producer starts now wait for company: "
+            "TRACEJUDGE_PRODUCER_LINGER_MS, or TRACEJUDGE_PRODUCER_BACKLOG_LINGER_MS while the "
+            "worker works through a backlog.",
+            r.producer_linger(),
         )
         lag = GaugeMetricFamily(
             "tracejudge_consumer_lag",

@@ -96,6 +96,14 @@ class OperationSettings(BaseModel):
         "and retry requests, which agents wait on, go at once. Under load, fewer produce "
         "requests on the window agent's thread.",
     )
+    producer_backlog_linger_ms: float = Field(
+        25.0,
+        ge=0,
+        description="The producer's linger while the worker works through a backlog (500 or "
+        "more input records behind the one it handles): each record then waits for those before "
+        "it anyway, and longer batches take fewer produce requests from the worker and the "
+        "broker. At or below TRACEJUDGE_PRODUCER_LINGER_MS: the same linger always.",
+    )
     step_hold_s: float = Field(
         10.0,
         ge=0,

@@ -151,6 +151,11 @@ RELIANCES = (
         "send early-stop decisions and retry requests without waiting out the linger",
     ),
     Reliance(
+        "aiokafka.producer.message_accumulator:MessageAccumulator",
+        "_linger_time",
+        "linger longer while the worker works through a backlog (worker/linger.py)",
+    ),
+    Reliance(
         "mode.services:Service",
         "wait_first",
         "hand a fetched record to its stream inline (record_handoff.py)",
@@ -338,6 +343,17 @@ def send_lingering(producer: Any) -> bool:
             batch._builder.close()
     if not waiter.done():
         waiter.set_result(None)
+    return True
+
+
+def set_linger(producer: Any, seconds: float) -> bool:
+    """Set the linger of the batches `producer` (an AIOKafkaProducer) starts from now on
+    (aiokafka takes it once, at construction; each batch keeps the linger it started with).
+    Returns False, and changes nothing, when the producer has not started."""
+    accumulator = getattr(producer, "_message_accumulator", None)
+    if accumulator is None:
+        return False
+    accumulator._linger_time = seconds
     return True
 
 

@@ -34,6 +34,7 @@ from tracejudge.streams.worker import record_handoff
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.health import health_report
+from tracejudge.streams.worker.linger import BacklogLinger
 from tracejudge.streams.worker.offsets import GroupOffsets
 from tracejudge.streams.worker.stall_report import stall_report
 from tracejudge.streams.worker.watchdog import StallWatchdog
@@ -123,11 +124,16 @@ def create_app(settings: Settings) -> faust.App:
     # Only a concurrency=1 agent may update tables (faust-streaming #606). Records are
     # acknowledged (and so committed) only by the commit rule (`streams/commit.py`), which
     # also keeps every exception out of `async for`, where it would kill the agent silently.
+    backlog = _backlog_linger(app, settings)
+    ctx.metrics.readings.producer_linger = backlog.current_s
+
     @app.agent(events_topic, concurrency=1)  # type: ignore[misc]
     async def windows(stream: Any) -> None:
         async for event in stream.noack().events():
             ctx.liveness.last_progress = time.monotonic()
-            await ctx.commits.handle(InRecord.of_faust(event), ctx.events, event.ack)
+            record = InRecord.of_faust(event)
+            backlog.seen(record.partition, record.offset)
+            await ctx.commits.handle(record, ctx.events, event.ack)
 
     @app.agent(responses_topic, concurrency=1)  # type: ignore[misc]
     async def responses(stream: Any) -> None:
@@ -221,6 +227,34 @@ def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Ch
         baselines=table(names.BASELINES),
     )
     return events_topic, responses_topic, channels, tables
+
+
+def _backlog_linger(app: faust.App, settings: Settings) -> BacklogLinger:
+    events = settings.topic(names.EVENTS)
+
+    def highwater(partition: int) -> int | None:
+        try:  # known once a fetch response for the partition came back
+            end = app.consumer.highwater(TP(events, partition))
+        except Exception:  # not assigned (any more), or the consumer not started
+            return None
+        return end if isinstance(end, int) else None
+
+    def apply(seconds: float) -> bool:
+        return internals.set_linger(internals.aiokafka_producer(app.producer), seconds)
+
+    linger = BacklogLinger(
+        settings.producer_linger_ms / 1000,
+        settings.producer_backlog_linger_ms / 1000,
+        highwater,
+        apply,
+        send_held=partial(_send_lingering, app),
+    )
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
+        linger.reset()
+
+    return linger
 
 
 def _send_lingering(app: faust.App) -> None:
