@@ -15,16 +15,30 @@ for round_ in range(1, max_rounds + 1):
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
+
+from pydantic import ValidationError
 
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
+from tracejudge.models.signing import ControlKeys
+
+log = logging.getLogger("tracejudge.client")
 
 
 class EarlyStopClient:
-    """Synchronous, for plain loops; never raises on a Redis outage (the loop just goes on)."""
+    """Synchronous, for plain loops; never raises on a Redis outage (the loop just goes on).
+    `control_keys`: the worker's TRACEJUDGE_CONTROL_KEYS (read from that environment variable
+    when not given); with keys, a decision none of them signed, or another request's, is
+    answered as no decision and counted in `rejected`."""
 
-    def __init__(self, redis_url: str, timeout_s: float = 0.5) -> None:
+    def __init__(
+        self, redis_url: str, timeout_s: float = 0.5, control_keys: str | None = None
+    ) -> None:
+        self.keys = _keys(control_keys)
+        self.rejected = 0
         redis = redis_module()
         self._redis = redis.Redis.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
@@ -35,11 +49,19 @@ class EarlyStopClient:
             raw = self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (redis_module().RedisError, OSError):
             return None
-        return EarlyStopDecision.model_validate_json(raw) if raw else None  # type: ignore[arg-type]
+        decision, trusted = _read(raw, request_id, self.keys)
+        self.rejected += not trusted
+        return decision
 
 
 class AsyncEarlyStopClient:
-    def __init__(self, redis_url: str, timeout_s: float = 0.5) -> None:
+    """`EarlyStopClient` for asyncio loops."""
+
+    def __init__(
+        self, redis_url: str, timeout_s: float = 0.5, control_keys: str | None = None
+    ) -> None:
+        self.keys = _keys(control_keys)
+        self.rejected = 0
         self._redis = redis_module().asyncio.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
@@ -49,10 +71,38 @@ class AsyncEarlyStopClient:
             raw = await self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (redis_module().RedisError, OSError):
             return None
-        return EarlyStopDecision.model_validate_json(raw) if raw else None
+        decision, trusted = _read(raw, request_id, self.keys)
+        self.rejected += not trusted
+        return decision
 
     async def aclose(self) -> None:
         await self._redis.aclose()
+
+
+def _keys(control_keys: str | None) -> ControlKeys | None:
+    return ControlKeys.from_env() if control_keys is None else ControlKeys.parse(control_keys)
+
+
+def _read(
+    raw: bytes | None, request_id: str, keys: ControlKeys | None
+) -> tuple[EarlyStopDecision | None, bool]:
+    """The decision stored for `request_id`, and whether it could be trusted (False: dropped)."""
+    if not raw:
+        return None, True
+    try:
+        record = json.loads(raw)
+        decision = EarlyStopDecision.model_validate(record)
+    except (ValueError, ValidationError):
+        log.warning("tracejudge client: an unreadable early-stop decision; ignored")
+        return None, False
+    if decision.request_id != request_id or (keys is not None and not keys.verify(record)):
+        log.warning(
+            "tracejudge client: an early-stop decision for %r not signed by a control key, or "
+            "another request's; ignored",
+            request_id,
+        )
+        return None, False
+    return decision, True
 
 
 def redis_module() -> Any:

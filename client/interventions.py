@@ -46,6 +46,7 @@ from pydantic import ValidationError
 
 from tracejudge.client.transport import kafka_config
 from tracejudge.models.outputs import Intervention
+from tracejudge.models.signing import ControlKeys
 
 log = logging.getLogger("tracejudge.client")
 
@@ -56,6 +57,10 @@ GRACE_S = 10.0  # after a request's final: an intervention on its last steps sti
 MAX_WATCHED = 10_000  # requests watched at once per tracer; past it the oldest is forgotten
 LOOKUP_S = 1.0  # one metadata or offsets lookup; retried with a backoff when it fails
 MAX_PER_REQUEST = 64  # interventions kept per request (the worker sends at most one per kind)
+# A signed intervention issued this long before its request was watched is a replay from an
+# earlier run of the same id, not this run's: the worker's and the agent's clocks may differ
+# by this much.
+CLOCK_SKEW_S = 30.0
 
 
 class InterventionStop(Exception):
@@ -73,6 +78,7 @@ class RequestWatch:
 
     request_id: str
     on_intervention: OnIntervention | None = None
+    since: float = field(default_factory=time.time)  # when it began to be watched
     interventions: list[Intervention] = field(default_factory=list)
     stop: Intervention | None = None  # the first with action "stop"
     _ids: set[str] = field(default_factory=set)
@@ -91,8 +97,13 @@ class InterventionReader:
         grace_s: float = GRACE_S,
         max_watched: int = MAX_WATCHED,
         warn_interval_s: float = 60.0,
+        keys: ControlKeys | None = None,
     ) -> None:
+        """`keys`: what verifies the interventions (the worker's TRACEJUDGE_CONTROL_KEYS); an
+        intervention none of them signed is dropped and counted in `rejected`. None: every
+        well-formed one is taken, as from a worker that signs nothing."""
         self.topic = topic
+        self.keys = keys
         self.grace_s = grace_s
         self.max_watched = max_watched
         self.warn_interval_s = warn_interval_s
@@ -113,6 +124,7 @@ class InterventionReader:
         }
         self.config.setdefault("client.id", "tracejudge-client-interventions")
         self.delivered = 0  # interventions handed to watched requests
+        self.rejected = 0  # interventions for watched requests dropped: unsigned, forged, stale
         self._watched: dict[str, RequestWatch] = {}
         # (monotonic time to forget it, request id), in that order: the grace is one value
         self._ending: deque[tuple[float, str]] = deque()
@@ -261,6 +273,16 @@ class InterventionReader:
             intervention = Intervention.model_validate(raw)
         except (ValueError, ValidationError):  # not of this contract: skipped, not fatal
             self._warn("invalid", f"an unreadable control message on {self.topic}; skipped")
+            return
+        if self.keys is not None and (
+            not self.keys.verify(raw) or intervention.ts < watch.since - CLOCK_SKEW_S
+        ):
+            self.rejected += 1
+            self._warn(
+                "rejected",
+                f"an intervention on {self.topic} not signed by a control key, or older than "
+                "its run; dropped",
+            )
             return
         if (
             intervention.request_id != watch.request_id

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -32,6 +33,9 @@ from tracejudge.client.verdicts import evaluation_from_topic
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.names import CONTROL, EVALUATIONS, EVENTS, REDIS_EVALUATION_KEY
 from tracejudge.models.outputs import EarlyStopDecision, Evaluation
+from tracejudge.models.signing import ControlKeys
+
+log = logging.getLogger("tracejudge.client")
 
 DEFAULT_QUEUE = 100_000
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
@@ -66,13 +70,18 @@ class _Tracing:
         warn_interval_s: float = 60.0,
         exit_timeout_s: float = 5.0,
         interventions: bool = True,
+        control_keys: str | None = None,
         **kafka_options: Any,
     ) -> None:
         """`interventions`: read this tracer's requests' interventions back (a consumer on
-        the control topic, on a thread, started with the first request); False: never."""
+        the control topic, on a thread, started with the first request); False: never.
+        `control_keys`: the worker's TRACEJUDGE_CONTROL_KEYS (comma-separated; read from that
+        environment variable when not given): only interventions one of them signed are acted
+        on. Without keys every well-formed intervention is, and the tracer says so once."""
         self.bootstrap = bootstrap
         self.topic_prefix = topic_prefix
         self.redis_url = redis_url
+        self._control_keys = control_keys  # the early-stop readers verify with the same
         self.kafka_options = kafka_options
         self._sender = Sender(
             bootstrap,
@@ -87,12 +96,16 @@ class _Tracing:
             exit_timeout_s=exit_timeout_s,
             options=kafka_options,
         )
+        keys = ControlKeys.from_env() if control_keys is None else ControlKeys.parse(control_keys)
+        if interventions and keys is None:
+            _say_unverified()
         self._reader = (
             InterventionReader(
                 bootstrap,
                 topic_prefix + CONTROL,
                 kafka_options,
                 warn_interval_s=warn_interval_s,
+                keys=keys,
             )
             if interventions
             else None
@@ -213,7 +226,7 @@ class Tracer(_Tracing):
         """tracejudge's early-stop decision for an iterative request, if one was made (Redis)."""
         if self.redis_url is None:
             return None
-        return EarlyStopClient(self.redis_url).check(request_id)
+        return EarlyStopClient(self.redis_url, control_keys=self._control_keys).check(request_id)
 
     def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
         """The request's final evaluation once published; after `timeout`, the rules' verdict
@@ -281,7 +294,7 @@ class AsyncTracer(_Tracing):
     async def early_stop(self, request_id: str) -> EarlyStopDecision | None:
         if self.redis_url is None:
             return None
-        client = AsyncEarlyStopClient(self.redis_url)
+        client = AsyncEarlyStopClient(self.redis_url, control_keys=self._control_keys)
         try:
             return await client.check(request_id)
         finally:
@@ -317,3 +330,17 @@ class AsyncTracer(_Tracing):
             return pending
         finally:
             await client.aclose()
+
+
+_said_unverified = False
+
+
+def _say_unverified() -> None:
+    """Once per process: a tracer that acts on control records nobody signed."""
+    global _said_unverified
+    if not _said_unverified:
+        _said_unverified = True
+        log.warning(
+            "tracejudge client: interventions are not verified (no control keys: "
+            "TRACEJUDGE_CONTROL_KEYS): whoever can write to the control topic can stop this agent"
+        )

@@ -381,6 +381,11 @@ class EarlyStopDecision(_Output):
     ]
     evidence: str
     ts: float
+    signature: str | None = Field(
+        default=None,
+        description="hmac-sha256:<hex> over the record without this field, with the worker's "
+        "first TRACEJUDGE_CONTROL_KEYS key (models/signing.py); null when no key is set.",
+    )
 
 
 class Intervention(_Output):
@@ -407,3 +412,8 @@ class Intervention(_Output):
     message: str = Field(description="What to tell the agent (or the user) about it.")
     step_index: int | None = Field(default=None, ge=0, description="The crossing event's step.")
     ts: float
+    signature: str | None = Field(
+        default=None,
+        description="hmac-sha256:<hex> over the record without this field, with the worker's "
+        "first TRACEJUDGE_CONTROL_KEYS key (models/signing.py); null when no key is set.",
+    )

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel
 from redis.asyncio.client import Pipeline
 
 from tracejudge.judges.agreement.action_effects import asked, followed, iterations, reflection
 from tracejudge.judges.agreement.tally import Kept
-from tracejudge.judges.verdict.encoded import Made, chained, encode
+from tracejudge.judges.verdict.encoded import Made, chained
 from tracejudge.models.names import REDIS_EVALUATION_KEY, REDIS_TIMELINE_KEY
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.commit import later
@@ -58,7 +57,9 @@ class Lookup(Protocol):
     @property
     def errors(self) -> int: ...
 
-    async def put_at(self, key: str, value: BaseModel) -> bool: ...
+    async def put_at(self, key: str, value: bytes) -> bool:
+        """`value`: encoded (and signed) as published; an agent may be polling for it."""
+        ...
 
     async def put_encoded(self, key: str, value: bytes, *, only_new: bool = False) -> bool:
         """`value`: as `encode` made it (masked). `only_new`: written only where the key holds
@@ -250,9 +251,9 @@ class RedisSink:
     def enabled(self) -> bool:
         return self._client is not None
 
-    async def put_at(self, key: str, value: BaseModel) -> bool:
+    async def put_at(self, key: str, value: bytes) -> bool:
         # a decision an agent may be polling for: its pipeline goes at once
-        return await self._put(key, encode(value), only_new=False, urgent=True)
+        return await self._put(key, value, only_new=False, urgent=True)
 
     async def put_encoded(self, key: str, value: bytes, *, only_new: bool = False) -> bool:
         return await self._put(key, value, only_new=only_new, urgent=False)

@@ -34,6 +34,7 @@ from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
 from tracejudge.judges.rules.judge import DEFAULT_TOOL_CALL_BUDGET
 from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.models.signing import ControlKeys
 from tracejudge.prompts import final_judge_prompt
 
 CONFIG_FILE_ENV = "TRACEJUDGE_CONFIG_FILE"
@@ -171,6 +172,14 @@ class OperationSettings(BaseModel):
         description="Access token of the verdict explorer: sent as `Authorization: Bearer`, or "
         "once as `?token=` (then kept in a cookie). Empty: loopback only.",
     )
+    control_keys: SecretStr = Field(
+        SecretStr(""),
+        description="Keys that sign interventions and early-stop decisions (secret; never "
+        "logged), comma-separated, each of 32 characters or more: the first signs, every one "
+        "verifies, so a key rotates without downtime. Give the agents' clients the same keys: "
+        "they act only on control records one of them verifies. Empty: nothing is signed, and "
+        "anyone who can write to the control topic or Redis can stop any agent.",
+    )
     ui_open: bool = Field(
         False,
         description="Serve the explorer without a token on a non-loopback address: only where "
@@ -221,6 +230,15 @@ class OperationSettings(BaseModel):
     log_format: Literal["text", "json"] = Field(
         "text", description="Log lines as text or as one JSON object per line."
     )
+
+    @field_validator("control_keys")
+    @classmethod
+    def _control_keys_usable(cls, value: SecretStr) -> SecretStr:
+        ControlKeys.parse(value.get_secret_value())  # a short key: a clear error at start
+        return value
+
+    def control_key_set(self) -> ControlKeys | None:
+        return ControlKeys.parse(self.control_keys.get_secret_value())
 
 
 class KafkaSettings(BaseModel):

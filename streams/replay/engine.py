@@ -13,8 +13,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from pydantic import BaseModel
-
 from tracejudge.judges.agreement.tally import Tally
 from tracejudge.models import names
 from tracejudge.streams.agreement.store import MemoryAgreementStore
@@ -56,8 +54,8 @@ class MemoryLookup:
     errors: int = 0
     enabled: bool = True
 
-    async def put_at(self, key: str, value: BaseModel) -> bool:
-        self.data[key] = value.model_dump_json()
+    async def put_at(self, key: str, value: bytes) -> bool:
+        self.data[key] = value.decode("utf-8")
         return True
 
     async def put_encoded(self, key: str, value: bytes, *, only_new: bool = False) -> bool:

@@ -163,6 +163,14 @@ def create_app(settings: Settings) -> faust.App:
         async def calibrate() -> None:
             await refresher.run()  # never raises: a failed read keeps the book as it was
 
+    if settings.control_key_set() is None and (
+        settings.interventions_enabled or settings.early_stop_enabled
+    ):
+        log.warning(
+            "interventions and early-stop decisions are not signed (TRACEJUDGE_CONTROL_KEYS is "
+            "empty): anyone who can write to the control topic or to Redis can stop an agent "
+            "(docs/security.md)"
+        )
     if ctx.agreement is None:
         log.warning(
             "no Redis (TRACEJUDGE_REDIS_URL is empty): outcome events are counted, not "

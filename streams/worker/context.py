@@ -238,7 +238,9 @@ def _early_stopper(
     if not settings.early_stop_enabled:
         return None
     policy = settings.early_stop_policy()
-    return EarlyStopper(store, policy, control, lookup, clock, metrics)
+    return EarlyStopper(
+        store, policy, control, lookup, clock, metrics, keys=settings.control_key_set()
+    )
 
 
 def _intervener(
@@ -250,7 +252,15 @@ def _intervener(
 ) -> Intervener | None:
     if not settings.interventions_enabled:
         return None
-    return Intervener(settings.loop_rules(), settings.budget_book(), control, clock, store, metrics)
+    return Intervener(
+        settings.loop_rules(),
+        settings.budget_book(),
+        control,
+        clock,
+        store,
+        metrics,
+        keys=settings.control_key_set(),
+    )
 
 
 def _responses(

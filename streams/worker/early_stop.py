@@ -11,6 +11,7 @@ from tracejudge.judges.verdict.conclude import stable_id
 from tracejudge.judges.verdict.encoded import encode
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
+from tracejudge.models.signing import ControlKeys, signed
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel, Lookup, deliver
 from tracejudge.streams.worker.windows import WindowStore
@@ -24,6 +25,7 @@ class EarlyStopper:
     lookup: Lookup
     clock: Callable[[], float]
     metrics: Metrics = field(default_factory=Metrics)
+    keys: ControlKeys | None = None  # what signs the decisions; None: unsigned
 
     async def check(self, request_id: str) -> None:
         """Publish a decision if the rounds so far call for one not yet published."""
@@ -40,8 +42,9 @@ class EarlyStopper:
             evidence=mask(found.evidence),  # the round's own text: masked as it leaves
             ts=self.clock(),
         )
-        await deliver(self.control, request_id.encode("utf-8"), encode(decision))
-        await self.lookup.put_at(REDIS_CONTROL_KEY.format(request_id=request_id), decision)
+        record = signed(encode(decision), self.keys)
+        await deliver(self.control, request_id.encode("utf-8"), record)
+        await self.lookup.put_at(REDIS_CONTROL_KEY.format(request_id=request_id), record)
         # recorded after delivery: a crash in between re-sends the same decision_id
         self.store.record_early(request_id, found.action, found.iteration)
         self.metrics.counts[f"early_{found.action}"] += 1

@@ -31,6 +31,7 @@ from tracejudge.models.events import (
     usage_of,
 )
 from tracejudge.models.outputs import Intervention
+from tracejudge.models.signing import ControlKeys, signed
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel, deliver
 from tracejudge.streams.worker.windows import WindowStore
@@ -65,6 +66,7 @@ class Intervener:
     store: WindowStore
     metrics: Metrics = field(default_factory=Metrics)
     runs: dict[str, _Run] = field(default_factory=dict)
+    keys: ControlKeys | None = None  # what signs the interventions; None: unsigned
 
     async def observe(self, event: Event) -> list[Intervention]:
         """Count one new event of an open request; send what it crosses."""
@@ -112,7 +114,9 @@ class Intervener:
                 intervention.action,
                 intervention.step_index,
             )
-            await deliver(self.control, rid.encode("utf-8"), encode(intervention))
+            await deliver(
+                self.control, rid.encode("utf-8"), signed(encode(intervention), self.keys)
+            )
             self.metrics.interventions.labels(intervention.kind, intervention.crossed).inc()
             sent.append(intervention)
             if intervention.kind == "loop":
