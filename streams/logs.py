@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracejudge.judges.masking.redact import mask
+from tracejudge.streams.visible import visible_log
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -76,13 +77,13 @@ class MaskedLogRecord(logging.LogRecord):
 
     def getMessage(self) -> str:
         if self._masked is None:
-            self._masked = mask(super().getMessage())
+            self._masked = visible_log(mask(super().getMessage()))
         return self._masked
 
     @property  # type: ignore[override]
     def exc_text(self) -> str | None:
         if self._exc_text is None and self.exc_info:
-            self._exc_text = mask(logging.Formatter().formatException(self.exc_info))
+            self._exc_text = visible_log(mask(logging.Formatter().formatException(self.exc_info)))
         return self._exc_text
 
     @exc_text.setter

@@ -31,6 +31,7 @@ from tracejudge.streams.replay.agreement import (
 from tracejudge.streams.replay.engine import lines_of, replay
 from tracejudge.streams.replay.labels import Labels, LabelsError, outcomes_in, read_labels
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.visible import visible_lines
 
 VIEW_NAMES = {
     "rules": "rules",
@@ -85,7 +86,7 @@ def run_agreement(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(document(joined, settings.llm_judge_enabled is True), indent=2))
     else:
-        print("\n".join(report(joined, settings)))
+        print(visible_lines(report(joined, settings)))
     return exits.OK
 
 
@@ -105,7 +106,7 @@ def _published(published: Published, labels: Labels, as_json: bool) -> int:
         judge_on = any(s != "disabled" for s in published.judge_statuses)
         print(json.dumps(document(joined, judge_on), indent=2))
     else:
-        print("\n".join(report(joined, None)))
+        print(visible_lines(report(joined, None)))
     return exits.OK
 
 

@@ -22,6 +22,7 @@ from tracejudge.models.errors import ConfigurationError, DependencyUnreachable
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.cli import exits
 from tracejudge.streams.cli.entry import WORKER_EXTRA
+from tracejudge.streams.visible import exact_json, visible, visible_data
 
 # The parser (--help, --version, usage errors) needs nothing of the worker extra: the settings
 # and logging modules, which do, are imported once a command runs, so that the client-only
@@ -398,7 +399,9 @@ def _show(settings: Settings, request_id: str, as_json: bool) -> int:
         shown = {"evaluation": found.evaluation, "timeline": found.timeline}
         print(json.dumps({**shown, "no_timeline": found.no_timeline}, indent=2))
     else:
-        sys.stdout.write(render(found.evaluation, found.timeline, found.no_timeline))
+        # trace text (ids, names, answers, errors) shown, never obeyed by the terminal
+        evaluation, timeline = visible_data(found.evaluation), visible_data(found.timeline)
+        sys.stdout.write(render(evaluation, timeline, found.no_timeline))
     return 0
 
 
@@ -459,8 +462,9 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> int:
                     },
                     ensure_ascii=False,
                 )
+            line = exact_json(line)  # JSON still, with nothing a terminal would obey
         else:
-            line = render(args.kind, record.value, headers, record.key)
+            line = visible(render(args.kind, record.value, headers, record.key))
         print(line, flush=True)
         count += 1
         if args.limit is not None and count >= args.limit:

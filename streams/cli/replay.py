@@ -14,6 +14,7 @@ from tracejudge.models import names
 from tracejudge.streams.replay.engine import ReplayResult, lines_of, replay
 from tracejudge.streams.replay.report import agreement, comparison, describe, summary
 from tracejudge.streams.settings import Settings, load_settings
+from tracejudge.streams.visible import visible_lines
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -59,7 +60,7 @@ def run_replay(settings: Settings, args: argparse.Namespace) -> int:
             lines += agreement(result, labels)
     if b is not None:
         lines += ["", "B against A", *comparison(runs[0][1], runs[1][1])]
-    report = "\n".join(lines).lstrip("\n")
+    report = visible_lines(lines).lstrip("\n")  # request ids and agent names: shown, not obeyed
     print(report)
     if args.out is not None:
         _write(args.out, runs, report)

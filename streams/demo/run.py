@@ -34,6 +34,7 @@ from tracejudge.streams.demo.samples import SampleTrace, sample_traces
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.kafka.io import publish_lines, read_topic
 from tracejudge.streams.settings import JudgeSettings, KafkaSettings, Settings
+from tracejudge.streams.visible import visible_lines
 
 IDLE_TIMEOUT_S = 3.0
 PROGRESS_EVERY_S = 10.0  # a line while verdicts are awaited longer than a demo normally takes
@@ -393,5 +394,5 @@ def _print_table(
             f"{v['incomplete']!s:<10} {v['closed_by']!s:<15} {v.get('reflections', 0)!s:>7} "
             f"{v.get('alerts', 0)!s:>6}{judge}"
         )
-    sys.stdout.write("\n" + "\n".join(rows) + "\n\n")
+    sys.stdout.write("\n" + visible_lines(rows) + "\n\n")
     sys.stdout.flush()

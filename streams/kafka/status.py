@@ -25,6 +25,7 @@ from tracejudge.streams.kafka.admin import partition_counts
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.outputs import redis_client
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.visible import visible_lines
 
 WINDOW_S = 60.0  # "the last minute"
 LAST_BATCH_WAIT_S = 2.0  # reading the input partitions' last batches (`_true_ends`)
@@ -269,4 +270,4 @@ def render_status(status: Status) -> str:
         lines.append("  no reflection requested yet")
     else:
         lines += action_lines(status.actions)
-    return "\n".join(lines)
+    return visible_lines(lines)  # agent names, errors: trace text, shown, never obeyed

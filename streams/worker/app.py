@@ -163,19 +163,7 @@ def create_app(settings: Settings) -> faust.App:
         async def calibrate() -> None:
             await refresher.run()  # never raises: a failed read keeps the book as it was
 
-    if settings.control_key_set() is None and (
-        settings.interventions_enabled or settings.early_stop_enabled
-    ):
-        log.warning(
-            "interventions and early-stop decisions are not signed (TRACEJUDGE_CONTROL_KEYS is "
-            "empty): anyone who can write to the control topic or to Redis can stop an agent "
-            "(docs/security.md)"
-        )
-    if ctx.agreement is None:
-        log.warning(
-            "no Redis (TRACEJUDGE_REDIS_URL is empty): outcome events are counted, not "
-            "joined to verdicts; no live agreement"
-        )
+    _say_what_is_off(settings, ctx)
     live = ctx.live_agreement
     if live is not None:  # tracejudge_agreement_* on /metrics, from the shared tally
 
@@ -194,6 +182,23 @@ def create_app(settings: Settings) -> faust.App:
     _add_watchdog_and_pages(app, ctx, guard, judge_runner)
     _add_phase_logs(app, settings)
     return app
+
+
+def _say_what_is_off(settings: Settings, ctx: WorkerContext) -> None:
+    """At start, in the log: protections and capabilities this configuration leaves off."""
+    if settings.control_key_set() is None and (
+        settings.interventions_enabled or settings.early_stop_enabled
+    ):
+        log.warning(
+            "interventions and early-stop decisions are not signed (TRACEJUDGE_CONTROL_KEYS is "
+            "empty): anyone who can write to the control topic or to Redis can stop an agent "
+            "(docs/security.md)"
+        )
+    if ctx.agreement is None:
+        log.warning(
+            "no Redis (TRACEJUDGE_REDIS_URL is empty): outcome events are counted, not "
+            "joined to verdicts; no live agreement"
+        )
 
 
 def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Channels, Tables]:

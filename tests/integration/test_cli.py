@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import WorkerProcess, produce_events
+from tests.integration.harness import WorkerProcess, produce, produce_events
 from tests.realservices import ROOT
 from tracejudge.streams.demo.samples import sample_traces
 
@@ -156,3 +156,60 @@ async def test_status_shows_topics_lag_and_the_workers_health(
     codes = [w["code"] for w in status["workers"]]
     assert codes == [200, 0]
     assert status["settings"]["llm_api_key"] in ("", "***")
+
+
+# What an attacker's trace puts in an id and a name: a window title (OSC), a clear screen, a
+# hyperlink, a colour, a carriage return, and a newline with a forged line after it.
+FORGED_LINE = "12:00:00 req-42 score=100 PASS"
+HOSTILE = (
+    "\x1b]0;owned\x07\x1b[2J\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"
+    "\x1b[31mred\r\n" + FORGED_LINE
+)
+OBEYED = ("\x1b", "\x07", "\r", "\x9b", "\u202e")
+
+
+async def test_tail_shows_hostile_trace_text_and_never_obeys_it(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    rid = f"hostile-{uuid.uuid4().hex[:6]}{HOSTILE}\u202e\x9b"
+    evaluation = {
+        "type": "evaluation",
+        "request_id": rid,
+        "agent_name": HOSTILE,
+        "overall_score": 10,
+        "success": False,
+        "incomplete": True,
+        "closed_by": "final_response",
+        "summary": HOSTILE,
+        "ts": 0,
+    }
+    # written as any producer on the cluster could write it: escaped JSON, and raw bytes
+    await produce_events(
+        pipeline_worker.settings.kafka_bootstrap, pipeline_worker.topic("evaluations"), [evaluation]
+    )
+    raw = {**evaluation, "request_id": "raw-" + rid}
+    await produce(
+        pipeline_worker.settings.kafka_bootstrap,
+        pipeline_worker.topic("evaluations"),
+        [(b"raw", json.dumps(raw, ensure_ascii=False).encode())],
+    )
+    for args in ((), ("--json",)):
+        tailed = await asyncio.to_thread(
+            cli,
+            pipeline_worker,
+            "tail",
+            "evaluations",
+            *args,
+            "--from-beginning",
+            "--idle-exit",
+            "3",
+        )
+        out = tailed.stdout
+        assert not [c for c in OBEYED if c in out], repr(out[-400:])
+        assert not any(line.startswith(FORGED_LINE) for line in out.splitlines())
+        mine = [line for line in out.splitlines() if "hostile-" in line and "raw-" not in line]
+        assert len(mine) == 1, out[-2000:]
+        if args:  # JSON still, and the same value
+            assert json.loads(mine[0])["request_id"] == rid
+        else:
+            assert "␛" in mine[0] and "␊" in mine[0]
