@@ -8,6 +8,7 @@ import logging
 import time
 
 from aiokafka.errors import KafkaError
+from pydantic import ValidationError
 
 from tracejudge.models import names
 from tracejudge.streams.kafka.io import follow_since
@@ -40,15 +41,26 @@ async def feed(settings: Settings, store: VerdictStore) -> None:
 
 def take(store: VerdictStore, kind: str, value: bytes, where: str = "") -> None:
     """One record of `kind`'s topic; `where` (topic, partition, offset) stands for an output's
-    id when it has none."""
+    id when it has none. A record it cannot read (anyone who can write to the topic can write
+    one) is counted, logged the first time, and skipped: the rest of its partition is read on,
+    where an exception would have sent the reader back to the start of its look-back, to fail
+    on the same record every time."""
     try:
         record = json.loads(value)
-    except ValueError:
-        return  # not ours to judge here; the worker dead-letters what it cannot read
-    if not isinstance(record, dict) or not isinstance(record.get("request_id"), str):
-        return
-    if kind == names.EVALUATIONS:
-        store.add_evaluation(record, value)
-    else:
-        output_id = record.get("alert_id") or record.get("reflection_id") or where
-        store.add_output(kind, record["request_id"], str(output_id))
+        if not isinstance(record, dict) or not isinstance(record.get("request_id"), str):
+            raise ValueError("not a JSON object with a request_id")
+        if kind == names.EVALUATIONS:
+            store.add_evaluation(record, value)
+        else:
+            output_id = record.get("alert_id") or record.get("reflection_id") or where
+            store.add_output(kind, record["request_id"], str(output_id))
+    except (ValueError, TypeError, KeyError, AttributeError, ValidationError) as exc:
+        store.unreadable += 1
+        if store.unreadable == 1:  # the count is on /health; the log says what it means once
+            log.warning(
+                "explorer: skipped a record of %s it cannot read (%s: %s); more are counted "
+                "in /health's `unreadable`",
+                where or kind,
+                type(exc).__name__,
+                str(exc).splitlines()[0][:200] if str(exc) else "",
+            )

@@ -281,7 +281,14 @@ async def outcomes_docs(request: web.Request) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     store = request.app[STORE]
-    return web.json_response({"status": "ok", "verdicts": len(store), "read": store.read})
+    return web.json_response(
+        {
+            "status": "ok",
+            "verdicts": len(store),
+            "read": store.read,
+            "unreadable": store.unreadable,
+        }
+    )
 
 
 def make_app(

@@ -153,6 +153,7 @@ class VerdictStore:
         # parent request id -> the follow-ups held that name it (their origin.request_id)
         self._children: dict[str, set[str]] = {}
         self.read = 0  # evaluations read, for the page footer and the tests
+        self.unreadable = 0  # records of the topics skipped: not an output it can read
 
     def __len__(self) -> int:
         return len(self._verdicts)
@@ -162,10 +163,10 @@ class VerdictStore:
         rid = evaluation.get("request_id")
         if not isinstance(rid, str) or "overall_score" not in evaluation:
             return  # not an evaluation: the page shows what is there, never fails on it
-        self.read += 1
-        verdict = Verdict.of(
+        verdict = Verdict.of(  # raises on a field it cannot read: the reader skips the record
             evaluation, raw if raw is not None else json.dumps(evaluation).encode()
         )
+        self.read += 1
         old = self._verdicts.get(rid)
         if (
             old is not None

@@ -104,3 +104,27 @@ def test_it_rides_out_a_broker_outage(tmp_path: Path) -> None:
             assert page(base).count('class="verdict"') == 2
     finally:
         kafka.stop()
+
+
+def test_a_record_it_cannot_read_is_skipped_and_counted(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Anyone who can write to the evaluations topic can write a bad record: the verdicts
+    after it on its partition still appear, and /health counts it."""
+    settings, env = setup(kafka_bootstrap)
+    asyncio.run(ensure_topics(settings))
+    before, _, _ = judged("same-key", fail=True)
+    bad = {**before, "overall_score": "not-a-number"}
+    after = {**judged("same-key", fail=False)[0], "request_id": "same-key"}
+    for value in (before, bad, after):  # one key: one partition, in this order
+        asyncio.run(send(settings, names.EVALUATIONS, value))
+    asyncio.run(send(settings, names.EVALUATIONS, {**bad, "request_id": "other-key"}))
+    with explorer(env, tmp_path / "explorer.log") as base:
+
+        def health() -> dict[str, object]:
+            with urllib.request.urlopen(f"{base}/health", timeout=10) as resp:
+                return dict(json.loads(resp.read()))
+
+        wait_until(lambda: health()["unreadable"] == 2, 60, lambda: str(health()))
+        wait_until(lambda: "same-key" in page(base, "/?passed=yes"), 30, lambda: page(base))
+        assert health()["read"] == 2 and "other-key" not in page(base)
