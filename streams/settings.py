@@ -138,6 +138,18 @@ class OperationSettings(BaseModel):
     otel_host: str = Field("127.0.0.1", description="Address `tracejudge otel` listens on.")
     otel_grpc_port: int = Field(4317, description="OTLP/gRPC port of `tracejudge otel`.")
     otel_http_port: int = Field(4318, description="OTLP/HTTP port of `tracejudge otel`.")
+    otel_token: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer token `tracejudge otel` requires (secret; never logged): "
+        "`Authorization: Bearer TOKEN` over HTTP, `authorization` metadata over gRPC. Required "
+        "when TRACEJUDGE_OTEL_HOST is not a loopback address; 16 characters or more.",
+    )
+    otel_allowed_origins: str = Field(
+        "",
+        description="Browser origins (`https://app.example`, comma-separated) allowed to send "
+        "traces to `tracejudge otel`; a request with any other `Origin` header is refused, so "
+        "no web page the operator opens can post made-up traces. Exporters send no Origin.",
+    )
     otel_capture_content: bool = Field(
         False,
         description="Read message content (prompts, answers, tool arguments) from GenAI spans; "
@@ -171,6 +183,13 @@ class OperationSettings(BaseModel):
         SecretStr(""),
         description="Access token of the verdict explorer: sent as `Authorization: Bearer`, or "
         "once as `?token=` (then kept in a cookie). Empty: loopback only.",
+    )
+    allowed_hosts: str = Field(
+        "",
+        description="Host names the explorer, the worker's pages and the OTLP receiver answer "
+        "to, besides IP addresses and localhost (comma-separated: a Service's or an ingress's "
+        "name; `*`: any). Another name gets 421: a web page that makes its own name resolve to "
+        "a listener (DNS rebinding) reads nothing.",
     )
     control_keys: SecretStr = Field(
         SecretStr(""),

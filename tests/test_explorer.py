@@ -167,17 +167,17 @@ async def test_pages_show_verdicts_and_escape_what_the_agent_wrote() -> None:
 async def test_a_token_guards_every_page_but_health() -> None:
     with pytest.raises(ConfigurationError, match="TRACEJUDGE_UI_TOKEN"):
         check_exposure(settings(ui_host="0.0.0.0"))
-    check_exposure(settings(ui_host="0.0.0.0", ui_token="s3cret"))
+    check_exposure(settings(ui_host="0.0.0.0", ui_token="s3cret-long-token-0123"))
     check_exposure(settings(ui_host="::1"))
     check_exposure(settings(ui_host="0.0.0.0", ui_open=True))  # compose: loopback-only port
-    client = await client_for(VerdictStore(capacity=100), ui_token="s3cret")
+    client = await client_for(VerdictStore(capacity=100), ui_token="s3cret-long-token-0123")
     try:
         assert (await client.get("/")).status == 401
         assert (await client.get("/", headers={"Authorization": "Bearer wrong"})).status == 401
         assert (await client.get("/health")).status == 200
-        ok = await client.get("/", headers={"Authorization": "Bearer s3cret"})
+        ok = await client.get("/", headers={"Authorization": "Bearer s3cret-long-token-0123"})
         assert ok.status == 200
-        once = await client.get("/agents?token=s3cret", allow_redirects=False)
+        once = await client.get("/agents?token=s3cret-long-token-0123", allow_redirects=False)
         assert once.status == 303 and "token" not in once.headers["Location"]
         assert (await client.get("/agents")).status == 200  # the cookie it set
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import signal
@@ -25,8 +26,17 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from tracejudge.client.otel_mapping import SpanInfo, events_of
 from tracejudge.models import names
+from tracejudge.models.errors import ConfigurationError
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.web_guard import (
+    MIN_TOKEN_CHARS,
+    PLAIN_HEADERS,
+    guard_middleware,
+    guessable,
+    host_names,
+    loopback,
+)
 
 log = logging.getLogger(__name__)
 Request = trace_service_pb2.ExportTraceServiceRequest
@@ -80,6 +90,7 @@ class Receiver:
             acks="all",
             max_request_size=settings.kafka_max_request_bytes,
         )
+        self.token = settings.otel_token.get_secret_value()
         self.spans = 0
         self.events = 0
 
@@ -108,6 +119,10 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignor
         self.receiver = receiver
 
     async def Export(self, request: Any, context: Any) -> Any:
+        if self.receiver.token:
+            given = dict(context.invocation_metadata() or ()).get("authorization", "")
+            if not _token_matches(str(given), self.receiver.token):
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "give TRACEJUDGE_OTEL_TOKEN")
         try:
             await self.receiver.accept(request)
         except Exception as exc:  # the exporter retries UNAVAILABLE
@@ -116,8 +131,38 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignor
         return Response()
 
 
-def http_app(receiver: Receiver) -> web.Application:
+# OTLP/HTTP's two encodings; anything else (a browser's `text/plain` form post among them) is 415
+CONTENT_TYPES = ("application/x-protobuf", "application/json")
+
+
+def _token_matches(header: str, token: str) -> bool:
+    given = header.removeprefix("Bearer ").strip()
+    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+
+
+def http_app(receiver: Receiver, settings: Settings | None = None) -> web.Application:
+    """`settings`: the Host names, browser origins and token it takes (the receiver's own
+    settings when not given)."""
+    settings = settings or receiver.settings
+    origins = {o.strip().rstrip("/") for o in settings.otel_allowed_origins.split(",") if o.strip()}
+
     async def traces(request: web.Request) -> web.Response:
+        if request.content_type not in CONTENT_TYPES:
+            return web.Response(
+                status=415, text="OTLP/HTTP takes application/x-protobuf or application/json"
+            )
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.rstrip("/") not in origins:
+            # a web page's request: no page the operator opens may post traces
+            return web.Response(status=403, text="this Origin may not send traces")
+        if receiver.token and not _token_matches(
+            request.headers.get("Authorization", ""), receiver.token
+        ):
+            return web.Response(
+                status=401,
+                text="give TRACEJUDGE_OTEL_TOKEN as `Authorization: Bearer TOKEN`",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         body = await request.read()
         as_json = request.content_type == "application/json"
         message = Request()
@@ -139,13 +184,32 @@ def http_app(receiver: Receiver) -> web.Application:
             body=Response().SerializeToString(), content_type="application/x-protobuf"
         )
 
-    app = web.Application(client_max_size=16 * 1024 * 1024)
+    app = web.Application(
+        client_max_size=16 * 1024 * 1024,
+        middlewares=[guard_middleware(host_names(settings.allowed_hosts), PLAIN_HEADERS)],
+    )
     app.router.add_post("/v1/traces", traces)
     return app
 
 
+def check_exposure(settings: Settings) -> None:
+    """Anyone who reaches the receiver can make verdicts: off loopback only with a token."""
+    token = settings.otel_token.get_secret_value()
+    if token and guessable(token):
+        raise ConfigurationError(
+            f"TRACEJUDGE_OTEL_TOKEN is a placeholder or shorter than {MIN_TOKEN_CHARS} "
+            "characters: make one with `openssl rand -hex 24`"
+        )
+    if not token and not loopback(settings.otel_host):
+        raise ConfigurationError(
+            f"TRACEJUDGE_OTEL_HOST={settings.otel_host} is not a loopback address: set "
+            "TRACEJUDGE_OTEL_TOKEN too (or keep the receiver on 127.0.0.1)"
+        )
+
+
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Both receivers until `stop` is set (or SIGINT/SIGTERM)."""
+    check_exposure(settings)
     receiver = Receiver(settings)
     await receiver.producer.start()
     server = grpc.aio.server()

@@ -40,6 +40,7 @@ from tracejudge.streams.ui.plots import plot
 from tracejudge.streams.ui.reliability import describe
 from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore, agent_label
 from tracejudge.streams.ui.trends import Figures, bins, changes, figures
+from tracejudge.streams.web_guard import MIN_TOKEN_CHARS, guard_middleware, guessable, host_names
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,15 @@ def _loopback(host: str) -> bool:
 
 def check_exposure(settings: Settings) -> None:
     """Verdicts are masked, yet still the agents' business: off loopback only with a token."""
+    token = settings.ui_token.get_secret_value()
+    if token and guessable(token):
+        raise ConfigurationError(
+            f"TRACEJUDGE_UI_TOKEN is a placeholder or shorter than {MIN_TOKEN_CHARS} characters: "
+            "anyone could guess it; make one with `openssl rand -hex 24`"
+        )
     if settings.ui_open or _loopback(settings.ui_host):
         return
-    if not settings.ui_token.get_secret_value():
+    if not token:
         raise ConfigurationError(
             f"TRACEJUDGE_UI_HOST={settings.ui_host} is not a loopback address: set "
             "TRACEJUDGE_UI_TOKEN too (or keep the explorer on 127.0.0.1)"
@@ -94,11 +101,13 @@ def _token_middleware(token: str) -> Any:
         given = given or request.cookies.get(COOKIE, "")
         query = request.query.get("token", "")
         if query and hmac.compare_digest(query.encode(), token.encode()):
-            # kept in a cookie, and the token taken out of the address bar and history
-            kept = request.rel_url.with_query(
-                {k: v for k, v in request.query.items() if k != "token"}
+            # kept in a cookie, and the token taken out of the address bar and history; to a
+            # path on this origin only (`//evil.example/x` would be another site's address)
+            query = urllib.parse.urlencode(
+                [(k, v) for k, v in request.query.items() if k != "token"]
             )
-            response = web.HTTPSeeOther(str(kept))
+            path = "/" + urllib.parse.quote(request.path.lstrip("/\\"))
+            response = web.HTTPSeeOther(path + (f"?{query}" if query else ""))
             response.set_cookie(COOKIE, token, httponly=True, samesite="Strict")
             raise response
         if not given or not hmac.compare_digest(given.encode(), token.encode()):
@@ -110,13 +119,6 @@ def _token_middleware(token: str) -> Any:
         return await handler(request)
 
     return guard
-
-
-@web.middleware
-async def _headers(request: web.Request, handler: Handler) -> web.StreamResponse:
-    response = await handler(request)
-    response.headers.update(HEADERS)
-    return response
 
 
 def _environment() -> jinja2.Environment:
@@ -299,7 +301,9 @@ def make_app(
 ) -> web.Application:
     """`agreement`, `actions`: the readers of the agreement and action tallies (by default
     those in the Redis of TRACEJUDGE_REDIS_URL, none without it)."""
-    middlewares = [_headers]
+    # outermost: a Host not served is refused before anything else, and every answer, a 401,
+    # a 404 or a redirect too, carries the headers
+    middlewares = [guard_middleware(host_names(settings.allowed_hosts), HEADERS)]
     token = settings.ui_token.get_secret_value()
     if token:
         middlewares.append(_token_middleware(token))

@@ -30,6 +30,7 @@ from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
 from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tracejudge.streams.outputs import Prompt, redis_client
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.web_guard import PLAIN_HEADERS, host_allowed, host_names, refusal
 from tracejudge.streams.worker import record_handoff
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
@@ -299,6 +300,7 @@ def _offset_guard(app: faust.App, ctx: WorkerContext) -> OffsetGuard:
     )
 
 
+Page = Callable[[Any, Any], Awaitable[Any]]  # a Faust page: (web, request) -> response
 POSITION_TIMEOUT_S = 2.0
 GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections (Python's default: 700)
 
@@ -443,19 +445,38 @@ def _add_watchdog_and_pages(
 def _add_pages(
     app: faust.App, ctx: WorkerContext, watchdog: StallWatchdog, judge_runner: JudgeRunner | None
 ) -> None:
+    served = host_names(ctx.settings.allowed_hosts)
+
+    def guarded(page: Page) -> Page:
+        """A Host this worker does not serve gets 421 (web_guard.py); every answer, the
+        security headers."""
+
+        async def answer(web: Any, request: Any) -> Any:
+            if not host_allowed(request.headers.get("Host"), served):
+                response = web.text(refusal(request.headers.get("Host")), status=421)
+            else:
+                response = await page(web, request)
+            response.headers.update(PLAIN_HEADERS)
+            return response
+
+        return answer
+
     if ctx.settings.debug_endpoints:  # stacks can show data in flight: off unless asked for
 
         @app.page("/debug/tasks")  # type: ignore[misc]
+        @guarded
         async def tasks(web: Any, request: Any) -> Any:
             return web.text(async_stacks())
 
     @app.page("/metrics")  # type: ignore[misc]
+    @guarded
     async def metrics(web: Any, request: Any) -> Any:
         # the exposition format's type with its charset: a header, since aiohttp refuses a
         # charset in content_type
         return web.bytes(ctx.metrics.exposition(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     @app.page("/health")  # type: ignore[misc]
+    @guarded
     async def health(web: Any, request: Any) -> Any:
         body, status = health_report(
             ctx,

@@ -10,9 +10,11 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -24,10 +26,12 @@ from opentelemetry.trace import (
     TraceFlags,
     set_span_in_context,
 )
+from pydantic import SecretStr
 
 from tests.integration.harness import WorkerProcess, grouped
 from tests.realservices import free_port
-from tracejudge.streams.otel.receiver import serve
+from tracejudge.models.errors import ConfigurationError
+from tracejudge.streams.otel.receiver import check_exposure, serve
 from tracejudge.streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -94,10 +98,10 @@ def agent_run(
 
 
 @contextlib.asynccontextmanager
-async def receiving(worker: WorkerProcess) -> AsyncIterator[Settings]:
+async def receiving(worker: WorkerProcess, **given: Any) -> AsyncIterator[Settings]:
     """`tracejudge otel` for the worker's topics, on free ports, for the length of a test."""
     settings = worker.settings.model_copy(
-        update={"otel_grpc_port": free_port(), "otel_http_port": free_port()}
+        update={"otel_grpc_port": free_port(), "otel_http_port": free_port(), **given}
     )
     stop = asyncio.Event()
     server = asyncio.create_task(serve(settings, stop))
@@ -146,3 +150,51 @@ async def test_an_agent_behind_a_gateway_closes_on_its_own_root_span(
     [evaluation] = evaluations[rid]
     # ended by its own root span; without the rule it waits out the idle timeout
     assert evaluation["closed_by"] == "final_response" and evaluation["success"] is True
+
+
+TOKEN = "otel-receiver-token-0123456789"
+
+
+async def test_a_web_page_cannot_post_traces_and_a_token_is_required_when_set(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    """What a page in the operator's browser can send (a `no-cors` post: `text/plain`, with its
+    Origin), a name the receiver does not serve (DNS rebinding), and a missing token are
+    refused; an exporter with the token gets its trace judged."""
+    body = ExportTraceServiceRequest().SerializeToString()
+    async with receiving(pipeline_worker, otel_token=SecretStr(TOKEN)) as settings:
+        url = f"http://127.0.0.1:{settings.otel_http_port}/v1/traces"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        protobuf = {"Content-Type": "application/x-protobuf", **auth}
+        async with aiohttp.ClientSession() as session:
+
+            async def status(headers: dict[str, str]) -> tuple[int, str]:
+                async with session.post(url, data=body, headers=headers) as answer:
+                    assert answer.headers["X-Content-Type-Options"] == "nosniff"
+                    return answer.status, await answer.text()
+
+            assert (await status({**auth, "Content-Type": "text/plain"}))[0] == 415
+            page = {**protobuf, "Origin": "https://attacker.example"}
+            assert (await status(page))[0] == 403
+            assert (await status({**protobuf, "Host": "attacker.example"}))[0] == 421
+            assert (await status({"Content-Type": "application/x-protobuf"}))[0] == 401
+            assert (await status(protobuf))[0] == 200
+        exporter = HttpExporter(endpoint=url, headers={"Authorization": f"Bearer {TOKEN}"})
+        rid = await asyncio.to_thread(agent_run, exporter, refund_fails=False, content=False)
+        evaluations = await grouped(pipeline_worker, "evaluations", {rid}, timeout_s=60)
+        assert evaluations[rid], evaluations
+        unauthorised = GrpcExporter(
+            endpoint=f"127.0.0.1:{settings.otel_grpc_port}", insecure=True, timeout=5
+        )
+        lost = await asyncio.to_thread(agent_run, unauthorised, refund_fails=False, content=False)
+        none = await grouped(pipeline_worker, "evaluations", {lost}, timeout_s=5)
+        assert not none.get(lost)  # refused over gRPC without the token: never published
+
+
+def test_the_receiver_off_loopback_needs_a_token_that_cannot_be_guessed() -> None:
+    settings = Settings(redis_url="", otel_host="0.0.0.0")
+    with pytest.raises(ConfigurationError, match="TRACEJUDGE_OTEL_TOKEN"):
+        check_exposure(settings)
+    with pytest.raises(ConfigurationError, match="placeholder"):
+        check_exposure(settings.model_copy(update={"otel_token": SecretStr("change-me")}))
+    check_exposure(settings.model_copy(update={"otel_token": SecretStr(TOKEN)}))
