@@ -21,7 +21,9 @@ from tracejudge.judges.inflight.early_stop import errors_in, extract_tag, observ
 from tracejudge.judges.llm.answer import InvalidAnswer, parse_answer
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.claims import admitted_failure, claimed_actions, handoff
+from tracejudge.judges.rules.judge import RuleJudge
 from tracejudge.models.events import parse_event
+from tracejudge.models.window import assemble_window
 
 UNITS: dict[str, str] = {
     "long token": "a",
@@ -30,6 +32,11 @@ UNITS: dict[str, str] = {
     "spaced digits": "12 ",
     "brackets": "[{(",
     "cjk": "你好世界",
+    "rtl arabic": "مرحبا بالعالم ",
+    "rtl hebrew": "שלום עולם ",
+    "emoji": "🙂🚀👩‍💻",
+    "mixed scripts": "a你ب🙂1.",
+    "dots": "...",
     "at signs": "a@b.",
     "tags": "<answer>",
     "json opens": '{"a":',
@@ -48,11 +55,53 @@ def _judge_content(text: str) -> None:
         parse_answer(body)
 
 
+def _rules(text: str) -> None:
+    """A whole run judged by the rules, the text in every field an agent fills."""
+    events = [
+        {"type": "task_started", "request_id": "r", "goal": text},
+        {
+            "type": "reasoning_step",
+            "request_id": "r",
+            "step_index": 1,
+            "phase": "plan",
+            "intent_summary": text,
+        },
+        {
+            "type": "tool_call",
+            "request_id": "r",
+            "step_index": 2,
+            "tool": "search",
+            "args_summary": text,
+            "success": True,
+            "result_preview": text,
+        },
+        {
+            "type": "tool_call",
+            "request_id": "r",
+            "step_index": 3,
+            "tool": "refund",
+            "args_summary": text,
+            "success": False,
+            "error": text,
+        },
+        {"type": "final_response", "request_id": "r", "output": text},
+    ]
+    window = assemble_window(
+        "r",
+        [parse_event(json.dumps(e)) for e in events],
+        closed_by="final_response",
+        step_count=3,
+        steps_dropped=0,
+    )
+    RuleJudge().judge(window)
+
+
 def _event(text: str) -> None:
     parse_event(json.dumps({"type": "final_response", "request_id": "r", "output": text}))
 
 
 FUNCTIONS: dict[str, Callable[[str], object]] = {
+    "rules.RuleJudge.judge (a run)": _rules,
     "redact.mask": mask,
     "generic.assess_answer": lambda text: assess_answer("analyze this repository", text),
     "generic.prompt_is_complex": prompt_is_complex,
