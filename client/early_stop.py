@@ -92,7 +92,7 @@ def _read(
     try:
         record = json.loads(raw)
         decision = EarlyStopDecision.model_validate(record)
-    except (ValueError, ValidationError):
+    except (ValueError, RecursionError, ValidationError):
         log.warning("tracejudge client: an unreadable early-stop decision; ignored")
         return None, False
     if decision.request_id != request_id or (keys is not None and not keys.verify(record)):

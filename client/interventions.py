@@ -271,7 +271,11 @@ class InterventionReader:
             if not isinstance(raw, dict) or raw.get("type") != "intervention":
                 return
             intervention = Intervention.model_validate(raw)
-        except (ValueError, ValidationError):  # not of this contract: skipped, not fatal
+        except (
+            ValueError,
+            RecursionError,
+            ValidationError,
+        ):  # not of this contract: skipped, not fatal
             self._warn("invalid", f"an unreadable control message on {self.topic}; skipped")
             return
         if self.keys is not None and (

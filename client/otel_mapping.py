@@ -186,7 +186,7 @@ def _content(attributes: Mapping[str, Any], keys: tuple[str, ...]) -> str | None
         if isinstance(value, str):
             try:
                 parsed = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return value
             return _texts(parsed) or value
         return _texts(value) or str(value)

@@ -250,7 +250,7 @@ class ReflectionWorker:
         """One request, start to end; True when its offset may be committed."""
         try:
             request = ReflectionRequest.model_validate(json.loads(message.value() or b"null"))
-        except (ValueError, ValidationError) as exc:
+        except (ValueError, RecursionError, ValidationError) as exc:
             self.stats.invalid += 1
             log.warning(
                 "tracejudge reflections: skipped a record at %s[%d]@%d: not a reflection "

@@ -70,5 +70,5 @@ def evaluation_from_topic(
 def _evaluation(raw: bytes | None) -> Evaluation | None:
     try:
         return Evaluation.model_validate(json.loads(raw or b"null"))
-    except ValueError:  # not an evaluation of this contract: skipped, not fatal
+    except (ValueError, RecursionError):  # not an evaluation of this contract: skipped, not fatal
         return None

@@ -354,6 +354,8 @@ def decode_object(
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise InvalidEvent("not_json", f"value is not JSON: {exc.msg} at {exc.pos}") from exc
+        except RecursionError as exc:  # pydantic's reader stops at its depth limit first
+            raise InvalidEvent("not_json", "value is nested too deeply to read") from exc
     if not isinstance(raw, dict):
         raise InvalidEvent("not_object", f"event must be a JSON object, got {type(raw).__name__}")
     if raw.get("type") is None:

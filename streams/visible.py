@@ -67,6 +67,6 @@ def exact_json(line: str) -> str:
         return line
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = line
     return json.dumps(value, ensure_ascii=True)

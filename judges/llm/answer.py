@@ -233,6 +233,8 @@ def _from_tool_calls(tool_calls: Any) -> dict[str, Any] | None:
                 arguments = json.loads(arguments)
             except json.JSONDecodeError as exc:
                 raise InvalidAnswer(f"final_judge arguments are not JSON: {exc.msg}") from exc
+            except RecursionError as exc:  # an answer echoing deeply nested input
+                raise InvalidAnswer("final_judge arguments are nested too deeply") from exc
         if not isinstance(arguments, dict):
             raise InvalidAnswer("final_judge arguments are not an object")
         return arguments
@@ -249,7 +251,7 @@ def _from_sentra(content: str) -> dict[str, Any] | None:
                 text = raw.strip()
                 try:
                     arguments[param.strip()] = json.loads(text)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     arguments[param.strip()] = text
             return arguments
     return None
@@ -267,7 +269,7 @@ def _from_json_content(content: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     if not isinstance(value, dict):
         return None

@@ -94,6 +94,6 @@ def prose(text: str) -> str:
 def _is_json(text: str) -> bool:
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not an artifact
         return False
     return True

@@ -28,8 +28,12 @@ ABBREVIATIONS = frozenset({
 BEFORE_A_NUMBER = frozenset({"no", "nos", "nr", "vol", "p", "pp", "ch", "sec", "fig", "eq", "ref"})
 # fmt: on
 # a candidate end: terminal punctuation (and closing quotes or brackets) then space, a
-# Chinese terminator, an ellipsis before Chinese text, or a line break
-_CANDIDATE = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)|[。！？]+[”’」』）]*|…+(?=[\u3400-\u9fff])|\n")
+# Chinese terminator, an ellipsis before Chinese text, or a line break. A run of marks is taken
+# whole (possessive) and only from its first mark (the look-behind): a long run with no space
+# after it ("........") was otherwise tried again from each of its marks, each time to its end.
+_CANDIDATE = re.compile(
+    r"(?<![.!?…])[.!?…]++[\"'”’)\]]*+(?=\s)|[。！？]+[”’」』）]*|(?<!…)…++(?=[\u3400-\u9fff])|\n"
+)
 _WORD_BEFORE = re.compile(r"([\w.]+)\.$")
 
 

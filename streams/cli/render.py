@@ -35,7 +35,7 @@ def render(
         )
     try:
         event = json.loads(value or b"")
-    except ValueError:
+    except (ValueError, RecursionError):
         return f"(undecodable) {_short(repr(value))}"
     if not isinstance(event, dict):
         return _short(repr(event))

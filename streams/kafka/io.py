@@ -25,7 +25,7 @@ def key_of(line: bytes) -> bytes | None:
     """The message key of a contract event: its request_id, when the line has one."""
     try:
         value = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     rid = value.get("request_id") if isinstance(value, dict) else None
     return rid.encode("utf-8") if isinstance(rid, str) and rid else None

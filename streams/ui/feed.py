@@ -54,7 +54,14 @@ def take(store: VerdictStore, kind: str, value: bytes, where: str = "") -> None:
         else:
             output_id = record.get("alert_id") or record.get("reflection_id") or where
             store.add_output(kind, record["request_id"], str(output_id))
-    except (ValueError, TypeError, KeyError, AttributeError, ValidationError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        AttributeError,
+        RecursionError,
+        ValidationError,
+    ) as exc:
         store.unreadable += 1
         if store.unreadable == 1:  # the count is on /health; the log says what it means once
             log.warning(
