@@ -20,6 +20,7 @@ from tracejudge.client.interventions import (
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, Outcome, clip, describe
 from tracejudge.models.outputs import Intervention
+from tracejudge.models.signing import sign_outcome
 
 Emit = Callable[[dict[str, Any]], bool]  # queue an event; False: the queue was full (dropped)
 
@@ -276,10 +277,12 @@ def outcome_event(
     score: float | None = None,
     source: str = "user",
     note: str | None = None,
+    key: str | None = None,
 ) -> dict[str, Any]:
     """The contract's `outcome` event for a request, validated as the worker validates it (so
     a bad one is refused here, where the caller can be told, not dead-lettered later);
-    InvalidEvent saying why not. `note` is clipped to the contract's limit."""
+    InvalidEvent saying why not. `note` is clipped to the contract's limit. `key`: the
+    source's key in the worker's TRACEJUDGE_OUTCOME_KEYS, which signs the event."""
     given = {"ok": ok, "score": score, "source": source, "note": note}
     value = {
         "type": "outcome",
@@ -294,7 +297,7 @@ def outcome_event(
     dumped = event.model_dump(exclude_none=True)
     if not dumped["clipped"]:
         del dumped["clipped"]
-    return dumped
+    return dumped if key is None else sign_outcome(dumped, key)
 
 
 def _clipped(text: str | None) -> str | None:

@@ -143,18 +143,21 @@ class _Tracing:
         score: float | None = None,
         source: str = "user",
         note: str | None = None,
+        key: str | None = None,
     ) -> bool:
         """Ground truth about a request, any time after its verdict (minutes to days): `ok`
         (did the run do what it was for) and/or a `score` in 0-1; `source` a short lowercase
         word saying where it comes from (human, test, reward, user: a later outcome of the
         same source replaces the earlier); `note`, free text, clipped (and masked wherever
         tracejudge outputs it). Sent like the request's events, keyed by `request_id`.
+        `key`: this source's key when the worker takes outcomes only from named sources
+        (TRACEJUDGE_OUTCOME_KEYS): the outcome is signed with it.
 
         False when it was not sent: bad arguments (no `ok` nor `score`, a score outside 0-1,
         a source not a lowercase word) are logged on the `tracejudge.client` logger and
         counted in `dropped`, as a full buffer is. Never raises."""
         try:
-            event = outcome_event(request_id, ok=ok, score=score, source=source, note=note)
+            event = outcome_event(request_id, ok=ok, score=score, source=source, note=note, key=key)
         except InvalidEvent as exc:
             # the reason names the field, never the request: one warning per interval for all
             self._sender.drop(f"an outcome refused: {exc.reason}")

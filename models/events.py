@@ -288,6 +288,11 @@ class Outcome(_Event):
         "user, ...). One outcome per request and source counts; a later one replaces it.",
     )
     note: str | None = None
+    signature: str | None = Field(
+        default=None,
+        description="hmac-sha256:<hex> with the source's key (models/signing.py); required "
+        "when the worker has TRACEJUDGE_OUTCOME_KEYS.",
+    )
 
     @model_validator(mode="after")
     def _says_something(self) -> Outcome:

@@ -83,11 +83,59 @@ class ControlKeys:
         return sum(hmac.compare_digest(given, _mac(key, body)) for key in self.keys) > 0
 
 
+OUTCOME_DOMAIN = b"tracejudge-outcome-v1\n"
+OUTCOME_KEYS_ENV = "TRACEJUDGE_OUTCOME_KEYS"
+
+
+@dataclass(frozen=True)
+class OutcomeKeys:
+    """Outcomes accepted only from the sources the operator names, each with its own key
+    (`TRACEJUDGE_OUTCOME_KEYS`: `source:key,source:key`): a source signs its outcome events
+    (`sign_outcome`), and the worker joins one only when its `source` is named and that
+    source's key verifies it. A leaked key speaks for its own source only."""
+
+    keys: Mapping[str, bytes]
+
+    @classmethod
+    def parse(cls, text: str | None) -> OutcomeKeys | None:
+        pairs = [p.strip() for p in (text or "").split(",") if p.strip()]
+        if not pairs:
+            return None
+        keys: dict[str, bytes] = {}
+        for i, pair in enumerate(pairs, 1):
+            source, colon, key = pair.partition(":")
+            if not colon or not source.strip():
+                raise ControlKeyError(f"{OUTCOME_KEYS_ENV}: entry {i} is not `source:key`")
+            if len(key.strip()) < MIN_KEY_CHARS:
+                raise ControlKeyError(
+                    f"{OUTCOME_KEYS_ENV}: the key of {source.strip()!r} is shorter than "
+                    f"{MIN_KEY_CHARS} characters; make one with `openssl rand -hex 32`"
+                )
+            keys[source.strip()] = key.strip().encode("utf-8")
+        return cls(keys)
+
+    def verify(self, raw: Mapping[str, Any]) -> bool:
+        """Whether an outcome event (parsed as sent) comes from a named source, signed with
+        its key."""
+        key = self.keys.get(str(raw.get("source", "user")))
+        signature = raw.get(SIGNATURE)
+        if key is None or not isinstance(signature, str) or not signature.startswith(SCHEME):
+            return False
+        body = {k: v for k, v in raw.items() if k != SIGNATURE}
+        return hmac.compare_digest(signature[len(SCHEME) :], _mac(key, body, OUTCOME_DOMAIN))
+
+
+def sign_outcome(event: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """An outcome event as it will be sent, with the signature of its source's key."""
+    body = {k: v for k, v in event.items() if k != SIGNATURE}
+    return {**body, SIGNATURE: SCHEME + _mac(key.encode("utf-8"), body, OUTCOME_DOMAIN)}
+
+
 def signed(record: bytes, keys: ControlKeys | None) -> bytes:
     """`record` signed with `keys`, or as it is without them."""
     return record if keys is None else keys.sign(record)
 
 
-def _mac(key: bytes, body: Mapping[str, Any]) -> str:
+def _mac(key: bytes, body: Mapping[str, Any], domain: bytes = DOMAIN) -> str:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hmac.new(key, DOMAIN + canonical.encode("utf-8"), hashlib.sha256).hexdigest()
+    return hmac.new(key, domain + canonical.encode("utf-8"), hashlib.sha256).hexdigest()

@@ -34,7 +34,7 @@ from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
 from tracejudge.judges.rules.judge import DEFAULT_TOOL_CALL_BUDGET
 from tracejudge.judges.verdict.conclude import Policy
-from tracejudge.models.signing import ControlKeys
+from tracejudge.models.signing import ControlKeys, OutcomeKeys
 from tracejudge.prompts import final_judge_prompt
 
 CONFIG_FILE_ENV = "TRACEJUDGE_CONFIG_FILE"
@@ -191,6 +191,14 @@ class OperationSettings(BaseModel):
         "name; `*`: any). Another name gets 421: a web page that makes its own name resolve to "
         "a listener (DNS rebinding) reads nothing.",
     )
+    outcome_keys: SecretStr = Field(
+        SecretStr(""),
+        description="The sources outcomes are taken from, each with its own key (secret; never "
+        "logged): `source:key,source:key`, keys of 32 characters or more. An outcome is joined "
+        "only when its `source` is named and signed with that source's key (the client's "
+        "`outcome(..., key=...)`); any other is counted as rejected, never joined. Empty: "
+        "every outcome on the events topic is taken.",
+    )
     control_keys: SecretStr = Field(
         SecretStr(""),
         description="Keys that sign interventions and early-stop decisions (secret; never "
@@ -258,6 +266,15 @@ class OperationSettings(BaseModel):
 
     def control_key_set(self) -> ControlKeys | None:
         return ControlKeys.parse(self.control_keys.get_secret_value())
+
+    @field_validator("outcome_keys")
+    @classmethod
+    def _outcome_keys_usable(cls, value: SecretStr) -> SecretStr:
+        OutcomeKeys.parse(value.get_secret_value())  # a short key: a clear error at start
+        return value
+
+    def outcome_key_set(self) -> OutcomeKeys | None:
+        return OutcomeKeys.parse(self.outcome_keys.get_secret_value())
 
 
 class KafkaSettings(BaseModel):

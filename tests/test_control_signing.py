@@ -15,8 +15,9 @@ from tests.memory import memory_worker
 from tests.test_intervention_reader import dead_address, intervention, recorder
 from tracejudge.client import InterventionReader
 from tracejudge.client.early_stop import _read
+from tracejudge.client.events import outcome_event
 from tracejudge.models.names import REDIS_CONTROL_KEY
-from tracejudge.models.signing import SIGNATURE, ControlKeyError, ControlKeys, signed
+from tracejudge.models.signing import SIGNATURE, ControlKeyError, ControlKeys, OutcomeKeys, signed
 
 KEY = "k" * 16 + "0123456789abcdef0123"  # 36 characters
 OTHER = "z" * 40
@@ -173,3 +174,41 @@ async def test_without_keys_the_worker_signs_nothing() -> None:
     await w.event(handlers.iteration(2, "<Conclusion>The answer is 42.</Conclusion>"))
     (decision,) = w.channel("control").values()
     assert decision.get(SIGNATURE) is None
+
+
+SOURCE_KEY = "ci-" + "0123456789abcdef" * 3
+
+
+def outcome(rid: str, source: str = "test", key: str | None = SOURCE_KEY, **given: Any) -> bytes:
+    event = outcome_event(rid, ok=True, source=source, key=key)
+    return json.dumps({**event, **given}).encode()
+
+
+async def test_outcomes_are_taken_only_from_named_sources_with_their_key() -> None:
+    w = memory_worker(outcome_keys=f"test:{SOURCE_KEY},human:{OTHER}")
+    await w.event(json.loads(outcome("r1")))  # signed by its source: taken
+    assert w.ctx.metrics.counts["outcomes_received"] == 1
+    forged = [
+        outcome("r2", key=None),  # unsigned
+        outcome("r3", source="human"),  # signed with another source's key
+        outcome("r4", source="reward", key=SOURCE_KEY),  # a source nobody named
+        outcome("r5", ok=False),  # altered after signing
+    ]
+    for value in forged:
+        await w.event(json.loads(value))
+    assert w.ctx.metrics.counts["outcomes_received"] == 1
+    assert w.ctx.metrics.counts["outcomes_rejected"] == 4
+
+
+async def test_without_outcome_keys_every_outcome_is_taken() -> None:
+    w = memory_worker()
+    await w.event(json.loads(outcome("r1", key=None)))
+    assert w.ctx.metrics.counts["outcomes_received"] == 1
+
+
+def test_outcome_keys_name_their_source_and_are_long_enough() -> None:
+    assert OutcomeKeys.parse("") is None
+    with pytest.raises(ControlKeyError, match="source:key"):
+        OutcomeKeys.parse(SOURCE_KEY)
+    with pytest.raises(ControlKeyError, match="'test' is shorter than 32"):
+        OutcomeKeys.parse("test:short")

@@ -161,6 +161,7 @@ class WorkerContext:
                 metrics=metrics,
                 outcomes=taker,
                 intervener=_intervener(settings, channels.control, clock, metrics, store),
+                outcome_keys=settings.outcome_key_set(),
             ),
             outcomes=taker,
             responses=_responses(settings, tables, channels, clock, metrics, agreement),

@@ -16,6 +16,7 @@ from tracejudge.models.events import (
     parse_event,
 )
 from tracejudge.models.names import MARKER_HEADER
+from tracejudge.models.signing import OutcomeKeys
 from tracejudge.streams.commit import later
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.metrics import Metrics
@@ -44,6 +45,8 @@ class EventHandler:
     outcomes: OutcomeTaker = field(default_factory=CountingOutcomes)
     # budgets and loops while a run runs; None: interventions off
     intervener: Intervener | None = None
+    # the sources outcomes are taken from (TRACEJUDGE_OUTCOME_KEYS); None: any
+    outcome_keys: OutcomeKeys | None = None
 
     async def __call__(self, record: InRecord) -> None:
         try:
@@ -75,6 +78,12 @@ class EventHandler:
             return
         rid = event.request_id
         if isinstance(event, Outcome):
+            if self.outcome_keys is not None and not self.outcome_keys.verify(
+                decode_object(record.value)  # as sent: what its source signed
+            ):
+                self.metrics.counts["outcomes_rejected"] += 1
+                self.metrics.event_count(event.type, "rejected").inc()
+                return  # not from a source the operator named: never joined
             # after the verdict, maybe days later: it must neither reopen nor close a window
             result = await self.outcomes.take(event, self.store.known(rid))
             self.metrics.event_count(event.type, result).inc()
