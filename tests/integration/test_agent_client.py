@@ -212,7 +212,15 @@ async def test_a_client_reads_verdicts_from_a_newer_worker_with_added_fields(
         assert await tracer.wait_for_evaluation(req.request_id, timeout=30) is not None
         redis = aioredis.from_url(s.redis_url)
         try:
-            raw = await redis.get(REDIS_EVALUATION_KEY.format(request_id=req.request_id))
+            # written once its records are on the topic (and after a short wait for company):
+            # the tracer, reading the topic, may see it first
+            key = REDIS_EVALUATION_KEY.format(request_id=req.request_id)
+            raw = None
+            for _ in range(200):  # 10 s at most
+                raw = await redis.get(key)
+                if raw is not None:
+                    break
+                await asyncio.sleep(0.05)
             assert raw is not None
             newer_rid = f"newer-{uuid.uuid4().hex[:6]}"
             published = {**json.loads(raw), "request_id": newer_rid}

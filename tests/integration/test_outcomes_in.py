@@ -9,13 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from aiokafka.partitioner import murmur2
 
-from tests.integration.harness import consume, create_topic
+from tests.integration.harness import WorkerProcess, consume, create_topic, worker_env
 from tests.realservices import ROOT
 from tracejudge.client import AsyncTracer, Tracer
 from tracejudge.models.events import Outcome, parse_event
@@ -112,3 +113,32 @@ def test_publish_sends_outcome_lines_keyed_by_their_request(
         (b"run-a", "run-a", True),
         (b"run-b", "run-b", True),
     ]
+
+
+def test_a_worker_with_outcome_keys_takes_only_what_a_named_source_signed(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Through the client, the broker and a real worker: the signature made on the dict the
+    client sends verifies on the bytes the worker reads; anything else is counted, not taken."""
+    key = "ci-" + "0123456789abcdef" * 3
+    env = worker_env(kafka_bootstrap, "", tmp_path, "outkeys", outcome_keys=f"test:{key}")
+    worker = WorkerProcess(env, tmp_path / "worker.log").start()
+    try:
+        s = worker.settings
+        with Tracer(s.kafka_bootstrap, topic_prefix=s.topic_prefix, interventions=False) as tracer:
+            assert tracer.outcome("o-1", ok=True, source="test", key=key, note="CI: 214 passed ✓")
+            assert tracer.outcome("o-2", ok=True, source="test")  # unsigned
+            assert tracer.outcome("o-3", ok=False, source="test", key="x" * 40)  # another key
+            assert tracer.outcome("o-4", ok=True, source="human", key=key)  # not a named source
+            assert tracer.flush(10)
+        deadline = time.monotonic() + 60
+        while True:
+            counters = worker.health()[1]["counters"]
+            seen = counters.get("outcomes_received", 0) + counters.get("outcomes_rejected", 0)
+            if seen >= 4:
+                break
+            assert time.monotonic() < deadline, (counters, worker.tail())
+            time.sleep(0.5)
+        assert counters["outcomes_received"] == 1 and counters["outcomes_rejected"] == 3
+    finally:
+        worker.stop()
