@@ -16,6 +16,7 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -258,20 +259,16 @@ class OperationSettings(BaseModel):
         "text", description="Log lines as text or as one JSON object per line."
     )
 
-    @field_validator("control_keys")
+    @field_validator("control_keys", "outcome_keys")
     @classmethod
-    def _control_keys_usable(cls, value: SecretStr) -> SecretStr:
-        ControlKeys.parse(value.get_secret_value())  # a short key: a clear error at start
+    def _keys_usable(cls, value: SecretStr, info: ValidationInfo) -> SecretStr:
+        # a short key, or an outcome key without its source: a clear error at start
+        parse = ControlKeys.parse if info.field_name == "control_keys" else OutcomeKeys.parse
+        parse(value.get_secret_value())
         return value
 
     def control_key_set(self) -> ControlKeys | None:
         return ControlKeys.parse(self.control_keys.get_secret_value())
-
-    @field_validator("outcome_keys")
-    @classmethod
-    def _outcome_keys_usable(cls, value: SecretStr) -> SecretStr:
-        OutcomeKeys.parse(value.get_secret_value())  # a short key: a clear error at start
-        return value
 
     def outcome_key_set(self) -> OutcomeKeys | None:
         return OutcomeKeys.parse(self.outcome_keys.get_secret_value())

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from tracejudge.models.errors import ConfigurationError
+
 # for answers that are not the explorer's pages (which add their own Content-Security-Policy)
 PLAIN_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
@@ -47,6 +49,21 @@ def loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def check_token(token_setting: str, token: str, host_setting: str, host: str) -> None:
+    """A listener's token: none on loopback is fine, none beyond it or a guessable one stops
+    the start (ConfigurationError naming the settings)."""
+    if token and guessable(token):
+        raise ConfigurationError(
+            f"{token_setting} is a placeholder or shorter than {MIN_TOKEN_CHARS} characters: "
+            "anyone could guess it; make one with `openssl rand -hex 24`"
+        )
+    if not token and not loopback(host):
+        raise ConfigurationError(
+            f"{host_setting}={host} is not a loopback address: set {token_setting} too (or "
+            "keep it on 127.0.0.1)"
+        )
 
 
 def host_names(configured: str) -> frozenset[str]:

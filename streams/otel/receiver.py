@@ -26,17 +26,9 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from tracejudge.client.otel_mapping import SpanInfo, events_of
 from tracejudge.models import names
-from tracejudge.models.errors import ConfigurationError
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.web_guard import (
-    MIN_TOKEN_CHARS,
-    PLAIN_HEADERS,
-    guard_middleware,
-    guessable,
-    host_names,
-    loopback,
-)
+from tracejudge.streams.web_guard import PLAIN_HEADERS, check_token, guard_middleware, host_names
 
 log = logging.getLogger(__name__)
 Request = trace_service_pb2.ExportTraceServiceRequest
@@ -195,16 +187,7 @@ def http_app(receiver: Receiver, settings: Settings | None = None) -> web.Applic
 def check_exposure(settings: Settings) -> None:
     """Anyone who reaches the receiver can make verdicts: off loopback only with a token."""
     token = settings.otel_token.get_secret_value()
-    if token and guessable(token):
-        raise ConfigurationError(
-            f"TRACEJUDGE_OTEL_TOKEN is a placeholder or shorter than {MIN_TOKEN_CHARS} "
-            "characters: make one with `openssl rand -hex 24`"
-        )
-    if not token and not loopback(settings.otel_host):
-        raise ConfigurationError(
-            f"TRACEJUDGE_OTEL_HOST={settings.otel_host} is not a loopback address: set "
-            "TRACEJUDGE_OTEL_TOKEN too (or keep the receiver on 127.0.0.1)"
-        )
+    check_token("TRACEJUDGE_OTEL_TOKEN", token, "TRACEJUDGE_OTEL_HOST", settings.otel_host)
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import logging
 import math
 import time
@@ -19,7 +18,6 @@ import jinja2
 from aiohttp import web
 
 from tracejudge.judges.masking.redact import ID_FIELDS, mask, mask_any
-from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.settings import Settings
@@ -40,7 +38,7 @@ from tracejudge.streams.ui.plots import plot
 from tracejudge.streams.ui.reliability import describe
 from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore, agent_label
 from tracejudge.streams.ui.trends import Figures, bins, changes, figures
-from tracejudge.streams.web_guard import MIN_TOKEN_CHARS, guard_middleware, guessable, host_names
+from tracejudge.streams.web_guard import check_token, guard_middleware, host_names
 
 log = logging.getLogger(__name__)
 
@@ -66,30 +64,13 @@ ACTIONS = web.AppKey("actions", ActionReader)
 OUTCOMES_DOCS = Path(__file__).resolve().parents[2] / "docs" / "outcomes.md"
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_exposure(settings: Settings) -> None:
     """Verdicts are masked, yet still the agents' business: off loopback only with a token."""
     token = settings.ui_token.get_secret_value()
-    if token and guessable(token):
-        raise ConfigurationError(
-            f"TRACEJUDGE_UI_TOKEN is a placeholder or shorter than {MIN_TOKEN_CHARS} characters: "
-            "anyone could guess it; make one with `openssl rand -hex 24`"
-        )
-    if settings.ui_open or _loopback(settings.ui_host):
+    if settings.ui_open:  # something else limits who reaches it; a token given is still checked
+        check_token("TRACEJUDGE_UI_TOKEN", token, "TRACEJUDGE_UI_HOST", "127.0.0.1")
         return
-    if not token:
-        raise ConfigurationError(
-            f"TRACEJUDGE_UI_HOST={settings.ui_host} is not a loopback address: set "
-            "TRACEJUDGE_UI_TOKEN too (or keep the explorer on 127.0.0.1)"
-        )
+    check_token("TRACEJUDGE_UI_TOKEN", token, "TRACEJUDGE_UI_HOST", settings.ui_host)
 
 
 def _token_middleware(token: str) -> Any:
