@@ -167,3 +167,55 @@ def start_redis_tls(workdir: Path, tls: Tls, timeout_s: float = 30.0) -> Service
     ]  # fmt: skip
     url = f"rediss://{REDIS_USER}:{REDIS_PASSWORD}@127.0.0.1:{{port}}/0"
     return launch_redis(workdir, listen, url, timeout_s)
+
+
+ADMIN_USER, ADMIN_PASSWORD = "admin", "admin-secret-1"
+
+# The compose file's broker (deploy/compose/acls.yml) has these same settings: Kafka's KRaft
+# authorizer, no ACL meaning deny, an admin the only super user beside the controller listener's
+# own (PLAINTEXT, loopback only, never given to clients: its principal is User:ANONYMOUS).
+AUTHORIZER_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{cport}
+listeners=SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=\
+org.apache.kafka.common.security.plain.PlainLoginModule required \
+username="{admin}" password="{admin_password}" {users};
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:{admin};User:ANONYMOUS
+log.dirs={data}
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+"""
+
+
+def start_kafka_with_acls(
+    workdir: Path, users: dict[str, str], timeout_s: float = 90.0
+) -> Service:
+    """A single-node KRaft broker with the authorizer on and SASL/PLAIN users: `users` (name ->
+    password) and the admin, who alone may do anything before ACLs are added."""
+    jaas = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return launch_kafka(
+        workdir,
+        AUTHORIZER_PROPERTIES,
+        {
+            "admin": ADMIN_USER,
+            "admin_password": ADMIN_PASSWORD,
+            "users": f'user_{ADMIN_USER}="{ADMIN_PASSWORD}" {jaas}',
+        },
+        (),
+        timeout_s,
+    )

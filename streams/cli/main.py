@@ -1,5 +1,5 @@
-"""`tracejudge` command line: worker, judge, demo, status, show, ui, tail, publish, replay,
-agreement, schema."""
+"""`tracejudge` command line: worker, judge, topics, acls, demo, status, show, ui, tail, publish,
+replay, agreement, schema."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError, DependencyUnreachable
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.cli import exits
+from tracejudge.streams.cli.acls import configure as configure_acls
 from tracejudge.streams.cli.entry import WORKER_EXTRA
 from tracejudge.streams.visible import exact_json, visible, visible_data
 
@@ -75,6 +76,7 @@ def command_settings() -> dict[str, list[str]]:
         + _group(JudgeSettings)
         + _names("web_host", "web_port", "stop_timeout_s", *OUTPUT_SETTINGS),
         "topics": _group(KafkaSettings),
+        "acls": _group(KafkaSettings) + _names("topic_prefix", "app_id"),
         "otel": _group(KafkaSettings)
         + _names(*(f for f in Settings.model_fields if f.startswith("otel_")), *OUTPUT_SETTINGS),
         "demo": _names("kafka_bootstrap", "redis_url") + _group(JudgeSettings),
@@ -141,6 +143,13 @@ def _parser() -> argparse.ArgumentParser:
         "run the LLM judge stage on its own (workers then set TRACEJUDGE_WORKER_JUDGES=false)",
     )
     command("topics", "create every topic (the worker also does it at start)")
+    configure_acls(
+        command(
+            "acls",
+            "the Kafka ACLs of each role (worker, agents, outcome sources, explorer, operators): "
+            "print them as kafka-acls.sh commands, or --apply them",
+        )
+    )
     command("otel", "receive OTLP traces (gRPC :4317, HTTP :4318) as contract events")
     demo = command("demo", "run the demo on an embedded broker and print verdicts")
     demo.add_argument(
@@ -297,6 +306,14 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(serve(settings))
             return 0
+        if args.command == "acls":
+            from tracejudge.streams.cli.acls import run_acls
+
+            if args.apply:
+                from tracejudge.streams.kafka.security import check_connection
+
+                asyncio.run(check_connection(settings))
+            return run_acls(settings, args)
         if args.command == "topics":
             from tracejudge.streams.kafka.admin import ensure_topics
 

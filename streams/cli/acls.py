@@ -1,0 +1,60 @@
+"""`tracejudge acls`: the Kafka ACLs of a deployment, printed as `kafka-acls.sh` commands or
+JSON, or applied through the admin API under the connection's (an admin's) credentials."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from tracejudge.streams.cli import exits
+
+if TYPE_CHECKING:  # the parser is built without the worker extra (streams/cli/entry.py)
+    from tracejudge.streams.settings import Settings
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--principal",
+        action="append",
+        default=[],
+        metavar="ROLE=TYPE:NAME",
+        help="the principal of a role (worker, agent, outcomes, explorer, operator); default "
+        "User:tracejudge-ROLE; repeatable",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--json", action="store_true", help="print {role: {principal, grants}}")
+    mode.add_argument(
+        "--apply",
+        action="store_true",
+        help="create them on the cluster, connected with TRACEJUDGE_KAFKA_* as a principal "
+        "allowed to alter ACLs",
+    )
+
+
+def run_acls(settings: "Settings", args: argparse.Namespace) -> int:
+    from tracejudge.streams.kafka import acls
+
+    try:
+        principals = acls.parse_principals(args.principal)
+    except ValueError as exc:
+        print(f"tracejudge: {exc}", file=sys.stderr)
+        return exits.USAGE_OR_CONFIGURATION
+    grants = acls.role_grants(settings)
+    if args.json:
+        print(json.dumps(acls.as_json(grants, principals), indent=2))
+        return 0
+    if not args.apply:
+        print("\n".join(acls.kafka_acls_commands(grants, principals, settings.kafka_bootstrap)))
+        return 0
+    from confluent_kafka import KafkaException
+
+    try:
+        count = acls.apply(settings, principals)
+    except KafkaException as exc:
+        print(f"tracejudge: the cluster refused the ACLs: {exc.args[0]}", file=sys.stderr)
+        return exits.UNREACHABLE
+    roles = ", ".join(f"{role} {principals[role]}" for role in grants)
+    print(f"applied {count} ACLs: {roles}")
+    return 0

@@ -1,0 +1,236 @@
+"""Kafka ACLs for a deployment: one principal per role, each allowed only its topics and groups.
+
+Roles:
+- `worker`: reads the inputs and its internal topics, writes the outputs (and the close markers it
+  routes through the events topic), creates and tunes its own topics, joins its two groups;
+- `agent`: what an agent's client, a reflection worker and the OTLP receiver need: writes the
+  input topics, reads its verdicts, interventions, reflection requests and retries (by
+  assignment, no group joined; a reflection worker's group starts with `tracejudge-reflections-`,
+  and joins only with the client's default group names);
+- `outcomes`: a source of ground truth: writes outcome events to the events topic, reads nothing
+  (Kafka cannot tell an outcome from a step on one topic: TRACEJUDGE_OUTCOME_KEYS does that);
+- `explorer`: reads the evaluations, alerts and reflections topics, writes nothing;
+- `operator`: `tracejudge topics`, `status`, `tail`, `publish`, `replay --from-topic`: creates
+  and describes every topic, reads them all, writes the input topics only.
+
+Everything else is refused once the broker runs an authorizer with no ACL meaning deny
+(`allow.everyone.if.no.acl.found=false`, Kafka's default): nobody but the worker writes the
+control or evaluations topics. Applied with confluent-kafka's admin client (librdkafka, already
+the client's transport), or printed as `kafka-acls.sh` commands for those who apply ACLs their
+own way.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tracejudge.models import names
+from tracejudge.streams.settings import Settings
+
+ROLES = ("worker", "agent", "outcomes", "explorer", "operator")
+DEFAULT_PRINCIPALS = {role: f"User:tracejudge-{role}" for role in ROLES}
+# the client's groups (client/): a reflection worker's default group, which it joins; and the
+# groups librdkafka requires of the verdict and intervention readers, never joined, whose
+# coordinator it still looks up (Describe)
+REFLECTION_GROUP_PREFIX = "tracejudge-reflections-"
+READER_GROUP_PREFIXES = ("tracejudge-client-", "tracejudge-interventions-")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Operations allowed on one resource: `topic`, `group` or `cluster`; `literal` names one
+    resource, `prefixed` every resource whose name starts with `name`."""
+
+    resource: str
+    name: str
+    operations: tuple[str, ...]
+    pattern: str = "literal"
+
+
+def _topics(settings: Settings, suffixes: Iterable[str]) -> list[str]:
+    return [settings.topic(s) for s in suffixes]
+
+
+def faust_topics(settings: Settings) -> list[str]:
+    """The worker's own topics beside the named ones: its tables' changelogs and the topic Faust's
+    partition assignor elects its leader on."""
+    changelogs = [names.changelog_topic(settings.app_id, t) for t in names.TABLES]
+    return [*changelogs, f"{settings.app_id}-__assignor-__leader"]
+
+
+def role_grants(settings: Settings) -> dict[str, list[Grant]]:
+    """Role -> what it may do, for these settings' topic prefix and application id."""
+    inputs = _topics(settings, names.INPUTS)
+    outputs = _topics(settings, names.OUTPUTS)
+    internal = _topics(settings, names.INTERNAL)
+    own = faust_topics(settings)
+    everything = [*inputs, *outputs, *internal, *own]
+    groups = [settings.app_id, settings.app_id + names.JUDGE_GROUP_SUFFIX]
+    manage = ("Create", "Describe", "DescribeConfigs", "AlterConfigs")
+    agent_reads = _topics(
+        settings, (names.EVALUATIONS, names.CONTROL, names.REFLECTIONS, names.RETRIES)
+    )
+    viewed = _topics(settings, (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS))
+    return {
+        "worker": [
+            *(Grant("topic", t, manage) for t in everything),
+            *(Grant("topic", t, ("Read",)) for t in [*inputs, *internal, *own]),
+            # the events topic too: idle-close and purge markers go through it
+            *(Grant("topic", t, ("Write",)) for t in [inputs[0], *outputs, *internal, *own]),
+            *(Grant("group", g, ("Read", "Describe")) for g in groups),
+        ],
+        "agent": [
+            *(Grant("topic", t, ("Write", "Describe")) for t in inputs),
+            *(Grant("topic", t, ("Read", "Describe")) for t in agent_reads),
+            Grant("group", REFLECTION_GROUP_PREFIX, ("Read", "Describe"), "prefixed"),
+            *(Grant("group", g, ("Describe",), "prefixed") for g in READER_GROUP_PREFIXES),
+        ],
+        "outcomes": [Grant("topic", inputs[0], ("Write", "Describe"))],
+        "explorer": [Grant("topic", t, ("Read", "Describe")) for t in viewed],
+        "operator": [
+            *(Grant("topic", t, (*manage, "Read")) for t in everything),
+            *(Grant("topic", t, ("Write",)) for t in inputs),
+            # `status` reads the groups' lag; `topics` seeds the worker group's first offsets
+            *(Grant("group", g, ("Read", "Describe")) for g in groups),
+        ],
+    }
+
+
+def parse_principals(pairs: Iterable[str]) -> dict[str, str]:
+    """`role=User:name` pairs over the defaults; an unknown role or a principal without its type
+    is a ValueError naming it."""
+    principals = dict(DEFAULT_PRINCIPALS)
+    for pair in pairs:
+        role, sep, principal = pair.partition("=")
+        if not sep or role not in ROLES:
+            raise ValueError(f"--principal {pair!r}: expected ROLE=User:NAME, ROLE one of {ROLES}")
+        if ":" not in principal or not principal.split(":", 1)[1]:
+            raise ValueError(f"--principal {pair!r}: a principal is TYPE:NAME, e.g. User:{role}")
+        principals[role] = principal
+    return principals
+
+
+def kafka_acls_commands(
+    grants: Mapping[str, list[Grant]],
+    principals: Mapping[str, str],
+    bootstrap: str,
+    command_config: str = "admin.properties",
+) -> list[str]:
+    """`kafka-acls.sh --add` lines as Kafka's own tool takes them: one per role and set of
+    operations, naming every resource they apply to (`--topic` repeats)."""
+    lines = []
+    for role, role_grants_ in grants.items():
+        lines.append(f"# {role}: {principals[role]}")
+        merged: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
+        for grant in role_grants_:
+            merged.setdefault((grant.resource, grant.operations, grant.pattern), []).append(
+                grant.name
+            )
+        for (resource, operations, pattern), resources in merged.items():
+            args = [
+                "kafka-acls.sh",
+                "--bootstrap-server",
+                bootstrap,
+                "--command-config",
+                command_config,
+                "--add",
+                "--allow-principal",
+                principals[role],
+            ]
+            for operation in operations:
+                args += ["--operation", operation]
+            for name in resources:
+                args += [f"--{resource}", name]
+            if pattern != "literal":
+                args += ["--resource-pattern-type", pattern]
+            lines.append(shlex.join(args))
+    return lines
+
+
+def as_json(grants: Mapping[str, list[Grant]], principals: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        role: {
+            "principal": principals[role],
+            "grants": [
+                {
+                    "resource": g.resource,
+                    "name": g.name,
+                    "pattern": g.pattern,
+                    "operations": list(g.operations),
+                }
+                for g in role_grants_
+            ],
+        }
+        for role, role_grants_ in grants.items()
+    }
+
+
+def bindings(grants: Mapping[str, list[Grant]], principals: Mapping[str, str]) -> list[Any]:
+    """confluent-kafka AclBindings: one per (grant, operation), allowed from any host."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    found = []
+    for role, role_grants_ in grants.items():
+        for grant in role_grants_:
+            for operation in grant.operations:
+                found.append(
+                    AclBinding(
+                        ResourceType[grant.resource.upper()],
+                        grant.name,
+                        ResourcePatternType[grant.pattern.upper()],
+                        principals[role],
+                        "*",
+                        AclOperation[_snake(operation).upper()],
+                        AclPermissionType.ALLOW,
+                    )
+                )
+    return found
+
+
+def _snake(operation: str) -> str:
+    """`DescribeConfigs` -> `describe_configs`: Kafka's tool's names to confluent-kafka's enum."""
+    return "".join(
+        f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(operation)
+    )
+
+
+def librdkafka_config(settings: Settings) -> dict[str, Any]:
+    """The connection settings for confluent-kafka, from the same TRACEJUDGE_KAFKA_* ones."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.kafka_bootstrap,
+        "security.protocol": settings.kafka_security_protocol,
+    }
+    if settings.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        config["sasl.mechanism"] = settings.kafka_sasl_mechanism
+        config["sasl.username"] = settings.kafka_sasl_username
+        config["sasl.password"] = settings.kafka_sasl_password.get_secret_value()
+    for setting, name in (
+        ("kafka_ssl_cafile", "ssl.ca.location"),
+        ("kafka_ssl_certfile", "ssl.certificate.location"),
+        ("kafka_ssl_keyfile", "ssl.key.location"),
+    ):
+        if getattr(settings, setting):
+            config[name] = getattr(settings, setting)
+    return config
+
+
+def apply(settings: Settings, principals: Mapping[str, str], timeout_s: float = 30.0) -> int:
+    """Create every binding (creating one that exists is a no-op on the broker); returns how
+    many. The connection's principal must be allowed to alter the cluster's ACLs."""
+    from confluent_kafka.admin import AdminClient
+
+    wanted = bindings(role_grants(settings), principals)
+    admin = AdminClient(librdkafka_config(settings))
+    futures = admin.create_acls(wanted, request_timeout=timeout_s)
+    for future in futures.values():
+        future.result(timeout=timeout_s)  # raises KafkaException with the broker's reason
+    return len(wanted)
