@@ -202,9 +202,7 @@ auto.create.topics.enable=false
 """
 
 
-def start_kafka_with_acls(
-    workdir: Path, users: dict[str, str], timeout_s: float = 90.0
-) -> Service:
+def start_kafka_with_acls(workdir: Path, users: dict[str, str], timeout_s: float = 90.0) -> Service:
     """A single-node KRaft broker with the authorizer on and SASL/PLAIN users: `users` (name ->
     password) and the admin, who alone may do anything before ACLs are added."""
     jaas = " ".join(f'user_{name}="{password}"' for name, password in users.items())

@@ -70,9 +70,11 @@ def test_the_deployment_runs_safely_and_matches_the_worker() -> None:
 
 def test_settings_are_known_and_replicas_stay_within_the_partitions() -> None:
     config = of_kind("ConfigMap")["data"]
-    secret = yaml.safe_load((K8S / "secret.example.yaml").read_text())
+    secrets = list(yaml.safe_load_all((K8S / "secret.example.yaml").read_text()))
     known = {f"TRACEJUDGE_{name.upper()}" for name in Settings.model_fields}
-    names = set(config) | {k for k in secret["stringData"] if k.startswith("TRACEJUDGE_")}
+    names = set(config) | {
+        k for secret in secrets for k in secret["stringData"] if k.startswith("TRACEJUDGE_")
+    }
     assert names <= known, sorted(names - known)
     scaled = of_kind("ScaledObject")["spec"]
     assert scaled["maxReplicaCount"] <= int(config["TRACEJUDGE_PARTITIONS"])
@@ -188,8 +190,12 @@ def test_the_explorer_is_guarded_by_the_token_and_reads_the_workers_settings() -
     assert settings.ui_host == "0.0.0.0" and not settings.ui_open
     with pytest.raises(ConfigurationError):  # started without the Secret's token: refused
         check_exposure(settings)
-    example = yaml.safe_load((K8S / "secret.example.yaml").read_text())["stringData"]
-    assert "TRACEJUDGE_UI_TOKEN" in example
-    assert {"secretRef": {"name": "tracejudge"}} in explorer["envFrom"]
+    examples = {
+        d["metadata"]["name"]: d["stringData"]
+        for d in yaml.safe_load_all((K8S / "secret.example.yaml").read_text())
+    }
+    assert "TRACEJUDGE_UI_TOKEN" in examples["tracejudge-explorer"]
+    assert "TRACEJUDGE_UI_TOKEN" not in examples["tracejudge"]  # the workers never need it
+    assert {"secretRef": {"name": "tracejudge-explorer"}} in explorer["envFrom"]
     service = of_kind("Service", "tracejudge-explorer")["spec"]
     assert service["ports"][0]["port"] == settings.ui_port

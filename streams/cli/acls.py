@@ -4,6 +4,7 @@ JSON, or applied through the admin API under the connection's (an admin's) crede
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_acls(settings: "Settings", args: argparse.Namespace) -> int:
+def run_acls(settings: Settings, args: argparse.Namespace) -> int:
     from tracejudge.streams.kafka import acls
 
     try:
@@ -50,6 +51,9 @@ def run_acls(settings: "Settings", args: argparse.Namespace) -> int:
         return 0
     from confluent_kafka import KafkaException
 
+    from tracejudge.streams.kafka.security import check_connection
+
+    asyncio.run(check_connection(settings))  # one clear line for a broker away or refusing
     try:
         count = acls.apply(settings, principals)
     except KafkaException as exc:

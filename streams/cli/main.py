@@ -22,6 +22,7 @@ from tracejudge.models.errors import ConfigurationError, DependencyUnreachable
 from tracejudge.models.version import PACKAGE_VERSION
 from tracejudge.streams.cli import exits
 from tracejudge.streams.cli.acls import configure as configure_acls
+from tracejudge.streams.cli.acls import run_acls
 from tracejudge.streams.cli.entry import WORKER_EXTRA
 from tracejudge.streams.visible import exact_json, visible, visible_data
 
@@ -307,19 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(serve(settings))
             return 0
         if args.command == "acls":
-            from tracejudge.streams.cli.acls import run_acls
-
-            if args.apply:
-                from tracejudge.streams.kafka.security import check_connection
-
-                asyncio.run(check_connection(settings))
             return run_acls(settings, args)
         if args.command == "topics":
-            from tracejudge.streams.kafka.admin import ensure_topics
-
-            created = asyncio.run(ensure_topics(settings))
-            print(f"created {len(created)} topics: {', '.join(created) or '(all existed)'}")
-            return 0
+            return _topics(settings)
         if args.command == "demo":
             from tracejudge.streams.demo.run import run_demo
 
@@ -355,6 +346,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tracejudge: {exc}", file=sys.stderr)
         return exits.USAGE_OR_CONFIGURATION
     return exits.USAGE_OR_CONFIGURATION
+
+
+def _topics(settings: Settings) -> int:
+    from tracejudge.streams.kafka.admin import ensure_topics
+
+    created = asyncio.run(ensure_topics(settings))
+    print(f"created {len(created)} topics: {', '.join(created) or '(all existed)'}")
+    return 0
 
 
 def _settings(config: str | None) -> Settings | None:

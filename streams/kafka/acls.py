@@ -170,13 +170,9 @@ def as_json(grants: Mapping[str, list[Grant]], principals: Mapping[str, str]) ->
 
 def bindings(grants: Mapping[str, list[Grant]], principals: Mapping[str, str]) -> list[Any]:
     """confluent-kafka AclBindings: one per (grant, operation), allowed from any host."""
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
+    # the admin package imports these without re-exporting them (so mypy would refuse them)
+    from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
+    from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
     found = []
     for role, role_grants_ in grants.items():

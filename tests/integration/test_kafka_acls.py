@@ -205,7 +205,13 @@ async def test_each_role_works_under_its_own_principal_and_no_further(
 def test_the_printed_commands_grant_what_apply_grants(broker: Service, tmp_path: Path) -> None:
     """The `kafka-acls.sh` lines, run with Kafka's own tool (the pinned jars), create exactly the
     bindings `--apply` creates, for principals of another name."""
-    from confluent_kafka.admin import AclBindingFilter, AdminClient
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._acl import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+    )
+    from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
     from tracejudge.streams.kafka import acls
     from tracejudge.streams.settings import Settings
@@ -247,19 +253,12 @@ def test_the_printed_commands_grant_what_apply_grants(broker: Service, tmp_path:
             "sasl.password": ADMIN_PASSWORD,
         }
     )
-    from confluent_kafka.admin import (
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
-
-    everything = AclBindingFilter(
+    everything = AclBindingFilter(  # None: any name, principal, host (the stubs say str)
         ResourceType.ANY,
-        None,
+        None,  # type: ignore[arg-type]
         ResourcePatternType.ANY,
-        None,
-        None,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
         AclOperation.ANY,
         AclPermissionType.ANY,
     )
