@@ -118,15 +118,8 @@ def _wait_port(port: int, process: subprocess.Popen[bytes], log: Path, timeout_s
     raise RuntimeError(f"service not listening on {port} after {timeout_s}s; see {log}")
 
 
-KAFKA_PROPERTIES = """\
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{cport}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+# storage and group settings every single-node test broker shares (and the secured ones)
+SINGLE_NODE = """\
 log.dirs={data}
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -135,8 +128,22 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
-log.retention.hours=2
 """
+
+KAFKA_PROPERTIES = (
+    """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{cport}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+"""
+    + SINGLE_NODE
+    + "log.retention.hours=2\n"
+)
 
 LOG4J = """\
 log4j.rootLogger=WARN, stdout

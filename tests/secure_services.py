@@ -6,11 +6,13 @@ format time; a CA and certificates made with the machine's `openssl`; everything
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.realservices import Service, launch_kafka, launch_redis
+from tests.realservices import SINGLE_NODE, Service, launch_kafka, launch_redis
 
 STORE_PASSWORD = "store-secret"
 KAFKA_USER, KAFKA_PASSWORD = "tracejudge", "kafka-secret-1"
@@ -95,7 +97,8 @@ def make_tls(workdir: Path, name: str = "server") -> Tls:
     return Tls(ca, cert, key, keystore)
 
 
-SASL_SSL_PROPERTIES = """\
+SASL_SSL_PROPERTIES = (
+    """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{cport}
@@ -116,15 +119,9 @@ ssl.key.password={store_password}
 ssl.truststore.type=PEM
 ssl.truststore.location={ca}
 ssl.endpoint.identification.algorithm=
-log.dirs={data}
-num.partitions=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
 """
+    + SINGLE_NODE
+)
 
 
 def start_kafka_sasl_ssl(workdir: Path, tls: Tls, timeout_s: float = 90.0) -> Service:
@@ -174,7 +171,8 @@ ADMIN_USER, ADMIN_PASSWORD = "admin", "admin-secret-1"
 # The compose file's broker (deploy/compose/acls.yml) has these same settings: Kafka's KRaft
 # authorizer, no ACL meaning deny, an admin the only super user beside the controller listener's
 # own (PLAINTEXT, loopback only, never given to clients: its principal is User:ANONYMOUS).
-AUTHORIZER_PROPERTIES = """\
+AUTHORIZER_PROPERTIES = (
+    """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{cport}
@@ -191,15 +189,9 @@ username="{admin}" password="{admin_password}" {users};
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:{admin};User:ANONYMOUS
-log.dirs={data}
-num.partitions=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
 """
+    + SINGLE_NODE
+)
 
 
 def start_kafka_with_acls(workdir: Path, users: dict[str, str], timeout_s: float = 90.0) -> Service:
@@ -216,4 +208,19 @@ def start_kafka_with_acls(workdir: Path, users: dict[str, str], timeout_s: float
         },
         (),
         timeout_s,
+    )
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`tracejudge ARGS` with `env`'s settings and none of the shell's."""
+    from tests.realservices import ROOT
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "tracejudge.streams.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=120,
     )

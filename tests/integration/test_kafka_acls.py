@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from tests.integration.harness import WorkerProcess, worker_env
-from tests.realservices import ROOT, Service, kafka_libs
-from tests.secure_services import ADMIN_PASSWORD, ADMIN_USER, start_kafka_with_acls
+from tests.realservices import Service, kafka_libs
+from tests.secure_services import ADMIN_PASSWORD, ADMIN_USER, cli, start_kafka_with_acls
 from tracejudge.client.verdicts import evaluation_from_topic
 from tracejudge.streams.demo.samples import sample_traces
 
@@ -50,18 +48,6 @@ def as_user(base: dict[str, str], user: str, password: str) -> dict[str, str]:
 def as_role(base: dict[str, str], role: str) -> dict[str, str]:
     user = f"tracejudge-{role}"
     return as_user(base, user, PASSWORDS[user])
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "tracejudge.streams.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=120,
-    )
 
 
 def librdkafka(kafka: Service, role: str) -> dict[str, Any]:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +14,12 @@ import pytest
 import redis
 
 from tests.integration.harness import WorkerProcess, worker_env
-from tests.realservices import ROOT, Service
+from tests.realservices import Service
 from tests.secure_services import (
     KAFKA_PASSWORD,
     KAFKA_USER,
     Tls,
+    cli,
     make_tls,
     start_kafka_sasl_ssl,
     start_redis_tls,
@@ -57,18 +55,6 @@ def secure_env(tls: Tls, kafka: Service, cache: Service, **overrides: str) -> di
     }
     env.update(overrides)
     return env
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "tracejudge.streams.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=120,
-    )
 
 
 async def test_worker_publish_and_tail_over_sasl_ssl_with_tls_redis(
