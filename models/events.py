@@ -98,6 +98,15 @@ class _Event(BaseModel):
     # compares the verdicts before and after
     agent_version: str | None = Field(default=None, max_length=128)
     task_id: str | None = Field(default=None, max_length=256)
+    # in a multi-agent run, who took this step (the agent, or the tool executor, that spoke or
+    # acted): what a failed verdict's blame names beside the step; the request's own agent
+    # stays `agent_name`
+    actor: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Multi-agent runs: the agent (or tool executor) that took this step, "
+        "e.g. a LangGraph node or an Agents SDK agent; absent: the request's agent.",
+    )
     ts: float | None = Field(default=None, description="Epoch seconds.")
     clipped: list[str] = Field(
         default_factory=list,

@@ -85,7 +85,7 @@ def step_record(
     }
     if event.ts is not None:
         stub["ts"] = event.ts  # the run's duration counts every step
-    for common in ("agent_name", "agent_version"):
+    for common in ("agent_name", "agent_version", "actor"):  # blame names the step's actor
         if getattr(event, common):
             stub[common] = getattr(event, common)
     usage = usage_of(event)
