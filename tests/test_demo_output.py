@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import socket
 from pathlib import Path
 
 import pytest
 
+from tracejudge.streams.cli.main import _epilog
 from tracejudge.streams.demo.run import Serving, _redis
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.settings import Settings, load_settings
 
 PASSWORD = "s3cr3t-redis-pw"
 
@@ -32,3 +35,27 @@ def test_the_serving_commands_carry_no_redis_password() -> None:
     )  # fmt: skip
     line = serving.env(redis=True)
     assert "TRACEJUDGE_REDIS_URL=redis://" in line and PASSWORD not in line
+
+
+@pytest.mark.parametrize("redis_url", ["redis://127.0.0.1:46379/0", ""])
+def test_the_printed_status_command_reads_the_demos_redis(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `status` reads the live agreement from Redis: run as printed, in a shell with no
+    # TRACEJUDGE_ setting, it must get the demo's Redis (or none), never the default URL
+    serving = Serving(
+        "127.0.0.1:9092", "demo-", "tracejudge", redis_url, "http://127.0.0.1:8091", False
+    )
+    words = shlex.split(serving.status_command())
+    given = dict(w.split("=", 1) for w in words if w.startswith("TRACEJUDGE_"))
+    for name in os.environ:
+        if name.startswith("TRACEJUDGE_"):
+            monkeypatch.delenv(name)
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings()
+    assert settings.redis_url == redis_url
+    assert settings.kafka_bootstrap == "127.0.0.1:9092" and settings.topic_prefix == "demo-"
+    command = [w for w in words if not w.startswith("TRACEJUDGE_")]
+    assert command == [".venv/bin/tracejudge", "status", "--worker", "http://127.0.0.1:8091"]
+    assert "TRACEJUDGE_REDIS_URL" in _epilog("status")  # `status --help` says it reads it

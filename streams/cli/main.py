@@ -85,7 +85,7 @@ def command_settings() -> dict[str, list[str]]:
         "ui": _group(KafkaSettings)
         + _names("redis_url", *(f for f in Settings.model_fields if f.startswith("ui_"))),
         "tail": _group(KafkaSettings),
-        "status": _group(KafkaSettings) + _names("status_workers", "web_port"),
+        "status": _group(KafkaSettings) + _names("status_workers", "web_port", "redis_url"),
         "replay": _group(RuleSettings) + _group(JudgeSettings) + _group(KafkaSettings),
         # Redis only as the judge's cache, as in a replay
         "agreement": _group(RuleSettings) + _group(JudgeSettings) + _names("redis_url"),

@@ -79,7 +79,9 @@ class Serving:
         return " ".join(words)
 
     def status_command(self) -> str:
-        return f"{self.env()} .venv/bin/tracejudge status --worker {self.worker_url}"
+        # with the Redis: `status` reads the live agreement there (the demo's own Redis is
+        # not the default URL; an empty one says "no Redis" rather than failing to connect)
+        return f"{self.env(redis=True)} .venv/bin/tracejudge status --worker {self.worker_url}"
 
 
 def _interrupt(*_: object) -> None:

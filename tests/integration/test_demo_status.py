@@ -94,6 +94,9 @@ def test_the_serving_demo_prints_a_status_command_that_reaches_its_worker_and_ke
         assert ran.returncode == 0, ran.stdout + ran.stderr
         found = json.loads(ran.stdout)
         assert [w["status"] for w in found["workers"]] == ["ok"]
+        # the demo's Redis, as printed: the agreement section reads it (the default URL's
+        # Redis is not there)
+        assert found["agreement_error"] is None, found["agreement_error"]
         assert all(t["lag"] is None or t["lag"] >= 0 for t in found["topics"])
         ui_line = next(line for line in seen if "bin/tracejudge ui" in line)
         redis_url = re.search(r"TRACEJUDGE_REDIS_URL=(\S+)", ui_line)
