@@ -169,6 +169,9 @@ def render(
         f"judge {'pending' if e.get('final') is False else e['judge_status']}"
         + (f" ({e['judge_error']})" if e.get("judge_error") else ""),
     ]
+    follow_up = origin_line(e.get("origin"))
+    if follow_up:
+        lines.append(follow_up)
     call = judge_call(e.get("judge"))
     if call:
         lines.append(f"judge: {call[0]}")
@@ -209,6 +212,23 @@ def render(
         )
     lines.append(_timeline(timeline, locate(e, timeline), no_timeline))
     return "\n".join(lines) + "\n"
+
+
+def origin_line(origin: Any) -> str | None:
+    """A follow-up's origin (an evaluation's `origin`, models/outputs.py `Origin`) in one line:
+    the request it continues, its chain's first request when that is another, and the
+    parent's verdict as the worker found it; None for the first request of a chain."""
+    if not isinstance(origin, dict):
+        return None
+    parent = origin.get("request_id") or "?"
+    root = origin.get("root_request_id")
+    line = f"follow-up of {parent}" + (f" (chain from {root})" if root and root != parent else "")
+    if not origin.get("found"):
+        return line + ": its verdict not found (no Redis, expired, or never seen)"
+    return (
+        f"{line}: its score {origin.get('overall_score')}, success {origin.get('success')}, "
+        f"incomplete {origin.get('incomplete')}, round {origin.get('reflection_round')}"
+    )
 
 
 def judge_call(judge: dict[str, Any] | None) -> list[str]:
