@@ -3,8 +3,8 @@
     from tracejudge.client.reflections import ReflectionWorker
 
     def finish(reflection: Reflection, run: Recorder) -> str:
-        for step in reflection.remaining_steps:
-            ...                                   # do it, recording into `run`
+        for left in reflection.remaining:         # e.g. refund: step 2 failed ('timeout')
+            ...                                   # do left.step, recording into `run`
         return "Done: ..."                       # the follow-up's final response
 
     ReflectionWorker("kafka:9092", finish, agents=["booking-agent"]).run()
@@ -68,7 +68,7 @@ from tracejudge.client.tracer import Tracer
 from tracejudge.client.transport import kafka_config
 from tracejudge.models.ids import stable_id
 from tracejudge.models.names import REFLECTIONS
-from tracejudge.models.outputs import FailedStep, ReflectionRequest
+from tracejudge.models.outputs import FailedStep, ReflectionRequest, RemainingStep
 
 log = logging.getLogger("tracejudge.client")
 
@@ -83,13 +83,17 @@ class Reflection:
     round: int  # 1 for the first follow-up of an origin, 2 for a follow-up's follow-up, ...
     goal: str
     summary: str  # the verdict's summary of the origin
-    remaining_steps: tuple[str, ...]
+    remaining_steps: tuple[str, ...]  # `remaining`, a line each
     failed_steps: tuple[FailedStep, ...]
     suggestions: tuple[str, ...]
     agent_name: str | None
     session_key: str | None
     task_id: str | None
     attempt: int  # 1 for the first call in this process, 2 for its first retry, ...
+    # the work left, step by step: `.step` (the tool to call again, the planned step as
+    # declared), `.why`, and for a failed call its `.tool`, `.args` and `.error`; from a
+    # worker older than this field, each of `remaining_steps` as a step of its own
+    remaining: tuple[RemainingStep, ...] = ()
 
 
 # returns the follow-up's final response; None when the callback called `run.final` itself
@@ -287,7 +291,9 @@ class ReflectionWorker:
             agent_name=request.agent_name,
             agent_version=self.agent_version,
             session_key=request.session_key,
-            planned_steps=request.remaining_steps,
+            # what is left, as the origin's trace named it: a follow-up that calls `refund`
+            # again makes good the planned step `refund`
+            planned_steps=[r.step for r in _remaining(request)],
             parent_request_id=request.request_id,
             reflection_round=request.reflection_round,
             # a fresh token per run: a redelivered request's steps get ids of their own
@@ -369,6 +375,14 @@ async def _awaited(value: Awaitable[Any]) -> Any:
     return await value
 
 
+def _remaining(request: ReflectionRequest) -> tuple[RemainingStep, ...]:
+    if request.remaining:
+        return tuple(request.remaining)
+    return tuple(  # a worker that sends only the lines
+        RemainingStep(kind="request_pending", step=line, why="") for line in request.remaining_steps
+    )
+
+
 def _reflection(request: ReflectionRequest, request_id: str, attempt: int) -> Reflection:
     return Reflection(
         reflection_id=request.reflection_id,
@@ -378,6 +392,7 @@ def _reflection(request: ReflectionRequest, request_id: str, attempt: int) -> Re
         goal=request.goal,
         summary=request.summary,
         remaining_steps=tuple(request.remaining_steps),
+        remaining=_remaining(request),
         failed_steps=tuple(request.failed_steps),
         suggestions=tuple(request.suggestions),
         agent_name=request.agent_name,

@@ -51,6 +51,62 @@ class Finding(_Output):
     evidence: str
 
 
+RemainingKind = Literal[
+    "failed_call", "planned_step", "claimed_not_done", "confirmed_not_done", "request_pending",
+    "judge",
+]  # fmt: skip
+
+
+class RemainingStep(_Output):
+    """One piece of work a run left undone, read from its trace: what to do, and why it is
+    left. Never the answer's prose: a failed call names its tool, arguments and error, a
+    planned step is named as declared, a pending request by what is pending."""
+
+    kind: RemainingKind = Field(
+        description="failed_call: a call that failed and was never made good; planned_step: "
+        "declared, never attempted; claimed_not_done: the answer claims an action no "
+        "successful call did; confirmed_not_done: the user said yes, nothing was done; "
+        "request_pending: the user's request is left unanswered or unfinished; judge: the LLM "
+        "judge's reading, when the trace showed nothing left."
+    )
+    step: str = Field(
+        description="What to do: the tool to call again, the planned step as declared, or the "
+        "request to finish. A follow-up run declares these as its planned steps."
+    )
+    why: str = Field(description="Why it is left: the error, never attempted, the evidence.")
+    step_index: int | None = Field(default=None, description="The step that failed, if one did.")
+    tool: str | None = None
+    args: str | None = Field(default=None, description="The failed call's arguments (clipped).")
+    error: str | None = Field(default=None, description="The failed call's error (clipped).")
+
+    def words(self) -> str:
+        """One line: the step (with its arguments) and why."""
+        head = f"{self.step}({self.args})" if self.args else self.step
+        return f"{head}: {self.why}"
+
+
+class Blame(_Output):
+    """The step most likely responsible for a run that is not a clean pass, and who took it;
+    or an abstention with the reason."""
+
+    step_index: int | None = Field(default=None, description="The step to blame.")
+    actor: str | None = Field(
+        default=None,
+        description="Who took it: the step's actor (multi-agent runs), else its tool, else the "
+        "request's agent.",
+    )
+    reason: str
+    confidence: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="How strongly the evidence points at this step: a prior per kind of "
+        "evidence (docs/judging.md: Blame), not a calibrated probability.",
+    )
+    source: Literal["rules", "judge"] | None = None
+    abstain: bool = Field(default=False, description="True: no step can be named; reason says why.")
+
+
 class PublishedScores(TypedDict, total=False):
     """DimensionScores as published: the judge's scores are absent when it gave none, never
     null (what the serializer returns, so the published schema says it too)."""
@@ -211,7 +267,17 @@ class Evaluation(_Output):
     success: bool = Field(description="The steps that ran succeeded.")
     incomplete: bool = Field(description="Part of the user's goal is still undone.")
     failed_steps: list[FailedStep] = Field(default_factory=list)
-    remaining_steps: list[str] = Field(default_factory=list)
+    remaining_steps: list[str] = Field(
+        default_factory=list, description="`remaining`, one line each (RemainingStep.words)."
+    )
+    remaining: list[RemainingStep] = Field(
+        default_factory=list, description="The work left undone, step by step, from the trace."
+    )
+    blame: Blame | None = Field(
+        default=None,
+        description="A verdict that is not a clean pass (not passed, not successful, or "
+        "incomplete): the step most likely responsible, or an abstention. None: a clean pass.",
+    )
     summary: str
     reasons: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
@@ -305,6 +371,9 @@ class ReflectionRequest(_Output):
     summary: str
     failed_steps: list[FailedStep] = Field(default_factory=list)
     remaining_steps: list[str] = Field(default_factory=list)
+    # the work left, step by step (older workers send none: then remaining_steps only)
+    remaining: list[RemainingStep] = Field(default_factory=list)
+    blame: Blame | None = None
     # the evaluation's suggestions: what the follow-up run should do differently (added for
     # the client's reflection worker; older workers send none)
     suggestions: list[str] = Field(default_factory=list)

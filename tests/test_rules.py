@@ -125,7 +125,10 @@ def test_validator_block_is_failure_and_warn_costs_health() -> None:
 def test_output_saying_work_remains_is_incomplete(output: str) -> None:
     verdict = judge.judge(window_of(trace(output, [("book", True)])))
     assert verdict.incomplete and verdict.success
-    assert verdict.remaining_steps and verdict.remaining_steps[0] in output
+    # what is left is named as work, never by echoing the answer's prose
+    [left] = verdict.remaining
+    assert left.kind == "request_pending" and left.step == "finish the user's request"
+    assert "says work remains" in left.why and verdict.remaining_steps[0] not in output
 
 
 @pytest.mark.parametrize(
@@ -147,7 +150,8 @@ def test_planned_steps_not_executed_are_remaining() -> None:
             trace(claim, [("search_flights", True)], planned=["search_flights", "book_reservation"])
         )
     )
-    assert verdict.incomplete and verdict.remaining_steps[0] == "book_reservation"
+    assert verdict.incomplete and verdict.remaining[0].step == "book_reservation"
+    assert verdict.remaining[0].kind == "planned_step"
     # and the answer's claim is held against a trace with nothing but a search in it
     assert ("claim_without_call", claim) in verdict.findings
     # a planned call that ran and failed is executed: it decides success instead
@@ -249,7 +253,7 @@ def test_an_announced_action_no_successful_call_did_is_incomplete(
     verdict = judge.judge(window_of(trace(output, calls)))
     assert verdict.incomplete and verdict.rule_score <= 79
     assert [rule for rule, _ in verdict.findings].count("claim_without_call") >= 1
-    assert any(step.startswith("actually ") for step in verdict.remaining_steps)
+    assert any(left.kind == "claimed_not_done" for left in verdict.remaining)
 
 
 @pytest.mark.parametrize(
@@ -336,7 +340,7 @@ def test_planned_steps_written_as_descriptions_count_as_done_when_as_many_ran() 
     assert done.incomplete is False and done.remaining_steps == []
     short = judge.judge(window_of(trace("Order 1234 is a $20 mug.", calls[:1], planned=planned)))
     assert short.incomplete is True
-    assert short.remaining_steps[0] == "issue the refund for the damaged item"
+    assert short.remaining[0].step == "issue the refund for the damaged item"
 
 
 def test_a_planned_tool_name_never_called_is_missing_whatever_else_ran() -> None:
@@ -344,7 +348,7 @@ def test_a_planned_tool_name_never_called_is_missing_whatever_else_ran() -> None
     planned = ["search_flights", "book_reservation"]
     output = "Found 3 flights to Boston; the weather there is sunny."
     verdict = judge.judge(window_of(trace(output, calls, planned=planned)))
-    assert verdict.incomplete is True and "book_reservation" in verdict.remaining_steps
+    assert verdict.incomplete is True and "book_reservation" in [r.step for r in verdict.remaining]
 
 
 def test_the_rule_judge_is_a_judge_and_the_public_api_resolves() -> None:

@@ -57,9 +57,8 @@ def judged(output: str) -> Any:
         ("订单已找到。退款还需要人工处理。", "退款还需要人工处理。"),
     ],
 )
-def test_remaining_steps_are_whole_sentences(output: str, remaining: str) -> None:
+def test_the_evidence_that_work_remains_is_a_whole_sentence(output: str, remaining: str) -> None:
     verdict = judged(output)
-    assert verdict.remaining_steps == [remaining]
     assert ("says_work_remains", remaining) in verdict.findings
 
 

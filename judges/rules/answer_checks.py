@@ -16,7 +16,9 @@ from tracejudge.judges.rules.claims import (
     reads_only,
 )
 from tracejudge.judges.rules.conversation import pending_action, unmet_confirmation
+from tracejudge.judges.rules.remaining import pending
 from tracejudge.judges.text.kinds import split
+from tracejudge.models.outputs import RemainingStep
 from tracejudge.models.window import Window
 
 # "Submitted patch:", "Here is the result:" and nothing after: an empty submission
@@ -24,7 +26,10 @@ _ANNOUNCE_MAX = 40
 
 
 def answer_outcome(
-    window: Window, remaining: list[str], reasons: list[str], findings: list[tuple[str, str]]
+    window: Window,
+    remaining: list[RemainingStep],
+    reasons: list[str],
+    findings: list[tuple[str, str]],
 ) -> int:
     """The final answer against the trace: actions it announces that no successful tool
     call performed, an attempt it admits failed, a hand-off to a human, a placeholder.
@@ -38,7 +43,12 @@ def answer_outcome(
     if not text.artifact and (is_placeholder(output) or _announces_nothing(output)):
         findings.append(("placeholder_answer", quote_whole(output.strip(), 80) or "(empty)"))
         reasons.append(f"the final answer is a placeholder ('{quote_whole(output.strip(), 40)}')")
-        remaining.append("give the user the actual result")
+        remaining.append(
+            pending(
+                "give the user the actual result",
+                f"the final answer is a placeholder ('{quote_whole(output.strip(), 40)}')",
+            )
+        )
         return 10
     calls = window.tool_calls
     # A tool often does more than its name says (a booking charges the card and mails the
@@ -56,36 +66,44 @@ def answer_outcome(
             f"the answer says '{quote_whole(claim.evidence, 120)}' but no successful tool call "
             f"did it ({claim.family})"
         )
-        remaining.append(f"actually {claim.family}: {quote_whole(claim.evidence, 120)}")
+        remaining.append(
+            RemainingStep(
+                kind="claimed_not_done",
+                step=claim.family,
+                why=f"the answer says '{quote_whole(claim.evidence, 120)}' but no successful "
+                "tool call did it",
+            )
+        )
         cap = min(cap, 40)
-    # (rule, evidence, why, work left, completeness cap): each makes the request incomplete
+    # (rule, evidence, why, (kind, work left), completeness cap): each makes the request
+    # incomplete; `why` says what the work left is about
     checks = (
         (
             "admitted_failure",
             admitted_failure(output),
             "the answer admits an attempt failed ('{short}')",
-            "{full}",
+            ("request_pending", "finish the user's request"),
             50,
         ),
         (
             "pending_action",
             pending_action(output),
             "the answer leaves the action pending ('{short}')",
-            "carry out what the answer leaves pending: {short}",
+            ("request_pending", "carry out what the answer leaves pending"),
             50,
         ),
         (
             "confirmed_not_done",
             unmet_confirmation(window),
             "the user confirmed ('{short}') but no state-changing call succeeded after",
-            "do what the user confirmed: {short}",
+            ("confirmed_not_done", "do what the user confirmed"),
             40,
         ),
         (
             "handoff",
             handoff(output),
             "the request was handed to a human ('{short}')",
-            "resolve what was handed off: {short}",
+            ("request_pending", "resolve what was handed to a human"),
             50,
         ),
     )
@@ -94,7 +112,8 @@ def answer_outcome(
             findings.append((rule, evidence))
             short = quote_whole(evidence, 120)
             reasons.append(why.format(short=short))
-            remaining.append(left.format(full=evidence, short=short))
+            kind, step = left
+            remaining.append(RemainingStep(kind=kind, step=step, why=why.format(short=short)))
             cap = min(cap, limit)
     return cap
 

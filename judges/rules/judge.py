@@ -24,10 +24,11 @@ from tracejudge.judges.rules.endings import (
 )
 from tracejudge.judges.rules.phrases import REMAINING_WORK_RE, first_match
 from tracejudge.judges.rules.plans import failed_planned_steps, names_a_tool, norm, same_step
+from tracejudge.judges.rules.remaining import pending, planned_not_attempted, work_left
 from tracejudge.judges.rules.trouble import relative_findings, trouble_kinds
 from tracejudge.judges.text.kinds import split
 from tracejudge.judges.text.sentences import sentence_at
-from tracejudge.models.outputs import FailedStep
+from tracejudge.models.outputs import FailedStep, RemainingStep
 from tracejudge.models.window import Window
 
 RULES_VERSION = "rules-3"
@@ -62,7 +63,8 @@ class RuleVerdict(BaseModel):
     success: bool
     incomplete: bool
     failed_steps: list[FailedStep]
-    remaining_steps: list[str]
+    remaining_steps: list[str]  # `remaining`, a line each
+    remaining: list[RemainingStep] = Field(default_factory=list)
     summary: str
     reasons: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
@@ -126,7 +128,7 @@ class RuleJudge:
         findings: list[tuple[str, str]] = []
         failed = self._unrecovered_failures(window)
         missing = self._missing_planned(window, stats)
-        remaining = list(missing)
+        remaining = [planned_not_attempted(m) for m in missing]
         if missing:
             findings.append(("planned_step_not_attempted", ", ".join(missing[:5])))
         completeness = self._completeness(
@@ -164,6 +166,7 @@ class RuleJudge:
         )
         success = not failed and not blocked and not limit
         incomplete = window.final is None or bool(remaining)
+        left = work_left(window, failed, remaining)
         if failed:
             findings.append(("unrecovered_failure", "; ".join(f.reason for f in failed[:3])))
         for kind, evidence in relative:
@@ -186,8 +189,9 @@ class RuleJudge:
             success=success,
             incomplete=incomplete,
             failed_steps=failed,
-            remaining_steps=remaining,
-            summary=self._summary(window, stats, failed, remaining, blocked),
+            remaining_steps=[entry.words() for entry in left],
+            remaining=left,
+            summary=self._summary(window, stats, failed, left, blocked),
             reasons=reasons,
             suggestions=suggestions,
             findings=findings,
@@ -246,7 +250,7 @@ class RuleJudge:
         self,
         window: Window,
         missing: list[str],
-        remaining: list[str],
+        remaining: list[RemainingStep],
         reasons: list[str],
         suggestions: list[str],
         findings: list[tuple[str, str]],
@@ -256,7 +260,11 @@ class RuleJudge:
             why = "idle timeout" if window.closed_by == "idle_timeout" else "no terminal event"
             reasons.append(f"no final response ({why})")
             suggestions.append("make the agent publish a final_response when it finishes")
-            remaining.append("produce a final response for the user")
+            remaining.append(
+                pending(
+                    "answer the user's request", f"the run ended with no final response ({why})"
+                )
+            )
             return 0
         score = 100.0
         text = split(window.final.output)
@@ -293,15 +301,24 @@ class RuleJudge:
                 f"final output is {kind}, not a result" + (f" ('{pattern}')" if pattern else "")
             )
             remaining.append(
-                "answer the user's request instead of "
-                + ("a stock phrase" if kind == "generic" else "only asking for clarification")
+                pending(
+                    "answer the user's request",
+                    "the final answer "
+                    + ("is a stock phrase" if kind == "generic" else "only asks for clarification")
+                    + (f" ('{pattern}')" if pattern else ""),
+                )
             )
             suggestions.append("answer with the result of the task, not filler or a question")
             findings.append((f"{kind}_answer", quote_whole(output, 120)))
         left = first_match(output, REMAINING_WORK_RE)
         if left:
             score -= 30
-            remaining.append(_sentence_around(output, left))
+            remaining.append(
+                pending(
+                    "finish the user's request",
+                    f"the final answer says work remains ('{quote_whole(left, 80)}')",
+                )
+            )
             findings.append(("says_work_remains", _sentence_around(output, left)))
             reasons.append(f"final output says work remains ('{left}')")
             suggestions.append("finish the remaining work before answering")
@@ -450,7 +467,7 @@ class RuleJudge:
         window: Window,
         stats: RunStats,
         failed: list[FailedStep],
-        remaining: list[str],
+        remaining: list[RemainingStep],
         blocked: bool,
     ) -> str:
         parts = [f"{stats.tool_calls} tool call(s)"]

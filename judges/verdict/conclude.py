@@ -17,6 +17,7 @@ from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.agent_norms import RunStats
 from tracejudge.judges.rules.judge import RuleVerdict
+from tracejudge.judges.rules.remaining import MAX_LEFT
 from tracejudge.models.ids import stable_id
 from tracejudge.models.outputs import (
     Alert,
@@ -30,6 +31,7 @@ from tracejudge.models.outputs import (
     JudgeStatus,
     Origin,
     ReflectionRequest,
+    RemainingStep,
     Saving,
     Usage,
 )
@@ -219,6 +221,28 @@ def evaluator_version(rules_version: str, judge_version: str | None = None) -> s
     return f"{version}+{judge_version}" if judge_version else version
 
 
+def _remaining(rules: RuleVerdict, answer: JudgeAnswer | None) -> list[RemainingStep]:
+    """The work left as the trace names it (masked); the judge's words only when the trace
+    named nothing and the judge's verdict is the one taken."""
+    named = rules.remaining
+    if not named and answer is not None:
+        named = [
+            RemainingStep(kind="judge", step=text, why="the LLM judge's reading of the run")
+            for text in answer.remaining_steps[:MAX_LEFT]
+        ]
+    return [
+        r.model_copy(
+            update={
+                "step": mask(r.step),
+                "why": mask(r.why),
+                "args": None if r.args is None else mask(r.args),
+                "error": None if r.error is None else mask(r.error),
+            }
+        )
+        for r in named
+    ]
+
+
 def _masked_steps(steps: list[FailedStep]) -> list[FailedStep]:
     return [s.model_copy(update={"reason": mask(s.reason)}) for s in steps]
 
@@ -274,6 +298,7 @@ def conclude(
         suggestions = list(rules.suggestions)
     if outcome.note is not None:
         reasons.append(outcome.note)
+    remaining = _remaining(rules, answer if verdict is answer else None)
     threshold, calibration = policy.threshold_for(facts.agent_name)
     if calibration is not None:
         reasons.append(calibration.words())
@@ -296,7 +321,8 @@ def conclude(
         success=rules.success if verdict.success is None else verdict.success,
         incomplete=rules.incomplete if verdict.incomplete is None else verdict.incomplete,
         failed_steps=_masked_steps(verdict.failed_steps),
-        remaining_steps=[mask(s) for s in verdict.remaining_steps],
+        remaining_steps=[r.words() for r in remaining],
+        remaining=remaining,
         summary=mask(verdict.summary or rules.summary),
         reasons=[mask(r) for r in reasons],
         suggestions=[mask(s) for s in suggestions],
@@ -397,6 +423,8 @@ def _plan(
                 summary=evaluation.summary,
                 failed_steps=evaluation.failed_steps,
                 remaining_steps=evaluation.remaining_steps,
+                remaining=evaluation.remaining,
+                blame=evaluation.blame,
                 suggestions=evaluation.suggestions,
                 reflection_round=round_ + 1,
                 ts=now,

@@ -25,11 +25,11 @@ def main(bootstrap: str, prefix: str, calls_log: Path) -> None:
     def finish(reflection: Reflection, run: Recorder) -> str:
         with calls_log.open("a") as log:
             log.write(f"{reflection.reflection_id} {os.getpid()}\n")
-        for step in reflection.remaining_steps:
+        for left in reflection.remaining:
             time.sleep(0.15)  # slow enough that a kill lands inside some callback, and
             # that the requests outlast the group's rebalance when the second process joins
-            run.tool_call(step, success=True, result="done")
-        return f"finished {len(reflection.remaining_steps)} remaining step(s)"
+            run.tool_call(left.step, success=True, result="done")
+        return f"finished {len(reflection.remaining)} remaining step(s)"
 
     worker = ReflectionWorker(
         bootstrap,
