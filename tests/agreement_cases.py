@@ -38,7 +38,10 @@ async def verdict_then_outcomes(store: AgreementStore) -> None:
     assert await store.outcome("r1", ok, NOW + 120) == "replaced"
     assert await store.outcome("r1", Truth(False, "test"), NOW) == "joined"
     want = expected((JUDGED, ok), (JUDGED, Truth(False, "test")))
-    assert (await store.tally()).counts == want.counts
+    tally = await store.tally()
+    assert tally.counts == want.counts
+    # one run, labelled by two sources: two labels in the figures, one run
+    assert (tally.runs(), tally.runs(judged=True), tally.figures().runs) == (1, 1, 2)
 
 
 async def outcome_before_verdict(store: AgreementStore) -> None:
@@ -55,7 +58,13 @@ async def outcome_before_verdict(store: AgreementStore) -> None:
     assert await store.outcome("r3", Truth(False, "user"), NOW) == "replaced"
     await store.keep("r3", PLAIN)
     want = expected((PLAIN, truth), (PLAIN, Truth(False, "user")))
-    assert (await store.tally()).counts == want.counts
+    tally = await store.tally()
+    assert tally.counts == want.counts
+    assert (tally.runs(), tally.runs(agent="shop", version="1"), tally.runs(judged=True)) == (
+        2,
+        2,
+        0,
+    )
 
 
 async def races_and_redeliveries(store: AgreementStore, runs: int = 150) -> None:
@@ -71,7 +80,10 @@ async def races_and_redeliveries(store: AgreementStore, runs: int = 150) -> None
     rng.shuffle(calls)
     await asyncio.gather(*calls)
     want = expected(*((kepts[rid], truth) for rid, truth in truths.items()))
-    assert (await store.tally()).counts == want.counts
+    tally = await store.tally()
+    assert tally.counts == want.counts
+    assert tally.runs() == runs
+    assert tally.runs(judged=True) == sum(k.judged for k in kepts.values())
 
 
 async def day_buckets(store: AgreementStore) -> None:
@@ -81,6 +93,11 @@ async def day_buckets(store: AgreementStore) -> None:
     assert await store.outcome("d1", early, NOW - 3 * DAY) == "joined"
     assert (await store.tally(since=NOW - 4 * DAY)).counts == expected((PLAIN, early)).counts
     assert not (await store.tally(since=NOW - DAY)).counts
+    assert (await store.tally(since=NOW - 4 * DAY)).runs() == 1
+    assert (await store.tally(since=NOW - DAY)).runs() == 0
     assert await store.outcome("d1", late, NOW) == "replaced"
     assert (await store.tally(since=NOW - 4 * DAY)).counts == expected((PLAIN, late)).counts
     assert (await store.tally(since=NOW - DAY)).counts == expected((PLAIN, late)).counts
+    # the run goes with the pair counted last: counted once, in its day
+    assert (await store.tally(since=NOW - 4 * DAY)).runs() == 1
+    assert (await store.tally(since=NOW - DAY)).runs() == 1

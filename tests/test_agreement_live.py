@@ -15,7 +15,16 @@ from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tests.memory import memory_worker
 from tests.test_judge_pending import judge_all, run
 from tests.test_worker_handlers import final, start, tool
-from tracejudge.judges.agreement.tally import Kept, Tally, Truth, View, cells, kept_of, label_ok
+from tracejudge.judges.agreement.tally import (
+    Kept,
+    Tally,
+    Truth,
+    View,
+    cells,
+    kept_of,
+    label_ok,
+    run_cell,
+)
 from tracejudge.judges.rules.judge import RuleVerdict
 from tracejudge.models import names
 from tracejudge.models.outputs import Evaluation
@@ -131,7 +140,7 @@ def tally_of(agents: int, runs_each: int) -> Tally:
     for a in range(agents):
         for i in range(runs_each + a):  # agent a has runs_each + a outcomes
             kept = Kept(f"agent-{a:02d}", "1", 60, View(30 + (i % 2) * 50, i % 2 == 0, i % 2 == 0))
-            tally.add(cells(kept, Truth(i % 2 == 1, "test")))
+            tally.add([*cells(kept, Truth(i % 2 == 1, "test")), run_cell(kept)])
     return tally
 
 
@@ -203,7 +212,7 @@ def test_status_prints_the_agreement_per_agent_and_says_when_it_is_off() -> None
         "judged-agent", "1", 60, View(80, False, False), View(20, True, True), View(50, True, True)
     )
     for ok in (True, False):
-        tally.add(cells(judged, Truth(ok, "human")))
+        tally.add([*cells(judged, Truth(ok, "human")), run_cell(judged)])
     settings = Settings(redis_url="").masked()
     text = render_status(Status(settings, [], [], agreement_json(tally)))
     assert "agent-00: 6 runs with outcomes (3 ok, 3 failed)  AUC 1.000" in text

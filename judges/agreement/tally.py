@@ -289,6 +289,10 @@ class Cell(NamedTuple):
 
 NO_AGENT = "(no agent name)"  # as the explorer says it
 NO_VERSION = ""
+# A run cell counts a request with outcomes once, whatever number of outcome sources labelled
+# it (its pairs count once per source): `Tally.runs`. Kept beside the pairs' cells, in the same
+# buckets, and in no figure.
+RUN_VIEW = "run"
 
 
 def cells(kept: Kept, truth: Truth) -> list[Cell]:
@@ -309,6 +313,12 @@ def cells(kept: Kept, truth: Truth) -> list[Cell]:
         )
         for name, view in kept.views().items()
     ]
+
+
+def run_cell(kept: Kept) -> Cell:
+    """What a request with outcomes counts as a run, once for all its outcome sources."""
+    agent, version = kept.agent or NO_AGENT, kept.version or NO_VERSION
+    return Cell(agent, version, RUN_VIEW, "", kept.judged, False, 0, False, False)
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -468,19 +478,38 @@ def figures_of(counted: Iterable[tuple[Cell, int]]) -> Figures:
 
 @dataclass
 class Tally:
-    """Counts of cells: the whole state agreement figures are computed from."""
+    """Counts of cells: the whole state agreement figures are computed from. `counts`: the
+    pairs' cells (a request with outcomes from two sources has two pairs); `run_counts`: the
+    run cells (`run_cell`), one per request with outcomes."""
 
     counts: Counter[Cell] = field(default_factory=Counter)
+    run_counts: Counter[Cell] = field(default_factory=Counter)
 
     def add(self, pair: Iterable[Cell], times: int = 1) -> None:
         for cell in pair:
-            self.counts[cell] += times
-            if self.counts[cell] == 0:
-                del self.counts[cell]
+            into = self.run_counts if cell.view == RUN_VIEW else self.counts
+            into[cell] += times
+            if into[cell] == 0:
+                del into[cell]
 
     def merge(self, other: Tally) -> None:
         for cell, n in other.counts.items():
             self.counts[cell] += n
+        for cell, n in other.run_counts.items():
+            self.run_counts[cell] += n
+
+    def runs(
+        self, *, agent: str | None = None, version: str | None = None, judged: bool | None = None
+    ) -> int:
+        """Requests with outcomes, each once whatever number of sources labelled it (the
+        figures count labels: a run with outcomes from two sources counts twice there)."""
+        return sum(
+            n
+            for c, n in self.run_counts.items()
+            if (agent is None or c.agent == agent)
+            and (version is None or c.version == version)
+            and (judged is None or c.judged == judged)
+        )
 
     def agents(self) -> list[str]:
         return sorted({c.agent for c in self.counts})
@@ -523,8 +552,11 @@ class Tally:
         return figures_of((c, n) for c, n in self.counts.items() if chosen(c))
 
     def to_json(self) -> dict[str, int]:
-        return {c.key(): n for c, n in self.counts.items() if n}
+        return {c.key(): n for c, n in (*self.counts.items(), *self.run_counts.items()) if n}
 
     @classmethod
     def of_json(cls, data: Mapping[str, int]) -> Tally:
-        return cls(Counter({Cell.of_key(k): int(n) for k, n in data.items()}))
+        tally = cls()
+        for k, n in data.items():
+            tally.add([Cell.of_key(k)], int(n))
+        return tally

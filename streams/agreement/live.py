@@ -53,6 +53,8 @@ def bounded(tally: Tally, top: int = TOP_AGENTS) -> Tally:
     out = Tally()
     for cell, n in tally.counts.items():
         out.counts[cell if cell.agent in kept else cell._replace(agent=OTHER)] += n
+    for cell, n in tally.run_counts.items():
+        out.run_counts[cell if cell.agent in kept else cell._replace(agent=OTHER)] += n
     return out
 
 
@@ -68,7 +70,8 @@ def by_agent(tally: Tally) -> dict[tuple[str, str], Figures]:
 
 
 SERIES: tuple[tuple[str, str, Callable[[Figures], float | None]], ...] = (
-    ("runs", "Runs with an outcome.", lambda f: f.runs),
+    # labels: a run labelled by two outcome sources is counted once for each
+    ("runs", "Outcome labels: runs with an outcome, once per outcome source.", lambda f: f.runs),
     ("ok_runs", "Runs whose outcome was ok.", lambda f: f.ok_runs),
     ("failed_runs", "Runs whose outcome was failed.", lambda f: f.failed_runs),
     ("auc", "AUC of the score against the outcome (0.5: chance).", lambda f: f.auc),

@@ -23,6 +23,17 @@ def _auc(f: dict[str, Any]) -> str:
     return f"AUC {f['auc']:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def _counted(runs: int | None, labels: int) -> str:
+    """Runs with outcomes, and the outcome labels when there are more (a run labelled by two
+    sources counts once as a run, twice as labels: the figures count labels)."""
+    said = f"{labels} outcome label{'' if labels == 1 else 's'}"
+    if not runs:  # a tally counted before runs were: its labels only
+        return said
+    return f"{runs} run{'' if runs == 1 else 's'} with outcomes" + (
+        f", {said}" if labels != runs else ""
+    )
+
+
 def agreement_lines(by_agent: dict[str, Any]) -> list[str]:
     """From `agreement_json`: a line per agent (its final verdicts against the outcomes),
     and, where the LLM judge read some of its runs, rules vs judge vs blend on those runs."""
@@ -30,7 +41,7 @@ def agreement_lines(by_agent: dict[str, Any]) -> list[str]:
     for agent, entry in by_agent.items():
         f = entry["final"]
         lines.append(
-            f"  {agent}: {f['runs']} runs with outcomes ({f['ok_runs']} ok, "
+            f"  {agent}: {_counted(entry.get('runs'), f['runs'])} ({f['ok_runs']} ok, "
             f"{f['failed_runs']} failed)  {_auc(f)}  ok alerted {_share(f['ok_alerted'])}  "
             f"failed flagged {_share(f['failed_flagged'])}"
         )
@@ -41,20 +52,25 @@ def agreement_lines(by_agent: dict[str, Any]) -> list[str]:
                 f"(failed flagged {_share(g['failed_flagged'])})"
                 for v, g in judged.items()
             )
-            lines.append(f"    judged runs ({judged['blend']['runs']}): {sides}")
+            runs, labels = entry.get("judged_runs"), judged["blend"]["runs"]
+            counted = f"{runs}" if runs == labels else _counted(runs, labels)
+            lines.append(f"    judged runs ({counted}): {sides}")
     return lines
 
 
 def agreement_json(tally: Tally) -> dict[str, Any]:
-    """agent -> {"final": figures, "judged": {rules, judge, blend: figures}} (judged: only
-    where the judge read some of its runs)."""
+    """agent -> {"runs": requests with outcomes, "final": figures, "judged_runs": runs the
+    judge read, "judged": {rules, judge, blend: figures}} (judged: only where the judge read
+    some of its runs). The figures count outcome labels: `runs` there is labels, a run
+    labelled by two sources counted twice."""
     found: dict[str, Any] = {}
     for agent in tally.agents():
         final = tally.figures("final", agent=agent)
         if not final.runs:
             continue
-        entry: dict[str, Any] = {"final": final.as_dict()}
+        entry: dict[str, Any] = {"runs": tally.runs(agent=agent), "final": final.as_dict()}
         if tally.figures("blend", agent=agent, judged=True).runs:
+            entry["judged_runs"] = tally.runs(agent=agent, judged=True)
             entry["judged"] = {
                 v: tally.figures(v, agent=agent, judged=True).as_dict() for v in SOURCES
             }

@@ -9,6 +9,8 @@ Keys (prefix `tracejudge:agreement:`):
 - `kept:{rid}`: the final verdict's `Kept.encode()`;
 - `out:{rid}`: hash outcome source -> "{ok}|{at}" (1 or 0, then the outcome's time);
 - `pair:{rid}:{source}`: JSON `[day, [cell keys]]`, what that pair counts and in which bucket;
+- `run:{rid}`: the same for the request's run cell (`tally.run_cell`), counted once whatever
+  number of sources its outcomes come from, in the bucket of the pair counted last;
 - `tally:{utc day}`: hash cell key -> count, the pairs whose outcome came that day; a bucket
   lives the retention plus a day.
 
@@ -42,7 +44,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
 from tracejudge.judges.agreement.action_effects import ActionTally, Amounts
-from tracejudge.judges.agreement.tally import Cell, Kept, Tally, Truth, cells
+from tracejudge.judges.agreement.tally import Cell, Kept, Tally, Truth, cells, run_cell
 from tracejudge.streams.redis_batch import batch_of
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,12 @@ def pair_of(kept: Kept, source: str, value: str) -> tuple[str, list[str], str]:
     ok, _, at = value.partition("|")
     day = day_of(float(at))
     keys = [c.key() for c in cells(kept, Truth(ok == "1", source))]
+    return day, keys, json.dumps([day, keys], separators=(",", ":"), ensure_ascii=False)
+
+
+def run_of(kept: Kept, day: str) -> tuple[str, list[str], str]:
+    """What a request with outcomes counts as a run (`run:` key), in the bucket of `day`."""
+    keys = [run_cell(kept).key()]
     return day, keys, json.dumps([day, keys], separators=(",", ":"), ensure_ascii=False)
 
 
@@ -220,6 +228,7 @@ class RedisAgreementStore:
                         source, value = _text(source), _text(value)
                         pair = pair_of(kept, source, value)
                         await self._pair_into(pipe, request_id, source, *pair)
+                        await self._pair_into(pipe, request_id, None, *run_of(kept, pair[0]))
                     await pipe.execute()
         except Exception as exc:  # RedisError, OSError, or anything: never raised
             self._failed(exc, 1)
@@ -228,13 +237,15 @@ class RedisAgreementStore:
         self,
         client: aioredis.Redis | aioredis.client.Pipeline,
         rid: str,
-        source: str,
+        source: str | None,
         day: str,
         keys: list[str],
         stored: str,
     ) -> Any:
+        """The pair of `source`'s outcome, or (None) the request's run."""
+        key = f"run:{rid}" if source is None else f"pair:{rid}:{source}"
         return await self._pair(
-            keys=[self.prefix + f"pair:{rid}:{source}"],
+            keys=[self.prefix + key],
             args=[stored, self.retention_s, self.bucket_ttl_s, self.prefix + "tally:", day, *keys],
             client=client,
         )
@@ -253,8 +264,13 @@ class RedisAgreementStore:
                 return "early" if old is None else "same" if old == stored else "replaced"
             # joined even when the outcome was stored before: a crash may have come between
             # storing it and counting its pair (the script counts a pair once)
-            pair = pair_of(Kept.decode(kept), truth.source, _text(stored))
-            done = await self._pair_into(self.client, request_id, truth.source, *pair)
+            joined = Kept.decode(kept)
+            pair = pair_of(joined, truth.source, _text(stored))
+            # one round trip: the pair, then the run (counted once for all its sources)
+            async with self.client.pipeline(transaction=False) as pipe:
+                await self._pair_into(pipe, request_id, truth.source, *pair)
+                await self._pair_into(pipe, request_id, None, *run_of(joined, pair[0]))
+                done, _ = await pipe.execute()
         except Exception as exc:
             self._failed(exc, 1)
             raise AgreementUnavailable(repr(exc)) from exc
@@ -347,7 +363,8 @@ class MemoryAgreementStore:
 
     kept: dict[str, Kept] = field(default_factory=dict)
     outcomes: dict[str, dict[str, str]] = field(default_factory=dict)
-    pairs: dict[tuple[str, str], tuple[str, list[str], str]] = field(default_factory=dict)
+    # (request id, outcome source) -> pair; (request id, None) -> the request's run
+    pairs: dict[tuple[str, str | None], tuple[str, list[str], str]] = field(default_factory=dict)
     buckets: dict[str, Tally] = field(default_factory=dict)
     acts: dict[tuple[str, str], tuple[str, Amounts, str]] = field(default_factory=dict)
     action_buckets: dict[str, ActionTally] = field(default_factory=dict)
@@ -356,7 +373,9 @@ class MemoryAgreementStore:
     async def keep(self, request_id: str, kept: Kept) -> None:
         self.kept[request_id] = kept
         for source, value in self.outcomes.get(request_id, {}).items():
-            self._pair(request_id, source, pair_of(kept, source, value))
+            pair = pair_of(kept, source, value)
+            self._pair(request_id, source, pair)
+            self._pair(request_id, None, run_of(kept, pair[0]))
 
     async def outcome(self, request_id: str, truth: Truth, at: float) -> Result:
         stored_by = self.outcomes.setdefault(request_id, {})
@@ -368,9 +387,12 @@ class MemoryAgreementStore:
         kept = self.kept.get(request_id)
         if kept is None:
             return "early" if old is None else "same" if old == value else "replaced"
-        return self._pair(request_id, truth.source, pair_of(kept, truth.source, value))
+        pair = pair_of(kept, truth.source, value)
+        done = self._pair(request_id, truth.source, pair)
+        self._pair(request_id, None, run_of(kept, pair[0]))
+        return done
 
-    def _pair(self, rid: str, source: str, pair: tuple[str, list[str], str]) -> Result:
+    def _pair(self, rid: str, source: str | None, pair: tuple[str, list[str], str]) -> Result:
         old = self.pairs.get((rid, source))
         if old is not None and old[2] == pair[2]:
             return "same"

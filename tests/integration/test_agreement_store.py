@@ -78,13 +78,16 @@ async def test_every_key_expires_with_the_retention(redis: aioredis.Redis) -> No
     await store.keep("t1", cases.JUDGED)
     await store.outcome("t1", Truth(False, "human"), cases.NOW)
     keys = sorted([k.decode() async for k in redis.scan_iter(match=prefix + "*")])
-    assert [k[len(prefix) :].split(":")[0] for k in keys] == ["kept", "out", "pair", "tally"]
+    kinds = [k[len(prefix) :].split(":")[0] for k in keys]
+    assert kinds == ["kept", "out", "pair", "run", "tally"]
     for key in keys:
         ttl = await redis.ttl(key)
         limit = RETENTION_S + (86400 if ":tally:" in key else 0)
         assert limit - 5 <= ttl <= limit, key
     pair = json.loads(await redis.get(prefix + "pair:t1:human") or b"null")
     assert pair[0] == time.strftime("%Y-%m-%d", time.gmtime(cases.NOW)) and len(pair[1]) == 3
+    run = json.loads(await redis.get(prefix + "run:t1") or b"null")
+    assert run[0] == pair[0] and len(run[1]) == 1  # the request's one run cell, the same day
 
 
 async def test_redis_down_never_stops_a_verdict_and_says_so_for_an_outcome() -> None:
