@@ -87,6 +87,26 @@ def _to_str_list(value: Any) -> list[str]:
     raise ValueError("expected a list of strings")
 
 
+class JudgeBlame(BaseModel):
+    """The judge's `blame`: a step index (null: none named), who took it, why, how sure."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step_index: int | None = None
+    actor: str | None = Field(default=None, max_length=256)
+    reason: str = Field(default="", max_length=2000)
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @field_validator("step_index", mode="before")
+    @classmethod
+    def _index(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().isdigit():
+            return int(value)
+        if isinstance(value, bool) or (isinstance(value, int) and value < 0):
+            return None
+        return value
+
+
 class JudgeAnswer(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -106,8 +126,21 @@ class JudgeAnswer(BaseModel):
     actionability: int | None = None
     reasons: list[str] = Field(default_factory=list)
     suggestions: list[str] = Field(default_factory=list)
+    # the step the judge holds responsible, when it names one; a malformed blame is dropped
+    # (the rules' stands), never a reason to refuse the whole answer
+    blame: JudgeBlame | None = None
 
     _bools = field_validator("success", "incomplete", mode="before")(_to_bool)
+
+    @field_validator("blame", mode="before")
+    @classmethod
+    def _blame(cls, value: Any) -> Any:
+        try:
+            blame = JudgeBlame.model_validate(value) if isinstance(value, dict) else None
+        except ValueError:
+            return None
+        return blame if blame is not None and blame.step_index is not None else None
+
     _scores = field_validator("correctness", "relevance", "actionability", mode="before")(_to_score)
     _lists = field_validator("remaining_steps", "reasons", "suggestions", mode="before")(
         _to_str_list

@@ -84,6 +84,7 @@ def _step(step: Step) -> dict[str, Any]:
         return {
             "i": step.step_index,
             "type": "tool_call",
+            "by": step.actor,  # who took it, in a multi-agent run
             "tool": step.tool,
             "ok": step.success,
             "error": step.error,
@@ -94,6 +95,7 @@ def _step(step: Step) -> dict[str, Any]:
         return {
             "i": step.step_index,
             "type": "reasoning",
+            "by": step.actor,  # who took it, in a multi-agent run
             "phase": step.phase,
             "intent": step.intent_summary,
             "action": step.action,
@@ -106,6 +108,7 @@ def _step(step: Step) -> dict[str, Any]:
         return {
             "i": step.step_index,
             "type": "iteration",
+            "by": step.actor,
             "iteration": step.iteration,
             "max_iterations": step.max_iterations,
             "response": step.response,

@@ -237,9 +237,17 @@ def is_conversation(window: Window) -> bool:
 def unconfirmed_changes(window: Window) -> list[str]:
     """For a conversation: the user turns that a state change directly followed without being
     an explicit go-ahead, one per change."""
+    return [
+        f"{call.tool} after '{quote_whole(turn, 120)}'" for call, turn in unconfirmed_calls(window)
+    ]
+
+
+def unconfirmed_calls(window: Window) -> list[tuple[ToolCall, str]]:
+    """Each state change of a conversation made without a go-ahead, with the user turn it
+    followed."""
     if not is_conversation(window):
         return []  # a one-shot request: the request itself is the instruction
-    found: list[str] = []
+    found: list[tuple[ToolCall, str]] = []
     last_user: str | None = None
     for step in window.steps:
         if isinstance(step, UserMessage):
@@ -250,5 +258,5 @@ def unconfirmed_changes(window: Window) -> list[str]:
             and last_user is not None
             and not _GO_AHEAD.search(last_user)
         ):
-            found.append(f"{step.tool} after '{quote_whole(last_user, 120)}'")
+            found.append((step, last_user))
     return found

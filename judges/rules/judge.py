@@ -13,6 +13,7 @@ from tracejudge.judges.answers.generic import assess_answer
 from tracejudge.judges.masking.clipping import head_whole, quote_whole
 from tracejudge.judges.rules.agent_norms import MEASURES, Norms, RunStats
 from tracejudge.judges.rules.answer_checks import answer_outcome
+from tracejudge.judges.rules.blame import blame_of
 from tracejudge.judges.rules.conversation import is_conversation, unconfirmed_changes
 from tracejudge.judges.rules.endings import (
     claim_contradicts_result,
@@ -28,7 +29,8 @@ from tracejudge.judges.rules.remaining import pending, planned_not_attempted, wo
 from tracejudge.judges.rules.trouble import relative_findings, trouble_kinds
 from tracejudge.judges.text.kinds import split
 from tracejudge.judges.text.sentences import sentence_at
-from tracejudge.models.outputs import FailedStep, RemainingStep
+from tracejudge.models.events import ToolCall
+from tracejudge.models.outputs import Blame, FailedStep, RemainingStep
 from tracejudge.models.window import Window
 
 RULES_VERSION = "rules-3"
@@ -70,6 +72,10 @@ class RuleVerdict(BaseModel):
     suggestions: list[str] = Field(default_factory=list)
     # (rule, evidence) for every rule that fired: what the benchmark counts per rule
     findings: list[tuple[str, str]] = Field(default_factory=list)
+    # where it went wrong, or an abstention (attached to a verdict that is not a clean pass)
+    blame: Blame | None = None
+    # step index -> who took it (its actor, else its tool): names the judge's blamed step
+    actors: dict[int, str] = Field(default_factory=dict)
 
 
 def _clamp(value: float) -> int:
@@ -195,6 +201,8 @@ class RuleJudge:
             reasons=reasons,
             suggestions=suggestions,
             findings=findings,
+            blame=blame_of(window, failed, findings),
+            actors=_actors(window),
         )
 
     @staticmethod
@@ -482,6 +490,18 @@ class RuleJudge:
         if remaining:
             parts.append(f"{len(remaining)} item(s) of work remaining")
         return "; ".join(parts)
+
+
+def _actors(window: Window) -> dict[int, str]:
+    """Every step's index -> who took it: its actor, else its tool, else "" (the agent)."""
+    found = {
+        s.step_index: s.actor or (s.tool if isinstance(s, ToolCall) else "") for s in window.steps
+    }
+    final = window.final
+    if final is not None:  # numbered as blame numbers it when it has no number
+        index = final.step_index
+        found[max(found, default=0) + 1 if index is None else index] = final.actor or ""
+    return found
 
 
 def _loop(window: Window, stats: RunStats) -> str | None:

@@ -21,6 +21,7 @@ from tracejudge.judges.rules.remaining import MAX_LEFT
 from tracejudge.models.ids import stable_id
 from tracejudge.models.outputs import (
     Alert,
+    Blame,
     DimensionScores,
     Evaluation,
     FailedStep,
@@ -221,6 +222,27 @@ def evaluator_version(rules_version: str, judge_version: str | None = None) -> s
     return f"{version}+{judge_version}" if judge_version else version
 
 
+def _blame(rules: RuleVerdict, answer: JudgeAnswer | None) -> Blame | None:
+    """The judge's blame when it names a step of this run, else the rules' (masked)."""
+    named = answer.blame if answer is not None else None
+    if named is not None and named.step_index is not None and named.step_index in rules.actors:
+        return Blame(
+            step_index=named.step_index,
+            actor=mask(rules.actors.get(named.step_index) or named.actor or "") or None,
+            reason=mask(named.reason) or "named by the LLM judge",
+            confidence=named.confidence,
+            source="judge",
+        )
+    if rules.blame is None:
+        return None
+    return rules.blame.model_copy(
+        update={
+            "reason": mask(rules.blame.reason),
+            "actor": None if rules.blame.actor is None else mask(rules.blame.actor),
+        }
+    )
+
+
 def _remaining(rules: RuleVerdict, answer: JudgeAnswer | None) -> list[RemainingStep]:
     """The work left as the trace names it (masked); the judge's words only when the trace
     named nothing and the judge's verdict is the one taken."""
@@ -299,10 +321,13 @@ def conclude(
     if outcome.note is not None:
         reasons.append(outcome.note)
     remaining = _remaining(rules, answer if verdict is answer else None)
+    success = rules.success if verdict.success is None else verdict.success
+    incomplete = rules.incomplete if verdict.incomplete is None else verdict.incomplete
     threshold, calibration = policy.threshold_for(facts.agent_name)
     if calibration is not None:
         reasons.append(calibration.words())
     overall = round(exact)
+    clean = exact >= threshold and success and not incomplete
     evaluation = Evaluation(
         evaluation_id=evaluation_id,
         evaluator_version=version,
@@ -318,11 +343,12 @@ def conclude(
         # the design tests the threshold on the score before rounding: 59.8 does not pass 60
         passed=exact >= threshold,
         warn_threshold=threshold,
-        success=rules.success if verdict.success is None else verdict.success,
-        incomplete=rules.incomplete if verdict.incomplete is None else verdict.incomplete,
+        success=success,
+        incomplete=incomplete,
         failed_steps=_masked_steps(verdict.failed_steps),
         remaining_steps=[r.words() for r in remaining],
         remaining=remaining,
+        blame=_blame(rules, answer) if not clean else None,
         summary=mask(verdict.summary or rules.summary),
         reasons=[mask(r) for r in reasons],
         suggestions=[mask(s) for s in suggestions],
