@@ -1,26 +1,53 @@
-"""What every example shares: where the broker is, and printing the verdict that came back."""
+"""What every example shares: its options (where the broker is), and printing the verdict that
+came back."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 from tracejudge.client import Tracer
 
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_PREFIX = "tracejudge."
 
-def tracer() -> Tracer:
-    """A tracer for the broker in TRACEJUDGE_KAFKA_BOOTSTRAP (the demo's, by default printed by
-    `tracejudge demo --serve`), topics under TRACEJUDGE_TOPIC_PREFIX."""
-    return Tracer(
-        os.environ.get("TRACEJUDGE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
-        topic_prefix=os.environ.get("TRACEJUDGE_TOPIC_PREFIX", "tracejudge."),
+
+def parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The example's command line: `--help` prints its docstring and options; `--bootstrap` and
+    `--topic-prefix` default to TRACEJUDGE_KAFKA_BOOTSTRAP and TRACEJUDGE_TOPIC_PREFIX (the
+    lines `tracejudge demo --serve` prints set both)."""
+    found = argparse.ArgumentParser(
+        prog=f"python -m {module}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    found.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        default=os.environ.get("TRACEJUDGE_KAFKA_BOOTSTRAP") or DEFAULT_BOOTSTRAP,
+        help="the Kafka broker to publish to (default: TRACEJUDGE_KAFKA_BOOTSTRAP, else "
+        f"{DEFAULT_BOOTSTRAP}; now %(default)s)",
+    )
+    found.add_argument(
+        "--topic-prefix",
+        metavar="PREFIX",
+        default=os.environ.get("TRACEJUDGE_TOPIC_PREFIX") or DEFAULT_PREFIX,
+        help="the topics' prefix, as the worker's (default: TRACEJUDGE_TOPIC_PREFIX, else "
+        f"{DEFAULT_PREFIX}; now %(default)s)",
+    )
+    return found
 
 
-def report(tracer: Tracer, request_id: str | None) -> int:
+def tracer(options: argparse.Namespace) -> Tracer:
+    """A tracer for the broker and topics the options name."""
+    return Tracer(options.bootstrap, topic_prefix=options.topic_prefix)
+
+
+def report(tracer: Tracer, request_id: str | None, bootstrap: str = "the broker") -> int:
     """Wait for the request's evaluation and print it; the exit code says whether it came."""
     if request_id is None or not tracer.flush(15):
-        print("the events were not delivered: is the broker up?", file=sys.stderr)
+        print(f"the events were not delivered to {bootstrap}: is it up?", file=sys.stderr)
         return 1
     evaluation = tracer.wait_for_evaluation(request_id, timeout=60)
     tracer.close()

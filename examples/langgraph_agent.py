@@ -2,6 +2,7 @@
 own fake chat model with a script, so it runs with no API key and no network.
 
     TRACEJUDGE_KAFKA_BOOTSTRAP=127.0.0.1:PORT python -m examples.langgraph_agent
+    python -m examples.langgraph_agent --bootstrap 127.0.0.1:PORT
 
 With a real model, pass `handler` the same way: `config={"callbacks": [handler]}`.
 """
@@ -16,7 +17,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
 
-from examples._common import report, tracer
+from examples._common import parser, report, tracer
 from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
 
 
@@ -47,13 +48,14 @@ SCRIPT = [
 ]
 
 
-def main() -> int:
-    judged = tracer()
+def main(argv: list[str] | None = None) -> int:
+    options = parser("examples.langgraph_agent", __doc__).parse_args(argv)
+    judged = tracer(options)
     handler = TracejudgeCallbackHandler(judged, agent_name="langgraph-support-bot")
     graph = create_react_agent(ScriptedChatModel(responses=SCRIPT), ToolNode([get_order]))
     asked: Any = {"messages": [("user", "Is order 7 paid?")]}
     graph.invoke(asked, {"callbacks": [handler]})
-    return report(judged, handler.last_request_id)
+    return report(judged, handler.last_request_id, options.bootstrap)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ call and publishes an intervention; the handler raises `InterventionStop` before
 model call, and the evaluation says the run stopped for it. No API key, no network.
 
     TRACEJUDGE_KAFKA_BOOTSTRAP=127.0.0.1:PORT python -m examples.langgraph_loop_stop
+    python -m examples.langgraph_loop_stop --bootstrap 127.0.0.1:PORT
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
 
-from examples._common import report, tracer
+from examples._common import parser, report, tracer
 from examples.langgraph_agent import ScriptedChatModel
 from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
 from tracejudge.client.interventions import InterventionStop
@@ -37,8 +38,9 @@ def lookup(i: int) -> AIMessage:
     )
 
 
-def main() -> int:
-    judged = tracer()
+def main(argv: list[str] | None = None) -> int:
+    options = parser("examples.langgraph_loop_stop", __doc__).parse_args(argv)
+    judged = tracer(options)
     handler = TracejudgeCallbackHandler(judged, agent_name="langgraph-looping-bot")
     script = [lookup(i) for i in range(LOOKUPS)] + [AIMessage(content="I could not tell.")]
     # a model takes a while to answer: time for the intervention to arrive between steps
@@ -52,7 +54,7 @@ def main() -> int:
         told = stop.intervention
         print(f"stopped by tracejudge: {told.kind} {told.crossed} at step {told.step_index}")
         print(f"  {told.message}")
-    code = report(judged, handler.last_request_id)
+    code = report(judged, handler.last_request_id, options.bootstrap)
     return code
 
 

@@ -4,6 +4,7 @@ worker runs the same graph on the steps left, as a follow-up linked to the first
 
     TRACEJUDGE_KAFKA_BOOTSTRAP=127.0.0.1:PORT python -m examples.langgraph_reflection [--orders N]
     python -m examples.langgraph_reflection --worker-only      # beside your agent's processes
+    python -m examples.langgraph_reflection --bootstrap 127.0.0.1:PORT
 
 Each order's run declares its plan (`get_order`, `refund_payment`, `send_confirmation`) in the
 graph's config metadata; every other order's run forgets the confirmation. The model is
@@ -15,7 +16,6 @@ what the script is built from here.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import signal
 import sys
@@ -27,7 +27,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
 
-from examples._common import tracer
+from examples._common import parser, tracer
 from examples.langgraph_agent import ScriptedChatModel
 from tracejudge.client import Tracer
 from tracejudge.client.events import Recorder
@@ -114,44 +114,46 @@ def finish(reflection: Reflection, run: Recorder) -> str:
     return answer
 
 
-def reflection_worker(judged: Tracer | None = None) -> ReflectionWorker:
+def reflection_worker(
+    options: argparse.Namespace, judged: Tracer | None = None
+) -> ReflectionWorker:
     return ReflectionWorker(
-        os.environ.get("TRACEJUDGE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        options.bootstrap,
         finish,
         agents=[AGENT],
-        topic_prefix=os.environ.get("TRACEJUDGE_TOPIC_PREFIX", "tracejudge."),
+        topic_prefix=options.topic_prefix,
         tracer=judged,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.langgraph_reflection")
-    parser.add_argument("--orders", type=int, default=4, help="orders to handle (default 4)")
-    parser.add_argument(
+    options = parser("examples.langgraph_reflection", __doc__)
+    options.add_argument("--orders", type=int, default=4, help="orders to handle (default 4)")
+    options.add_argument(
         "--worker-only", action="store_true", help="run the reflection worker until SIGTERM"
     )
-    args = parser.parse_args(argv)
+    args = options.parse_args(argv)
     if args.worker_only:
-        worker = reflection_worker()
+        worker = reflection_worker(args)
         signal.signal(signal.SIGTERM, lambda *_: worker.stop())
         worker.run()
         return 0
-    judged = tracer()
-    worker = reflection_worker(judged)
+    judged = tracer(args)
+    worker = reflection_worker(args, judged)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        return _orders(judged, worker, args.orders)
+        return _orders(judged, worker, args.orders, args.bootstrap)
     finally:
         worker.stop()
         thread.join(30)
         judged.close()
 
 
-def _orders(judged: Tracer, worker: ReflectionWorker, orders: int) -> int:
+def _orders(judged: Tracer, worker: ReflectionWorker, orders: int, bootstrap: str) -> int:
     origins = {handle_order(judged, n): n for n in range(1, orders + 1)}
     if not judged.flush(15):
-        print("the events were not delivered: is the broker up?", file=sys.stderr)
+        print(f"the events were not delivered to {bootstrap}: is it up?", file=sys.stderr)
         return 1
     incomplete = 0
     for rid, n in origins.items():

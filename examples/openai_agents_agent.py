@@ -2,6 +2,7 @@
 model answers from a script (a `Model` of the SDK), so it runs with no API key and no network.
 
     TRACEJUDGE_KAFKA_BOOTSTRAP=127.0.0.1:PORT python -m examples.openai_agents_agent
+    python -m examples.openai_agents_agent --bootstrap 127.0.0.1:PORT
 
 With a real model, `add_trace_processor(TracejudgeProcessor(tracer))` is all it takes.
 """
@@ -22,7 +23,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from examples._common import report, tracer
+from examples._common import parser, report, tracer
 from tracejudge.client.integrations.openai_agents import TracejudgeProcessor
 
 
@@ -91,11 +92,12 @@ async def run(judged: Any, processor: TracejudgeProcessor, script: list[Any]) ->
     return str(result.final_output)
 
 
-def main() -> int:
-    judged = tracer()
+def main(argv: list[str] | None = None) -> int:
+    options = parser("examples.openai_agents_agent", __doc__).parse_args(argv)
+    judged = tracer(options)
     processor = TracejudgeProcessor(judged)
     asyncio.run(run(judged, processor, SCRIPT))
-    return report(judged, processor.last_request_id)
+    return report(judged, processor.last_request_id, options.bootstrap)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 through `TracejudgeSpanProcessor`, no collector needed.
 
     TRACEJUDGE_KAFKA_BOOTSTRAP=127.0.0.1:PORT python -m examples.otel_agent
+    python -m examples.otel_agent --bootstrap 127.0.0.1:PORT
 
 The spans are what GenAI instrumentation emits for one run: invoke_agent > chat, execute_tool.
 """
@@ -12,12 +13,13 @@ import sys
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from examples._common import report, tracer
+from examples._common import parser, report, tracer
 from tracejudge.client.integrations.otel import TracejudgeSpanProcessor
 
 
-def main() -> int:
-    judged = tracer()
+def main(argv: list[str] | None = None) -> int:
+    options = parser("examples.otel_agent", __doc__).parse_args(argv)
+    judged = tracer(options)
     provider = TracerProvider()
     provider.add_span_processor(TracejudgeSpanProcessor(judged))
     otel = provider.get_tracer("support-bot")
@@ -39,7 +41,7 @@ def main() -> int:
         ):
             pass  # the tool ran
     provider.force_flush()
-    return report(judged, f"otel-{root.get_span_context().trace_id:032x}")
+    return report(judged, f"otel-{root.get_span_context().trace_id:032x}", options.bootstrap)
 
 
 if __name__ == "__main__":
