@@ -190,7 +190,11 @@ def render(
             for s in e["failed_steps"]
         ]
     if e.get("remaining_steps"):
-        lines.append("remaining: " + "; ".join(e["remaining_steps"]))
+        lines.append("remaining:")
+        lines += [f"  - {_short(r)}" for r in e["remaining_steps"]]
+    blame = blame_line(e.get("blame"))
+    if blame:
+        lines.append(blame)
     if e.get("interventions"):
         lines.append("interventions:")
         lines += [
@@ -299,6 +303,26 @@ def _count(n: int | None) -> str:
     return "?" if n is None else f"{n:,}"
 
 
+def blame_line(blame: dict[str, Any] | None) -> str | None:
+    """`blame: step 3 by Excel_Expert (rules, confidence 0.60): why`, or the abstention."""
+    if not blame:
+        return None
+    if blame.get("abstain"):
+        return f"blame: none named ({_short(str(blame.get('reason', '')))})"
+    how = ", ".join(
+        x
+        for x in (
+            blame.get("source"),
+            None if blame.get("confidence") is None else f"confidence {blame['confidence']:.2f}",
+        )
+        if x
+    )
+    where = f"step {blame.get('step_index')}"
+    where += f" by {blame['actor']}" if blame.get("actor") else ""
+    where += f" ({how})" if how else ""
+    return f"blame: {where}: {_short(str(blame.get('reason', '')))}"
+
+
 def _timeline(timeline: list[dict[str, Any]], marks: Marks, no_timeline: str | None) -> str:
     """The steps in order, each with the findings it concerns (as the explorer marks them)."""
     if not timeline:
@@ -312,6 +336,8 @@ def _timeline(timeline: list[dict[str, Any]], marks: Marks, no_timeline: str | N
     for i, entry in enumerate(timeline):
         offset = f"+{entry['ts'] - start:.2f}s" if start is not None and "ts" in entry else ""
         what = entry.get("tool") or entry.get("phase") or ""
+        if entry.get("actor"):
+            what = f"{entry['actor']}: {what}" if what else str(entry["actor"])
         if "success" in entry:
             what += " ok" if entry["success"] else " FAILED"
         said = " → ".join(

@@ -57,11 +57,18 @@ def test_a_failed_step_and_its_finding_are_marked_on_the_step_they_concern() -> 
     assert any(m.startswith("failed step") for m in marks.by_entry[refund])
     assert "unrecovered_failure" in marks.by_entry[refund]
     assert 0 not in marks.by_entry  # the task itself concerns no finding
+    assert marks.blamed == refund and "blamed" in marks.by_entry[refund]
     assert "jane@example.com" not in json.dumps([evaluation, timeline])  # masked when made
 
     shown = render(evaluation, timeline).splitlines()  # `tracejudge show` marks the same steps
     [refund_row] = [row for row in shown if "refund" in row and "FAILED" in row]
-    assert refund_row.endswith("← failed step: payment gateway timeout; unrecovered_failure")
+    assert refund_row.endswith(
+        "← blamed; failed step: payment gateway timeout; unrecovered_failure"
+    )
+    assert any(
+        line.startswith("blame: step 2 by refund (rules, confidence 0.60): refund failed")
+        for line in shown
+    )
 
     passed, passed_timeline, _ = judged("r2", fail=False)
     assert locate(passed, passed_timeline).by_entry == {}
@@ -149,6 +156,7 @@ async def test_pages_show_verdicts_and_escape_what_the_agent_wrote() -> None:
         assert "bob.smith@example.org" not in request_page and "[REDACTED:email]" in request_page
         assert "7946 0958" not in page and "7946 0958" not in request_page
         assert 'id="no-timeline"' in request_page  # no Redis here: said so
+        assert 'id="blame"' in request_page and 'id="remaining"' in request_page
     finally:
         await client.close()
     # a Redis that does not answer: the page still shows the verdict the topic gave

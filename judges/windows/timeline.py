@@ -34,6 +34,8 @@ def timeline_of(window: Window) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"step": event.step, "type": event.type}
         if event.ts is not None:
             entry["ts"] = event.ts
+        if getattr(event, "actor", None):  # multi-agent runs: who took the step
+            entry["actor"] = _text(event.actor)
         kind = event.type
         if kind == "task_started":
             entry["text"] = _text(event.goal)

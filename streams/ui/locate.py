@@ -23,6 +23,7 @@ TEXT_FIELDS = ("text", "result", "error", "tool")
 class Marks:
     by_entry: dict[int, list[str]] = field(default_factory=dict)  # timeline index -> marks
     request_wide: list[dict[str, Any]] = field(default_factory=list)  # findings placed nowhere
+    blamed: int | None = None  # timeline index of the step the verdict blames
 
     def add(self, index: int, mark: str) -> None:
         marks = self.by_entry.setdefault(index, [])
@@ -42,6 +43,18 @@ def _pieces(evidence: str) -> list[str]:
 
 def locate(evaluation: dict[str, Any], timeline: list[dict[str, Any]]) -> Marks:
     marks = Marks()
+    blame = evaluation.get("blame") or {}
+    if blame.get("step_index") is not None:
+        at = [
+            i
+            for i, e in enumerate(timeline)
+            if e.get("step") == blame["step_index"] and e.get("type") != "task_started"
+        ]
+        if not at and blame["step_index"] > max((e.get("step") or 0 for e in timeline), default=0):
+            at = [i for i, e in enumerate(timeline) if e.get("type") == "final_response"]
+        if at:
+            marks.blamed = at[0]
+            marks.add(at[0], "blamed")  # the reason is in the verdict's blame line
     texts = [" ".join(_flat(e[k]) for k in TEXT_FIELDS if e.get(k) is not None) for e in timeline]
     for failed in evaluation.get("failed_steps") or []:
         hits = [
