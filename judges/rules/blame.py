@@ -6,7 +6,9 @@ decided where it first shows, not where it ends):
 - a step that points at itself: a failure never made good, the first call of a loop of
   identical calls, a state change the conversation did not confirm (prior 0.6);
 - the final answer, when what it says is the failure: a claim the trace contradicts, an action
-  claimed but never done, a placeholder or stock answer, planned steps left out (0.4);
+  claimed but never done (0.4); an answer that gives up (a placeholder or stock answer, an
+  admitted failure, planned steps left out) is a symptom: the run's first failure is blamed if
+  it had one, else the answer, weakly;
 - weak signs: a failure the run went on from, the step a limit stopped it at, the last step of
   a run with no final response (0.25).
 A failed tool call whose step was written by another agent (a code executor running what the
@@ -36,6 +38,8 @@ ANSWER_RULES = {
     "planned_step_not_attempted": "the run answered before its planned steps were done",
     "confirmed_not_done": "the user's confirmed request was not carried out",
 }
+# the answer's own mistake: it says what did not happen (other answer findings are symptoms)
+FALSE_CLAIMS = ("claim_contradicts_result", "claim_without_call")
 LOOP_RUN = 3  # as the loop rule: the same call this many times in a row
 
 
@@ -54,12 +58,16 @@ def blame_of(window: Window, failed: list[FailedStep], findings: list[tuple[str,
     if strong:
         return _named(min(strong, key=lambda c: (c.index is None, c.index or 0)), window)
     answer = [(rule, why) for rule, why in ANSWER_RULES.items() if rule in rules]
-    if answer and window.final is not None:
-        evidence = dict(findings)
-        rule, why = answer[0]
-        reason = f"{why}: {quote_whole(evidence.get(rule, ''), 120)}".rstrip(": ")
-        return _named(_Candidate(window.final, _final_index(window), reason, ANSWER), window)
     weak = _weak(window, rules)
+    if answer and window.final is not None:
+        rule, why = answer[0]
+        if rule not in FALSE_CLAIMS and weak is not None and weak.index is not None:
+            # giving up, a placeholder, steps left out: what the answer shows went wrong
+            # before it, where the run first failed
+            return _named(weak, window)
+        reason = f"{why}: {quote_whole(dict(findings).get(rule, ''), 120)}".rstrip(": ")
+        sure = ANSWER if rule in FALSE_CLAIMS else WEAK  # a symptom with no cause in sight
+        return _named(_Candidate(window.final, _final_index(window), reason, sure), window)
     if weak is not None:
         return _named(weak, window)
     return Blame(
