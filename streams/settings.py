@@ -58,6 +58,16 @@ class SettingsError(ValueError):
         super().__init__("; ".join(problems))
 
 
+class SettingProblem(ValueError):
+    """What a check across settings (a model validator) found, with the settings it is about
+    (field names): its line names the one, or says "settings:" for several, as a field's own
+    error names its field (`_bad_value`)."""
+
+    def __init__(self, message: str, *names: str) -> None:
+        super().__init__(message)
+        self.names = names
+
+
 class OperationSettings(BaseModel):
     """What is judged at all, and how the worker runs: its state, web server, pipeline
     timings, logs."""
@@ -511,13 +521,18 @@ class RuleSettings(BaseModel):
     def _interventions_readable(self) -> Self:
         # checked with the other settings, so a bad threshold or budgets file stops every
         # command at start, before anything connects, naming what is wrong
-        LoopRules(
-            self.loop_repeat, self.loop_cycles, self.loop_same_failure, self.loop_no_new_result
-        )
+        for rule in ("repeat", "cycles", "same_failure", "no_new_result"):
+            try:  # one at a time (the others at their defaults), to name the one
+                LoopRules(**{rule: getattr(self, f"loop_{rule}")})
+            except ValueError as exc:
+                raise SettingProblem(str(exc), f"loop_{rule}") from None
         # read once, here: the worker's budget_book() is this book, not a second reading
-        self._budget_book = (
-            BudgetBook.read(Path(self.budgets_file)) if self.budgets_file else BudgetBook()
-        )
+        try:
+            self._budget_book = (
+                BudgetBook.read(Path(self.budgets_file)) if self.budgets_file else BudgetBook()
+            )
+        except ValueError as exc:
+            raise SettingProblem(str(exc), "budgets_file") from None
         return self
 
     generic_max_retries: int = Field(
@@ -770,13 +785,25 @@ class JudgeSettings(BaseModel):
         # stop at start, named, rather than publish no cost or never cap
         prices = (self.llm_price_input_per_mtok, self.llm_price_output_per_mtok)
         if (prices[0] is None) != (prices[1] is None):
-            raise ValueError(
-                "set both TRACEJUDGE_LLM_PRICE_INPUT_PER_MTOK and _OUTPUT_PER_MTOK, or neither"
+            given, missing = ("input", "output") if prices[1] is None else ("output", "input")
+            raise SettingProblem(
+                f"unset while TRACEJUDGE_LLM_PRICE_{given.upper()}_PER_MTOK is set: set both, "
+                "or neither",
+                f"llm_price_{missing}_per_mtok",
             )
-        if prices[0] is None and (self.llm_budget_usd_per_minute or self.llm_budget_usd_per_day):
-            raise ValueError(
-                "a TRACEJUDGE_LLM_BUDGET_USD_* cap needs TRACEJUDGE_LLM_PRICE_INPUT_PER_MTOK "
-                "and _OUTPUT_PER_MTOK"
+        caps = [
+            name
+            for name in ("llm_budget_usd_per_minute", "llm_budget_usd_per_day")
+            if getattr(self, name)
+        ]
+        if prices[0] is None and caps:
+            raise SettingProblem(
+                f"a spend cap ({' and '.join(PREFIX + name.upper() for name in caps)}) needs "
+                "TRACEJUDGE_LLM_PRICE_INPUT_PER_MTOK and TRACEJUDGE_LLM_PRICE_OUTPUT_PER_MTOK, "
+                "to count what the calls cost",
+                *caps,
+                "llm_price_input_per_mtok",
+                "llm_price_output_per_mtok",
             )
         return self
 
@@ -792,10 +819,18 @@ class JudgeSettings(BaseModel):
         # a context the prompt and the reserve nearly fill leaves no room for any trace: every
         # judged request would be "the trace is too large to show"
         if self.llm_input_tokens < MIN_INPUT_TOKENS:
-            raise ValueError(
+            reserve = (
+                "llm_max_tokens"
+                if self.llm_output_reserve_tokens is None
+                else "llm_output_reserve_tokens"
+            )
+            raise SettingProblem(
                 f"TRACEJUDGE_LLM_CONTEXT_TOKENS ({self.llm_context_tokens}) leaves "
-                f"{self.llm_input_tokens} tokens for the trace after the answer's reserve and "
-                f"the judge's prompt; at least {MIN_INPUT_TOKENS} are needed"
+                f"{self.llm_input_tokens} tokens for the trace after the answer's reserve "
+                f"({PREFIX}{reserve.upper()}={getattr(self, reserve)}) and the judge's "
+                f"prompt; at least {MIN_INPUT_TOKENS} are needed",
+                "llm_context_tokens",
+                reserve,
             )
         return self
 
@@ -947,10 +982,22 @@ def unknown_names(keys: Iterable[str]) -> list[str]:
 
 
 def _bad_value(error: Any) -> str:
-    name = PREFIX + "_".join(str(part) for part in error.get("loc", ())).upper()
+    """One problem in one line, beginning with the setting it is about (and its value), or
+    with "settings:" when it is about several: a check across settings (a model validator)
+    has no field of its own, and names its settings in a `SettingProblem`."""
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, SettingProblem):
+        names, said = list(cause.names), str(cause)
+    else:
+        loc = "_".join(str(part) for part in error.get("loc", ()))
+        names, said = [loc] if loc else [], str(error.get("msg", "invalid value"))
+    if len(names) != 1:
+        return f"settings: {said.removeprefix('Value error, ')}"
     value = error.get("input")
-    shown = "" if isinstance(value, dict) else f"={str(value)[:80]!r}"
-    return f"{name}{shown}: {error.get('msg', 'invalid value')}"
+    # a check across settings is given them all (a dict): its message says the values
+    plain = not isinstance(cause, SettingProblem) and not isinstance(value, dict)
+    shown = f"={str(value)[:80]!r}" if plain else ""
+    return f"{PREFIX}{names[0].upper()}{shown}: {said}"
 
 
 def describe_settings() -> str:
