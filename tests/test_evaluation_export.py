@@ -38,6 +38,21 @@ def test_an_evaluation_becomes_one_event_on_its_span() -> None:
     assert attrs["gen_ai.agent.name"].string_value == "support-bot"
 
 
+def test_the_blamed_step_and_the_work_left_go_with_it() -> None:
+    blame = {"step_index": 2, "actor": "refund", "reason": "gateway timeout", "confidence": 0.6,
+             "source": "rules", "abstain": False}  # fmt: skip
+    left = ["refund({\"order_id\": 7}): step 2 failed ('gateway timeout')"]
+    record = record_of({**EVALUATION, "blame": blame, "remaining_steps": left})
+    attrs = {kv.key: kv.value for kv in record.attributes}
+    assert attrs["tracejudge.blame.step_index"].int_value == 2
+    assert attrs["tracejudge.blame.actor"].string_value == "refund"
+    assert attrs["tracejudge.blame.confidence"].double_value == 0.6
+    assert attrs["tracejudge.blame.abstain"].bool_value is False
+    assert attrs["tracejudge.remaining_steps"].string_value == left[0]
+    clean = {kv.key for kv in record_of(EVALUATION).attributes}
+    assert not any(k.startswith("tracejudge.blame") for k in clean)
+
+
 def test_without_a_trace_the_event_is_not_linked() -> None:
     record = record_of({**EVALUATION, "trace_id": None, "span_id": "00f067aa0ba902b7"})
     assert record.trace_id == b"" and record.span_id == b""

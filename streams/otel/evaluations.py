@@ -75,6 +75,14 @@ def record_of(evaluation: dict[str, Any]) -> LogRecord:
     }
     if evaluation.get("agent_name"):
         attributes["gen_ai.agent.name"] = evaluation["agent_name"]
+    blame = evaluation.get("blame") or {}
+    if blame:  # where it went wrong, for a backend that shows it beside the trace
+        attributes["tracejudge.blame.reason"] = blame.get("reason") or ""
+        for key in ("step_index", "actor", "confidence", "source", "abstain"):
+            if blame.get(key) is not None:
+                attributes[f"tracejudge.blame.{key}"] = blame[key]
+    if evaluation.get("remaining_steps"):
+        attributes["tracejudge.remaining_steps"] = "\n".join(evaluation["remaining_steps"])
     trace_id, span_id = evaluation.get("trace_id"), evaluation.get("span_id")
     return LogRecord(
         time_unix_nano=int(float(evaluation["ts"]) * 1e9),
