@@ -31,6 +31,10 @@ class Recorder:
     Every event gets the request id (the message key), a step index, an event id derived from
     both (so a resend is recognised as a duplicate) and texts clipped to the contract's limits
     before they leave the process.
+
+    Each step takes an optional `actor`: in a multi-agent run, who took it (the agent, or the
+    tool executor, that spoke or acted; a failed verdict's blame names it). Omitted, none is
+    sent: the step is the request's agent's.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class Recorder:
         action: str | None = None,
         error: str | None = None,
         usage: Usage | None = None,
+        actor: str | None = None,
     ) -> None:
         """A reasoning step: a short summary of the thought, never the whole chain; `usage`:
         what the model call that produced it cost (see `model_usage`)."""
@@ -111,6 +116,7 @@ class Recorder:
             action=_clipped(action),
             error=_clipped(error),
             usage=usage,
+            actor=_actor(actor),
         )
 
     def model_call(
@@ -122,12 +128,14 @@ class Recorder:
         cost_usd: float | None = None,
         latency_ms: float | None = None,
         summary: str | None = None,
+        actor: str | None = None,
     ) -> None:
         """One model call, as a reasoning step that carries its usage (the evaluation sums
         them per request)."""
         self.reasoning(
             summary or f"called {model}",
             usage=model_usage(model, input_tokens, output_tokens, cost_usd, latency_ms),
+            actor=actor,
         )
 
     def tool_call(
@@ -139,6 +147,7 @@ class Recorder:
         result: Any = None,
         error: str | None = None,
         latency_ms: float | None = None,
+        actor: str | None = None,
     ) -> None:
         self._send(
             "tool_call",
@@ -154,11 +163,12 @@ class Recorder:
             ),
             error=_clipped(error),
             latency_ms=latency_ms,
+            actor=_actor(actor),
         )
 
-    def user(self, text: str) -> None:
+    def user(self, text: str, *, actor: str | None = None) -> None:
         """A later turn of the user in a conversation."""
-        self._send("user_message", text=clip(text, SUMMARY_LIMIT))
+        self._send("user_message", text=clip(text, SUMMARY_LIMIT), actor=_actor(actor))
 
     def iteration(
         self,
@@ -169,6 +179,7 @@ class Recorder:
         exec_success: bool | None = None,
         max_iterations: int | None = None,
         usage: Usage | None = None,
+        actor: str | None = None,
     ) -> None:
         """One round of an iterative loop (early-stop decisions follow these)."""
         self._send(
@@ -179,10 +190,16 @@ class Recorder:
             observation=clip(observation, LONG_TEXT_LIMIT),
             exec_success=exec_success,
             usage=usage,
+            actor=_actor(actor),
         )
 
     def final(
-        self, output: str, *, usage: Usage | None = None, stopped_by: str | None = None
+        self,
+        output: str,
+        *,
+        usage: Usage | None = None,
+        stopped_by: str | None = None,
+        actor: str | None = None,
     ) -> None:
         """The answer: ends the request, which is judged at once. `stopped_by`: the
         intervention_id the run stopped for, when it did (its evaluation says so)."""
@@ -191,6 +208,7 @@ class Recorder:
             output=clip(output, LONG_TEXT_LIMIT),
             usage=usage,
             stopped_by=stopped_by,
+            actor=_actor(actor),
         )
         self.finished = True
         if self._reader is not None:  # kept a little longer: one on the last steps still lands
@@ -302,3 +320,8 @@ def outcome_event(
 
 def _clipped(text: str | None) -> str | None:
     return None if text is None else clip(text, SUMMARY_LIMIT)
+
+
+def _actor(actor: str | None) -> str | None:
+    """Who took a step, within the contract's 256 characters; empty: none."""
+    return actor[:256] if actor else None

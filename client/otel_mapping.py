@@ -10,13 +10,21 @@ Steps are ordered by their start time (the step index is the start in microsecon
 may arrive in any order. Message content is read only when `capture_content` is set, as the
 conventions make it opt-in. OpenInference's span kinds (AGENT, TOOL, LLM, CHAIN) and attribute
 names are read too.
+
+A step's `actor` (who took it, in a multi-agent run) is the span's own `gen_ai.agent.name`, or
+its nearest ancestor's that has one (the agent span a tool or model call runs under), when the
+spans above it were noted in `AgentNames`: the span processor notes each span as it starts, the
+receiver a whole export batch before mapping it. A child span ends, and is exported, before its
+parent: an ancestor that comes in a later batch is not known yet, and the step then has no
+actor unless it names its own agent. `agent_name` is the span's own attribute alone.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,10 +76,84 @@ def request_id(trace_id: str) -> str:
     return f"otel-{trace_id}"
 
 
+def agent_name_of(attributes: Mapping[str, Any]) -> str | None:
+    name = attributes.get("gen_ai.agent.name")
+    return name[:256] if isinstance(name, str) and name else None
+
+
+# a span's agent name, or the attributes of an open span, read when asked (set after its start)
+_Agent = str | Mapping[str, Any] | None
+
+
+class AgentNames:
+    """Which agent each span belongs to: its own `gen_ai.agent.name`, or its nearest noted
+    ancestor's. Spans are noted with their parent as they are seen; a trace is forgotten when
+    its request ends, and the oldest traces beyond `limit` spans. Thread-safe (a span
+    processor is called on the threads that end spans)."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._traces: dict[str, dict[str, tuple[str, _Agent]]] = {}  # span -> parent, agent
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, spans: Iterable[SpanInfo]) -> AgentNames:
+        """The names of a batch of spans (the receiver's: one export request)."""
+        names = cls()
+        for span in spans:
+            names.note(span.trace_id, span.span_id, span.parent_span_id, span.attributes)
+        return names
+
+    def note(
+        self,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str,
+        attributes: Mapping[str, Any],
+        live: bool = False,
+    ) -> None:
+        """`live`: `attributes` are an open span's, still being written: read when a step
+        below asks (kept until the span is noted again), not now."""
+        agent = attributes if live else agent_name_of(attributes)
+        with self._lock:
+            spans = self._traces.setdefault(trace_id, {})
+            if span_id not in spans:
+                self._count += 1
+            spans[span_id] = (parent_span_id, agent)
+            while self._count > self.limit and len(self._traces) > 1:
+                oldest = next(t for t in self._traces if t != trace_id)
+                self._count -= len(self._traces.pop(oldest))
+
+    def forget(self, trace_id: str) -> None:
+        with self._lock:
+            self._count -= len(self._traces.pop(trace_id, {}))
+
+    def actor_of(self, span: SpanInfo) -> str | None:
+        own = agent_name_of(span.attributes)
+        if own is not None:
+            return own
+        with self._lock:
+            spans = self._traces.get(span.trace_id, {})
+            above = span.parent_span_id
+            for _ in range(64):  # a cycle or a deep chain ends the search
+                if not above or above not in spans:
+                    return None
+                above, agent = spans[above]
+                name = agent if agent is None or isinstance(agent, str) else agent_name_of(agent)
+                if name is not None:
+                    return name
+        return None
+
+
 def events_of(
-    span: SpanInfo, capture_content: bool, request_end: str = "local_root"
+    span: SpanInfo,
+    capture_content: bool,
+    request_end: str = "local_root",
+    agents: AgentNames | None = None,
 ) -> list[dict[str, Any]]:
-    """The contract events one finished span stands for."""
+    """The contract events one finished span stands for. `agents`: the spans seen so far, to
+    find a step's actor above it (without: the span's own agent name only)."""
     rid = request_id(span.trace_id)
     a = span.attributes
     common: dict[str, Any] = {"request_id": rid, "ts": span.end_ns / 1e9}
@@ -84,12 +166,14 @@ def events_of(
             common[name] = a[key][: 128 if name == "agent_version" else 256]
     step = span.start_ns // 1000
     op = span.operation
+    actor = agent_name_of(a) if agents is None else agents.actor_of(span)
     if span.ends_request(request_end):
-        return _root(span, common, capture_content)
+        return _root(span, common, capture_content, actor)
     if op == "execute_tool":
         return [
             {
                 **common,
+                "actor": actor,
                 "type": "tool_call",
                 "event_id": f"{rid}:{span.span_id}",
                 "step_index": step,
@@ -116,6 +200,7 @@ def events_of(
         return [
             {
                 **common,
+                "actor": actor,
                 "type": "reasoning_step",
                 "event_id": f"{rid}:{span.span_id}",
                 "step_index": step,
@@ -128,7 +213,9 @@ def events_of(
     return []  # other spans (HTTP, database) are not steps of the agent
 
 
-def _root(span: SpanInfo, common: dict[str, Any], capture_content: bool) -> list[dict[str, Any]]:
+def _root(
+    span: SpanInfo, common: dict[str, Any], capture_content: bool, actor: str | None
+) -> list[dict[str, Any]]:
     rid, a = common["request_id"], span.attributes
     agent = str(a.get("gen_ai.agent.name") or span.name)
     asked = _content(a, ("gen_ai.input.messages", "input.value")) if capture_content else None
@@ -151,6 +238,7 @@ def _root(span: SpanInfo, common: dict[str, Any], capture_content: bool) -> list
         },
         {
             **common,
+            "actor": actor,
             "type": "final_response",
             "event_id": f"{rid}:final",
             "step_index": span.end_ns // 1000,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from typing import Any, cast
 
 import pytest
 from agents import Agent, AgentsException, Runner, function_tool, set_trace_processors
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
@@ -35,11 +37,13 @@ TOLD_AT = 3  # the tool call on which `Told` says stop
 
 class Told:
     """Plays the tracer (recorders, events kept here) and the worker with its reader: on a
-    request's TOLD_AT-th tool call, an intervention with `action` arrives for it."""
+    request's TOLD_AT-th tool call (or event of type `on`), an intervention with `action`
+    arrives for it."""
 
-    def __init__(self, action: str = "stop", told_at: int = TOLD_AT) -> None:
+    def __init__(self, action: str = "stop", told_at: int = TOLD_AT, on: str = "tool_call") -> None:
         self.action = action
         self.told_at = told_at
+        self.on = on
         self.events: list[dict[str, Any]] = []
         self.watches: dict[str, RequestWatch] = {}
 
@@ -58,7 +62,7 @@ class Told:
 
     def _emit(self, event: dict[str, Any]) -> bool:
         self.events.append(event)
-        if event["type"] == "tool_call" and len(self.of("tool_call")) == self.told_at:
+        if event["type"] == self.on and len(self.of(self.on)) == self.told_at:
             told = Intervention(
                 intervention_id=f"iv-{event['request_id']}",
                 request_id=event["request_id"],
@@ -200,6 +204,43 @@ def test_no_other_failure_of_the_handler_reaches_the_agent(
         result = looping_graph(ran).invoke(ASKED, {**LIMIT, "callbacks": [handler]})
     assert result["messages"][-1].content == "Order 7 is paid." and len(ran) == LOOPS
     assert "the buffer is gone" in caplog.text
+
+
+class Noisy(BaseCallbackHandler):
+    """A handler of someone else's that fails: LangChain logs it, as it should."""
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError("not ours")
+
+
+@pytest.mark.parametrize(
+    ("on", "raised_in", "tools_ran"),
+    [("tool_call", "on_chat_model_start", TOLD_AT), ("reasoning_step", "on_tool_start", 2)],
+    ids=["before-a-model-call", "before-a-tool"],
+)
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+async def test_a_stop_is_not_logged_as_an_error_by_langchain(
+    on: str, raised_in: str, tools_ran: int, run: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LangChain's callback manager logs whatever a handler raises as "Error in ..."; the
+    handler's InterventionStop is a stop it was told to make, logged by tracejudge at INFO."""
+    told, ran = Told(on=on), list[int]()
+    handler = TracejudgeCallbackHandler(cast(Any, told))
+    graph, config = looping_graph(ran), {**LIMIT, "callbacks": [handler, Noisy()]}
+    with caplog.at_level(logging.DEBUG), pytest.raises(InterventionStop) as raised:
+        if run == "invoke":
+            graph.invoke(ASKED, config)
+        else:
+            await graph.ainvoke(ASKED, config)
+    assert len(ran) == tools_ran  # stopped where told, before the next call
+    assert f"iv-{handler.last_request_id}" == raised.value.intervention.intervention_id
+    errors = [r.getMessage() for r in caplog.records if "Error in" in r.getMessage()]
+    # the other handler's failure is still logged: the records were there to see
+    assert errors and all(e.startswith("Error in Noisy.on_chat_model_start") for e in errors)
+    said = [r for r in caplog.records if r.name == "tracejudge.client"]
+    assert [r.levelno for r in said] == [logging.INFO]
+    assert "stopping" in said[0].getMessage()
+    assert raised_in in [f.name for f in traceback.extract_tb(raised.value.__traceback__)]
 
 
 # -- OpenAI Agents SDK -----------------------------------------------------------------------

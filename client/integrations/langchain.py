@@ -9,8 +9,10 @@ request to judge.
 
 The run's input is the goal; each model call is a reasoning step with its token usage and
 model; each tool run is a tool call (failed when the tool raised); the top-level run's end is
-the final response (its last message), or its error. Callbacks hand events to the tracer's
-buffer and return.
+the final response (its last message), or its error. In a LangGraph graph each step's `actor`
+is the node that took it (`langgraph_node` in the callback's metadata: a model's node, the
+`ToolNode` for a tool), and the final response's is the last step's; plain LangChain has no
+node and sends none. Callbacks hand events to the tracer's buffer and return.
 
 Stopping: when the worker tells a run to stop (a budget crossed, a loop found), the
 handler raises `InterventionStop` from the run's next model or tool callback, before that
@@ -21,7 +23,10 @@ a node's exception unchanged, so `graph.invoke`/`ainvoke` (and any chain) raise
 `InterventionStop` itself; a `ToolNode(handle_tool_errors=True)` turns the one raised before a
 tool into an error message for the model, and the model's call, next, raises it out of the
 graph. The run's final response is then "stopped: <message>" with `stopped_by` its
-intervention_id. `stop_on_intervention=False`: nothing raises, the run goes on.
+intervention_id. `stop_on_intervention=False`: nothing raises, the run goes on. LangChain's
+callback manager logs every exception a handler raises as "Error in <handler>.<callback>" before
+letting it through; a filter on its logger drops that record for an `InterventionStop` alone
+(a stop is no error: the handler logs it at INFO on `tracejudge.client`), and every other passes.
 
     try:
         graph.invoke(inputs, config={"callbacks": [handler]})
@@ -59,6 +64,8 @@ if TYPE_CHECKING:
     from tracejudge.client.tracer import AsyncTracer, Tracer
 
 log = logging.getLogger("tracejudge.client")
+# where langchain_core logs "Error in <handler>.<callback> callback: <repr of the exception>"
+CALLBACK_MANAGER_LOGGER = "langchain_core.callbacks.manager"
 
 _Callback = TypeVar("_Callback", bound=Callable[..., None])
 
@@ -77,12 +84,30 @@ def _quiet(callback: _Callback) -> _Callback:
     return cast(_Callback, guarded)
 
 
+class _StopsAreNotErrors(logging.Filter):
+    """Drops the callback manager's record of an `InterventionStop` a handler raised: the
+    manager logs whatever a handler raises as an error, a deliberate stop included, and has no
+    other way to let a handler stop a run. Matched by the exception's repr among the record's
+    arguments; every other record passes."""
+
+    PREFIX = f"{InterventionStop.__name__}("
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not any(isinstance(a, str) and a.startswith(self.PREFIX) for a in args)
+
+
+_STOPS_ARE_NOT_ERRORS = _StopsAreNotErrors()
+
+
 @dataclass
 class _Run:
     recorder: Recorder
-    tools: dict[UUID, tuple[str, str, float]] = field(default_factory=dict)  # name, input, start
-    models: dict[UUID, float] = field(default_factory=dict)  # start
+    # name, input, start, actor
+    tools: dict[UUID, tuple[str, str, float, str | None]] = field(default_factory=dict)
+    models: dict[UUID, tuple[float, str | None]] = field(default_factory=dict)  # start, actor
     stopped: InterventionStop | None = None  # raised into the run by this handler
+    last_actor: str | None = None  # the node of the last step: the final response's
 
 
 class TracejudgeCallbackHandler(BaseCallbackHandler):
@@ -111,6 +136,8 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             raise ValueError("a tracer, or a request to record `into`")
         self.stop_on_intervention = stop_on_intervention
         self.raise_error = stop_on_intervention
+        if stop_on_intervention:  # once per logger: addFilter keeps one of each
+            logging.getLogger(CALLBACK_MANAGER_LOGGER).addFilter(_STOPS_ARE_NOT_ERRORS)
         self.tracer = tracer
         self.agent_name = agent_name
         self.agent_version = agent_version
@@ -163,7 +190,11 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         if run is not None and self.into is None:
             # a stop raised before a tool that a ToolNode handled, and the run then ended
             stopped = None if run.stopped is None else run.stopped.intervention.intervention_id
-            run.recorder.final(_text(outputs, last=True) or "(no answer)", stopped_by=stopped)
+            run.recorder.final(
+                _text(outputs, last=True) or "(no answer)",
+                stopped_by=stopped,
+                actor=run.last_actor,
+            )
 
     @_quiet
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -188,7 +219,7 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        self._model_started(run_id, parent_run_id)
+        self._model_started(run_id, parent_run_id, kwargs.get("metadata"))
         self._stop_if_told(run_id)
 
     def on_llm_start(
@@ -200,7 +231,7 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        self._model_started(run_id, parent_run_id)
+        self._model_started(run_id, parent_run_id, kwargs.get("metadata"))
         self._stop_if_told(run_id)
 
     @_quiet
@@ -208,24 +239,28 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         run = self._run_of(run_id)
         if run is None:
             return
-        started = run.models.pop(run_id, None)
+        started, actor = run.models.pop(run_id, (None, None))
         latency = None if started is None else (time.monotonic() - started) * 1000
         text, calls, usage, model = _generation(response)
         summary = text or (f"decided to call {', '.join(calls)}" if calls else "model call")
+        run.last_actor = actor
         run.recorder.reasoning(
             summary,
             phase="plan" if calls else "synthesis",
             usage=model_usage(
                 model, usage.get("input_tokens"), usage.get("output_tokens"), None, latency
             ),
+            actor=actor,
         )
 
     @_quiet
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._run_of(run_id)
         if run is not None:
-            run.models.pop(run_id, None)
-            run.recorder.reasoning("model call failed", error=f"{type(error).__name__}: {error}")
+            _, actor = run.models.pop(run_id, (None, None))
+            run.recorder.reasoning(
+                "model call failed", error=f"{type(error).__name__}: {error}", actor=actor
+            )
 
     # -- tools -------------------------------------------------------------------------------
 
@@ -240,7 +275,9 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
     ) -> None:
         if parent_run_id is None:
             return  # a tool called on its own, outside any run we judge
-        self._tool_started(serialized, input_str, run_id, parent_run_id, kwargs.get("name"))
+        self._tool_started(
+            serialized, input_str, run_id, parent_run_id, kwargs.get("name"), kwargs.get("metadata")
+        )
         self._stop_if_told(run_id)
 
     @_quiet
@@ -275,12 +312,14 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             return run
 
     @_quiet
-    def _model_started(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+    def _model_started(
+        self, run_id: UUID, parent_run_id: UUID | None, metadata: Mapping[str, Any] | None
+    ) -> None:
         if parent_run_id is not None:
             self._child(run_id, parent_run_id)
         run = self._run_of(run_id)
         if run is not None:
-            run.models[run_id] = time.monotonic()
+            run.models[run_id] = (time.monotonic(), _node(metadata))
 
     @_quiet
     def _tool_started(
@@ -290,12 +329,13 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         run_id: UUID,
         parent_run_id: UUID,
         name: Any,
+        metadata: Mapping[str, Any] | None,
     ) -> None:
         self._child(run_id, parent_run_id)
         run = self._run_of(run_id)
         if run is not None:
             name = name or (serialized or {}).get("name") or "tool"
-            run.tools[run_id] = (str(name), input_str, time.monotonic())
+            run.tools[run_id] = (str(name), input_str, time.monotonic(), _node(metadata))
 
     def _stop_if_told(self, run_id: UUID) -> None:
         """Raise InterventionStop into the run before its next model or tool call, once the
@@ -309,7 +349,14 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         with self._lock:
             run.models.pop(run_id, None)  # not called: nothing to time
             run.tools.pop(run_id, None)
-        run.stopped = run.stopped or InterventionStop(told)
+        if run.stopped is None:
+            run.stopped = InterventionStop(told)
+            log.info(
+                "tracejudge: stopping %s as told (%s): %s",
+                run.recorder.request_id,
+                told.intervention_id,
+                told.message,
+            )
         raise InterventionStop(told)
 
     def _tool_done(
@@ -318,7 +365,8 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         run = self._run_of(run_id)
         if run is None:
             return
-        name, given, started = run.tools.pop(run_id, ("tool", "", time.monotonic()))
+        name, given, started, actor = run.tools.pop(run_id, ("tool", "", time.monotonic(), None))
+        run.last_actor = actor
         run.recorder.tool_call(
             name,
             success=success,
@@ -326,7 +374,14 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             result=result,
             error=error,
             latency_ms=(time.monotonic() - started) * 1000,
+            actor=actor,
         )
+
+
+def _node(metadata: Mapping[str, Any] | None) -> str | None:
+    """The LangGraph node a callback's run belongs to (None outside a graph)."""
+    node = (metadata or {}).get("langgraph_node")
+    return str(node) if node else None
 
 
 def _stop_in(error: BaseException) -> InterventionStop | None:

@@ -16,7 +16,9 @@ spans when `trace_include_sensitive_data` is off, and the goal is then the trace
 the caller chose it (empty for the SDK's default).
 The agent's name is the outermost agent span's (the agent `Runner.run` was given), or the
 trace's workflow name when the caller set one; never the SDK's default "Agent workflow", which
-every run without a `RunConfig(workflow_name=...)` has.
+every run without a `RunConfig(workflow_name=...)` has. Each step's `actor` is the agent whose
+span it belongs to (the nearest agent span above it: after a handoff, the agent handed to; the
+handoff itself, the agent handing off), and the final response's is the agent that said it.
 Callbacks hand events to the tracer's buffer and return; nothing here raises into the agent.
 
 Stopping: a tracing processor only watches, it cannot end a run. The SDK's own way
@@ -91,8 +93,22 @@ class _Request:
     recorder: Recorder | None = None
     into: bool = False  # recording into a request begun elsewhere: its owner ends it
     last_output: str = ""
+    last_actor: str | None = None  # the agent that said `last_output`
     errors: list[str] = field(default_factory=list)
     stopped: Intervention | None = None  # raised into the run by the hooks
+    # every span started in the trace: its parent, and its name if an agent span
+    spans: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+
+    def actor_of(self, span: Span[Any]) -> str | None:
+        """The agent a span belongs to: its nearest agent span above it."""
+        above = span.parent_id
+        for _ in range(64):  # a cycle or a deep chain ends the search
+            if above is None:
+                return None
+            above, agent = self.spans.get(above, (None, None))
+            if agent:
+                return agent
+        return None
 
 
 class AgentsInterventionStop(InterventionStop, AgentsException):
@@ -205,20 +221,23 @@ class TracejudgeProcessor(TracingProcessor):
             elif request.errors and not request.last_output:
                 recorder.final(f"failed: {request.errors[-1]}")
             else:
-                recorder.final(request.last_output or "(no answer)")
+                recorder.final(request.last_output or "(no answer)", actor=request.last_actor)
         except Exception:
             log.exception("tracejudge: could not record the end of trace %s", trace.trace_id)
 
     def on_span_start(self, span: Span[Any]) -> None:
         # the agent span starts before its model calls, where the recorder is made; the first
-        # to start is the outermost (a handoff's agent span comes later and keeps the name)
+        # to start is the outermost (a handoff's agent span comes later and keeps the name).
+        # Every span is noted with its parent: a step's actor is its nearest agent span's name
         data = span.span_data
-        if not isinstance(data, AgentSpanData) or not data.name:
-            return
+        agent = data.name if isinstance(data, AgentSpanData) and data.name else None
         with self._lock:
             request = self._requests.get(span.trace_id)
-            if request is not None and request.agent is None:
-                request.agent = data.name
+            if request is None:
+                return
+            request.spans[span.span_id] = (span.parent_id, agent)
+            if agent is not None and request.agent is None:
+                request.agent = agent
 
     def on_span_end(self, span: Span[Any]) -> None:
         try:
@@ -235,6 +254,7 @@ class TracejudgeProcessor(TracingProcessor):
     def _span(self, span: Span[Any]) -> None:
         with self._lock:
             request = self._requests.get(span.trace_id)
+            actor = None if request is None else request.actor_of(span)
         if request is None:
             return
         data = span.span_data
@@ -245,13 +265,14 @@ class TracejudgeProcessor(TracingProcessor):
             goal, text, calls, usage, model = _model_call(data)
             recorder = self._recorder(span.trace_id, request, goal)
             if text:
-                request.last_output = text
+                request.last_output, request.last_actor = text, actor
             summary = text or (f"decided to call {', '.join(calls)}" if calls else "model call")
             recorder.reasoning(
                 summary,
                 phase="plan" if calls else "synthesis",
                 error=error,
                 usage=model_usage(model, usage.get("input_tokens"), usage.get("output_tokens")),
+                actor=actor,
             )
         elif isinstance(data, FunctionSpanData):
             self._recorder(span.trace_id, request, None).tool_call(
@@ -260,10 +281,13 @@ class TracejudgeProcessor(TracingProcessor):
                 args=data.input,
                 result=None if data.output is None else str(data.output),
                 error=error,
+                actor=actor,
             )
         elif isinstance(data, HandoffSpanData):
             self._recorder(span.trace_id, request, None).reasoning(
-                f"handed off from {data.from_agent} to {data.to_agent}", error=error
+                f"handed off from {data.from_agent} to {data.to_agent}",
+                error=error,
+                actor=actor or data.from_agent,
             )
 
     def _recorder(self, trace_id: str, request: _Request, goal: str | None) -> Recorder:

@@ -10,18 +10,22 @@ the agent's own process: no collector and no `tracejudge otel` receiver needed.
 
 Spans map as `tracejudge otel` maps them (client/otel_mapping.py): a trace is one request,
 its local root span (no parent, or a remote one) ends it, tools are tool calls, model calls
-are reasoning steps with their token usage. `on_end` hands events to the tracer's buffer and
-returns: it never blocks the span's thread and never raises into it.
+are reasoning steps with their token usage. Each step's `actor` is the agent it ran under
+(`gen_ai.agent.name` on the span or its nearest agent span above it): the processor notes
+every span as it starts, so an agent span still open is known to the steps that end inside it.
+`on_end` hands events to the tracer's buffer and returns: it never blocks the span's thread and
+never raises into it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from tracejudge.client.otel_mapping import SpanInfo, events_of
+from tracejudge.client.otel_mapping import AgentNames, SpanInfo, events_of
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -45,14 +49,31 @@ class TracejudgeSpanProcessor(SpanProcessor):
         self.tracer = tracer
         self.capture_content = capture_content
         self.request_end = request_end
+        self.agents = AgentNames()  # the open spans of each trace: where a step's actor is
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        return None
+        try:
+            context, parent = span.context, span.parent
+            if context is not None:
+                self.agents.note(
+                    format(context.trace_id, "032x"),
+                    format(context.span_id, "016x"),
+                    format(parent.span_id, "016x") if parent else "",
+                    _Attributes(span),
+                    live=True,  # an agent's name may be set after its span started
+                )
+        except Exception:  # a span we cannot read: the agent goes on
+            log.exception("tracejudge: could not read span %r", getattr(span, "name", "?"))
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            for event in events_of(span_info(span), self.capture_content, self.request_end):
+            info = span_info(span)
+            # its agent name as it ended, in place of the open span
+            self.agents.note(info.trace_id, info.span_id, info.parent_span_id, info.attributes)
+            for event in events_of(info, self.capture_content, self.request_end, self.agents):
                 self.tracer.emit(event)
+            if info.ends_request(self.request_end):
+                self.agents.forget(info.trace_id)
         except Exception:  # a span we cannot read: the agent goes on
             log.exception("tracejudge: could not read span %r", getattr(span, "name", "?"))
 
@@ -62,6 +83,22 @@ class TracejudgeSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         # the sender's own flush: blocking, as the SDK expects here, for either tracer
         return self.tracer._sender.flush(timeout_millis / 1000)
+
+
+class _Attributes(Mapping[str, Any]):
+    """An open span's attributes as they are when read."""
+
+    def __init__(self, span: ReadableSpan) -> None:
+        self.span = span
+
+    def __getitem__(self, key: str) -> Any:
+        return (self.span.attributes or {})[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.span.attributes or {})
+
+    def __len__(self) -> int:
+        return len(self.span.attributes or {})
 
 
 def span_info(span: ReadableSpan) -> SpanInfo:

@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from tracejudge.client.otel_mapping import SpanInfo, events_of
+from tracejudge.client.otel_mapping import AgentNames, SpanInfo, events_of
 from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
@@ -87,12 +87,15 @@ class Receiver:
         self.events = 0
 
     async def accept(self, request: Any) -> None:
-        """Publish the events of every span in the batch and wait for the broker."""
+        """Publish the events of every span in the batch and wait for the broker. A step's actor
+        is found among the batch's spans (client/otel_mapping.py)."""
         pending = []
-        for span in spans_of(request):
+        spans = spans_of(request)
+        agents = AgentNames.of(spans)
+        for span in spans:
             self.spans += 1
             for event in events_of(
-                span, self.settings.otel_capture_content, self.settings.otel_request_end
+                span, self.settings.otel_capture_content, self.settings.otel_request_end, agents
             ):
                 clean = {k: v for k, v in event.items() if v is not None}
                 pending.append(
