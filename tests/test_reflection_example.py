@@ -48,7 +48,7 @@ def verdict_of(events: list[dict[str, Any]]) -> Any:
 
 
 def test_the_documented_callback_finishes_a_failed_refund_on_the_first_follow_up() -> None:
-    origin = [
+    origin: list[dict[str, Any]] = [
         {"type": "task_started", "request_id": "o1", "goal": "refund order 7"},
         {"type": "tool_call", "request_id": "o1", "step_index": 1, "tool": "get_order",
          "args_summary": '{"order_id": 7}', "success": True},
@@ -67,11 +67,21 @@ def test_the_documented_callback_finishes_a_failed_refund_on_the_first_follow_up
     )
 
     done: list[tuple[str, str | None]] = []
-    finish = documented_callback(lambda step, args: done.append((step, args)) is None)
+
+    def do(step: str, args: str | None) -> bool:  # the agent's own work: it succeeds now
+        done.append((step, args))
+        return True
+
+    finish = documented_callback(do)
     events: list[dict[str, Any]] = []
+
+    def emit(event: dict[str, Any]) -> bool:
+        events.append(event)
+        return True
+
     reflection: Reflection = _reflection(request, follow_up_request_id(request.reflection_id), 1)
     run = Recorder(
-        events.append,
+        emit,
         request.goal,
         request_id=reflection.request_id,
         planned_steps=[r.step for r in reflection.remaining],  # as the worker declares them
