@@ -81,6 +81,15 @@ def test_in_a_multi_agent_run_the_agent_that_wrote_the_failing_code_is_blamed() 
     assert "wrote the call that failed" in e.blame.reason
 
 
+def test_an_answer_that_leaves_the_action_pending_is_blamed_weakly_without_a_failure() -> None:
+    e = evaluate(
+        [task("b7", "cancel my booking"), call("b7", 1, "get_reservation", True),
+         final("b7", "To proceed with the cancellation, I need to confirm a few details.")]
+    )  # fmt: skip
+    assert e.incomplete and e.blame is not None and not e.blame.abstain
+    assert (e.blame.step_index, e.blame.confidence) == (2, 0.25)
+
+
 def test_a_loop_is_blamed_where_it_began() -> None:
     repeated = [call("b3", i, "search", True, args_summary='{"q": "x"}') for i in range(3, 7)]
     e = evaluate(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from tracejudge.judges.masking.clipping import quote_whole
 from tracejudge.judges.rules.conversation import unconfirmed_calls
+from tracejudge.judges.rules.endings import limit_call
 from tracejudge.models.events import ReasoningStep, ToolCall
 from tracejudge.models.outputs import Blame, FailedStep
 from tracejudge.models.window import Window
@@ -35,6 +36,9 @@ ANSWER_RULES = {
     "generic_answer": "the answer is a stock phrase, not a result",
     "clarification_answer": "the answer only asks for clarification",
     "admitted_failure": "the answer admits an attempt failed",
+    "pending_action": "the answer leaves the action pending",
+    "says_work_remains": "the answer says work remains",
+    "handoff": "the request was handed to a human",
     "planned_step_not_attempted": "the run answered before its planned steps were done",
     "confirmed_not_done": "the user's confirmed request was not carried out",
 }
@@ -117,7 +121,8 @@ def _strong(window: Window, failed: list[FailedStep], rules: set[str]) -> list[_
 
 
 def _weak(window: Window, rules: set[str]) -> _Candidate | None:
-    first_failed = next((c for c in window.tool_calls if not c.success), None)
+    # a limit call (the harness ending the run) is not the agent's failure
+    first_failed = next((c for c in window.tool_calls if not c.success and not limit_call(c)), None)
     if first_failed is not None:
         error = quote_whole(first_failed.error or "no error given", 120)
         return _Candidate(
