@@ -3,7 +3,7 @@ benchmarks/data.py) through the worker's own path: its handlers, window store (s
 steps) and verdict making, at default settings with the LLM judge on, each closed run's judge
 job collected instead of sent.
 
-    python -m benchmarks.judge_input [--data DIR] [--context-tokens N ...]
+    python -m benchmarks.judge_input [--data DIR] [--context-tokens N ...] [--sample-rate R]
 
 Per set and context size it prints, for the runs with a failed call: the share whose last failed
 call's text (its error, else its result, as the contract keeps it, masked as the judge sees it)
@@ -261,14 +261,17 @@ def chinese_run(limit_steps: int = 60) -> list[tuple[bytes | None, bytes]]:
     return [(rid.encode(), json.dumps(e, ensure_ascii=False).encode()) for e in events]
 
 
-def settings_for(context: int) -> Settings:
+def settings_for(context: int, sample_rate: float = 1.0) -> Settings:
+    """The default selection (TRACEJUDGE_LLM_SAMPLE_RATE 1: every run) unless `sample_rate` is
+    given: then every flagged run and that share of the others, so each set's header counts
+    the judge inputs, and so the calls, that rate makes."""
     return Settings(
         redis_url="",
         llm_judge_enabled=True,
         llm_base_url="http://127.0.0.1:9/v1",
         worker_judges=False,
         llm_judge_flagged=True,
-        llm_sample_rate=1.0,
+        llm_sample_rate=sample_rate,
         llm_context_tokens=context,
     )
 
@@ -277,13 +280,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", type=Path, default=SHARED_DATA)
     parser.add_argument("--context-tokens", type=int, action="append")
+    parser.add_argument(
+        "--sample-rate", type=float, default=1.0, help="TRACEJUDGE_LLM_SAMPLE_RATE (default 1)"
+    )
     args = parser.parse_args()
     require(args.data, "this benchmark needs the shared coding and airline runs")
     logging.getLogger("tracejudge").setLevel(logging.WARNING)
     contexts = tuple(args.context_tokens or CONTEXTS)
     met = True
     for context in contexts:
-        settings = settings_for(context)
+        settings = settings_for(context, args.sample_rate)
         reserve = settings.llm_output_reserve_tokens or settings.llm_max_tokens
         for name in SETS:
             raw = (args.data / name / "events.jsonl").read_bytes()

@@ -45,6 +45,16 @@ def quadrant(success: bool, incomplete: bool) -> str:
     return ("success" if success else "failure") + ("_incomplete" if incomplete else "_complete")
 
 
+@dataclass(frozen=True)
+class AgentThreshold:
+    """An agent's alert threshold in use, as /metrics shows it (`agreement.thresholds`)."""
+
+    agent: str  # a bounded label: see `agreement.thresholds.alert_thresholds`
+    source: str  # "calibrated" (from its outcomes) or "configured" (TRACEJUDGE_WARN_THRESHOLD)
+    threshold: int
+    outcomes: int  # the outcomes a calibration was learned from; 0 where configured
+
+
 @dataclass
 class Readings:
     """What the scrape reads from elsewhere; each is a callable so nothing is copied."""
@@ -63,6 +73,8 @@ class Readings:
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
     # the tracejudge_agreement_* families of the last refresh (`agreement.live.LiveAgreement`)
     agreement: Callable[[], list[Metric]] = lambda: []
+    # each agent's alert threshold in use, from the process's calibration book
+    alert_thresholds: Callable[[], list[AgentThreshold]] = lambda: []
 
 
 class _Readings(Collector):
@@ -115,7 +127,28 @@ class _Readings(Collector):
         for (topic, partition), behind in sorted(r.lag.items()):
             lag.add_metric([topic, str(partition)], behind)
         yield lag
+        yield from _threshold_families(r.alert_thresholds())
         yield from r.agreement()
+
+
+def _threshold_families(rows: list[AgentThreshold]) -> list[Metric]:
+    threshold = GaugeMetricFamily(
+        "tracejudge_alert_threshold",
+        "The alert threshold this process holds each agent's verdicts to now, by agent and "
+        "source: calibrated (learned from its outcomes, refreshed every "
+        "TRACEJUDGE_CALIBRATION_REFRESH_S) or configured (TRACEJUDGE_WARN_THRESHOLD).",
+        labels=["agent", "source"],
+    )
+    outcomes = GaugeMetricFamily(
+        "tracejudge_alert_threshold_outcomes",
+        "Outcomes (ok and failed) each agent's calibrated threshold was learned from; 0 where "
+        "the configured threshold applies.",
+        labels=["agent"],
+    )
+    for row in rows:
+        threshold.add_metric([row.agent, row.source], row.threshold)
+        outcomes.add_metric([row.agent], row.outcomes)
+    return [threshold, outcomes]
 
 
 def _gauge(name: str, doc: str, value: float) -> Metric:
@@ -190,6 +223,10 @@ class AgentMetrics:
             self._agents.add(name)
             return name
         return OTHER_AGENTS
+
+    def labelled(self) -> list[str]:
+        """The agent names that have a label of their own, sorted."""
+        return sorted(self._agents)
 
     def evaluated(self, agent_name: str | None, score: int, passed: bool) -> None:
         agent = self.agent_label(agent_name)

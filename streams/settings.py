@@ -604,7 +604,9 @@ class JudgeSettings(BaseModel):
         le=1,
         description="Share judged of the requests that are not flagged (of all, with "
         "TRACEJUDGE_LLM_JUDGE_FLAGGED=false) and that no TRACEJUDGE_LLM_SAMPLE_RATES entry is "
-        "about; the same ones every time (a hash of the request id).",
+        "about; the same ones every time (a hash of the request id). The default, 1, judges "
+        "every closed request: a judge turned on (an endpoint, or only TRACEJUDGE_LLM_API_KEY) "
+        "reads every run until told to read fewer; the start logs the share.",
     )
     llm_sample_rates: str = Field(
         "",

@@ -24,10 +24,12 @@ from tracejudge.judges.agreement.calibration import CalibrationBook
 from tracejudge.models import names
 from tracejudge.streams.agreement.calibrations import refresher_of
 from tracejudge.streams.agreement.live import agreement_store
+from tracejudge.streams.agreement.thresholds import alert_thresholds
 from tracejudge.streams.errors import DeadLetters, ErrorPolicy
 from tracejudge.streams.judging.consumer import JudgeRunner
 from tracejudge.streams.judging.jobs import JudgeJobHandler
 from tracejudge.streams.judging.stage import JudgeStage, judging_version
+from tracejudge.streams.judging.startup import log_judge_line
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import client_options
@@ -86,6 +88,7 @@ def run_judge(settings: Settings) -> int:
         log.error("the LLM judge is off: set TRACEJUDGE_LLM_BASE_URL (or _API_KEY)")
         return 2
     log.info("settings other than the defaults: %s", changed_settings(settings))
+    log_judge_line(settings)  # model, endpoint host, share judged
     quiet_library_logs()  # aiokafka logs every reconnect attempt while the broker is away
     asyncio.run(_serve(settings))
     return 0
@@ -113,6 +116,7 @@ async def _serve(settings: Settings) -> None:
     book = CalibrationBook()
     stage = JudgeStage(settings, redis, settings.verdict_policy(book), judging_version(settings))
     refresher = refresher_of(settings, book, publisher.agreement)
+    metrics.readings.alert_thresholds = lambda: alert_thresholds(book, settings, metrics.agents)
     handler = JudgeJobHandler(stage, publisher, metrics)
     metrics.readings.breaker_open = lambda: handler.breaker_open
     metrics.readings.rate_limit_waits = lambda: handler.rate_limit_waits

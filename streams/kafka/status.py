@@ -21,6 +21,7 @@ from tracejudge.streams.agreement.actions import action_lines, actions_json
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.agreement.store import AgreementUnavailable
+from tracejudge.streams.agreement.thresholds import threshold_lines, thresholds_json
 from tracejudge.streams.kafka.admin import partition_counts
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.outputs import redis_client
@@ -63,6 +64,9 @@ class Status:
     # agent -> action -> the effect of the actions asked (`agreement/actions.py`);
     # None where agreement is (the same Redis, read with it)
     actions: dict[str, Any] | None = None
+    # each agent's alert threshold in use, calibrated or configured (`agreement/thresholds.py`);
+    # None where agreement is
+    thresholds: dict[str, Any] | None = None
 
     @property
     def judge_waiting(self) -> int | None:
@@ -96,6 +100,7 @@ async def collect_status(settings: Settings, workers: list[str], timeout_s: floa
         None if tally is None else agreement_json(tally),
         error,
         None if acted is None else actions_json(acted),
+        None if tally is None else thresholds_json(tally, settings, time.time()),
     )
 
 
@@ -229,7 +234,9 @@ def render_status(status: Status) -> str:
         f"  kafka {s['kafka_bootstrap']}  redis {s['redis_url'] or '(off)'}  group "
         f"{s['app_id']}  prefix {s['topic_prefix']}  mode {s['mode']}  enabled {s['enabled']}",
         f"  llm judge {'on: ' + str(s['llm_model']) if s['llm_judge_enabled'] else 'off'}  "
-        f"warn threshold {s['warn_threshold']}  trace capture {s['trace_capture']}",
+        f"warn threshold {s['warn_threshold']}"
+        + (" (agents with a calibration use theirs)" if s.get("calibration_enabled") else "")
+        + f"  trace capture {s['trace_capture']}",
         "",
         f"{'topic':<40} {'partitions':>10} {'records':>10} {'last min':>9} {'group lag':>10}",
     ]
@@ -263,6 +270,11 @@ def render_status(status: Status) -> str:
         lines.append("  no outcomes joined to verdicts yet")
     else:
         lines += agreement_lines(status.agreement)
+    lines += [
+        "",
+        "alert thresholds in use (per agent: calibrated from its outcomes, or configured)",
+    ]
+    lines += threshold_lines(status.thresholds, s["warn_threshold"], status.agreement_error)
     lines += ["", "effect of the actions asked (per agent and action, within the retention)"]
     if status.agreement_error is not None:
         lines.append(f"  {status.agreement_error}")

@@ -118,7 +118,10 @@ class AgreementReader(TallyReader[Tally]):
     @classmethod
     def of_settings(cls, settings: Settings) -> AgreementReader:
         found = _workers_store(settings)
-        return cls(None) if found is None else cls(found[0].tally, close=found[1])
+        # the agent page's threshold is learned from this tally: read at least as often as
+        # the workers learn theirs, so the page shows a new one within their refresh interval
+        every_s = min(REFRESH_S, settings.calibration_refresh_s)
+        return cls(None) if found is None else cls(found[0].tally, every_s, close=found[1])
 
 
 class ActionReader(TallyReader[ActionTally]):

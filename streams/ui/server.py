@@ -17,14 +17,17 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
+from tracejudge.judges.agreement.tally import Tally
 from tracejudge.judges.masking.redact import ID_FIELDS, mask, mask_any
 from tracejudge.models.version import PACKAGE_VERSION
+from tracejudge.streams.agreement.thresholds import rule_json, threshold_of, threshold_words
 from tracejudge.streams.logs import quiet_library_logs
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.show import judge_call, look_up, no_timeline
 from tracejudge.streams.ui.agreement import (
     ActionReader,
     AgreementReader,
+    Reading,
     actions_of,
     agreement_of,
     auc_text,
@@ -238,10 +241,14 @@ async def agent_page(request: web.Request) -> web.Response:
     found = changes(verdicts)
     reader = request.app[AGREEMENT]
     reading, acted = await asyncio.gather(reader.current(), request.app[ACTIONS].current())
+    settings = request.app[SETTINGS]
     return _page(
         "agent.html",
         name=name,
         reading=reading,
+        threshold=agent_threshold(reading, settings, name),
+        latest_threshold=verdicts[-1].evaluation.get("warn_threshold"),
+        calibration_refresh_s=settings.calibration_refresh_s,
         agreement=agreement_of(reading.tally, name) if reading.tally is not None else None,
         acted=acted,
         actions=actions_of(acted.tally, name) if acted.tally is not None else None,
@@ -254,6 +261,21 @@ async def agent_page(request: web.Request) -> web.Response:
         latest=verdicts[-1],
         recent=list(reversed(verdicts[-20:])),
     )
+
+
+def agent_threshold(
+    reading: Reading[Tally], settings: Settings, agent: str
+) -> dict[str, Any] | None:
+    """The agent's alert threshold in use, learned from the tally as the workers learn it
+    (`agreement/thresholds.py`), with its words; None while no tally has been read."""
+    if reading.tally is not None:
+        found = threshold_of(reading.tally, settings, agent, time.time()).as_dict()
+        return {**found, "words": threshold_words(found, rule_json(settings))}
+    if reading.state == "off":  # no Redis: no outcomes, nothing calibrated anywhere
+        warn = settings.warn_threshold
+        words = f"{warn}, configured (no Redis: no outcomes to calibrate from)"
+        return {"threshold": warn, "source": "configured", "words": words}
+    return None
 
 
 async def outcomes_docs(request: web.Request) -> web.Response:

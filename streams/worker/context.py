@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -21,6 +22,7 @@ from tracejudge.judges.verdict.make import Judging, LLMRouting
 from tracejudge.streams.agreement.live import LiveAgreement, agreement_store
 from tracejudge.streams.agreement.outcomes import AgreementOutcomes
 from tracejudge.streams.agreement.store import AgreementStore, RedisAgreementStore
+from tracejudge.streams.agreement.thresholds import alert_thresholds
 from tracejudge.streams.commit import CommitRule
 from tracejudge.streams.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.judging.jobs import JudgeJobHandler
@@ -127,6 +129,9 @@ class WorkerContext:
         publisher = _publisher(settings, channels, lookup, metrics, agreement)
         book = CalibrationBook()  # one per process: the closer's policy and the judge's
         policy = settings.verdict_policy(book)
+        metrics.readings.alert_thresholds = partial(
+            alert_thresholds, book, settings, metrics.agents
+        )
         judge_jobs = None
         if llm is not None and settings.worker_judges:
             stage = judge_stage or JudgeStage(settings, redis, policy, version, clock)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from tracejudge.streams.judging.startup import log_judge_line
 from tracejudge.streams.kafka import internals
 from tracejudge.streams.kafka.admin import prepare_topics
 from tracejudge.streams.logs import quiet_library_logs, worker_logging_config
@@ -21,6 +22,7 @@ def run_worker(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     log.info("settings other than the defaults: %s", changed_settings(settings))
+    log_judge_line(settings)  # on (model, endpoint host, share judged) or off
     log.info("connecting to Kafka at %s", settings.kafka_bootstrap)
     created, replication = asyncio.run(prepare_topics(settings))
     log.info("topics ok (%d created)", len(created))
