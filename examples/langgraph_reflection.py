@@ -106,7 +106,8 @@ def finish(reflection: Reflection, run: Recorder) -> str:
         raise ValueError(f"no order in the goal {reflection.goal!r}")
     order_id = int(found.group(1))
     known = {t.name for t in TOOLS}
-    steps = [s for s in reflection.remaining_steps if s in known]
+    # each piece of work left names its step: here a planned tool the graph skipped
+    steps = [left.step for left in reflection.remaining if left.step in known]
     answer = f"Order {order_id}: finished {', '.join(steps) or 'nothing left'}."
     run_graph(order_id, steps, answer, TracejudgeCallbackHandler(None, into=run))
     print(f"follow-up {run.request_id} of {reflection.origin_request_id}: {answer}", flush=True)
