@@ -11,11 +11,20 @@ delivery timeout. Drops and an unreachable broker are logged at most once per in
 A process that forks gets a fresh producer in the child on its first event (librdkafka's
 threads do not survive a fork; the parent keeps and delivers what it had buffered). At
 interpreter exit every sender still open flushes, within its exit timeout.
+
+A new producer's first events wait for its producer id (idempotence), which librdkafka asks
+for after a metadata answer, and, when no broker connection is up at that moment, again only
+500 ms later: the first answer comes from the bootstrap address, before the connection to the
+broker it names is up, so a new tracer's first request reached the worker 0.5-1 s late (and
+was told of a stop that late). From its first event until its first delivery, a producer
+looks its topic up again (`_prime`): the answer that comes over the new connection gets the
+id at once, and the first events leave within the connections' own time.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -27,6 +36,10 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 
 log = logging.getLogger("tracejudge.client")
+
+PRIME_S = 1.0  # the longest a new producer's topic is looked up again for its first delivery
+PRIME_LOOKUP_S = 0.1  # one lookup's wait
+PRIME_EVERY_S = 0.005  # between lookups
 
 # aiokafka-style names that agents pass today, and librdkafka's names for them; any option
 # already spelled the librdkafka way (with dots) is passed on as it is
@@ -110,6 +123,7 @@ class Sender:
         self._poller: threading.Thread | None = None
         self._stopping = threading.Event()
         self._closed = False
+        self._primed = False  # the producer's first event started `_prime`
         self._warned_at: dict[str, float] = {}
         self._unwarned: dict[str, int] = {}
         # librdkafka connects only once there is something to send: made now, a bad setting
@@ -134,12 +148,21 @@ class Sender:
             with self._lock:  # agents may record from several threads
                 producer.produce(self.topic, value, key)
                 self.handed += 1
+                prime, self._primed = not self._primed, True
         except BufferError:
             self.drop("the client's buffer is full (the broker is away or slower than the agent)")
             return False
         except Exception as exc:  # e.g. a record over the size limit: the agent goes on
             self.drop(f"{type(exc).__name__}: {exc}")
             return False
+        if prime:  # the producer's first event
+            with contextlib.suppress(RuntimeError):  # no thread to be had: the 0.5 s wait
+                threading.Thread(
+                    target=self._prime,
+                    args=(producer, self._stopping),
+                    name="tracejudge-client-prime",
+                    daemon=True,
+                ).start()
         return True
 
     def flush(self, timeout_s: float) -> bool:
@@ -202,6 +225,7 @@ class Sender:
                 _ABANDONED.append(self._producer)  # its destructor would wait on dead threads
                 self._pid, self._stopping = os.getpid(), threading.Event()
             producer = Producer(self.config)
+            self._primed = False
             self._poller = threading.Thread(
                 target=self._poll, args=(producer, self._stopping), name="tracejudge-client"
             )
@@ -217,6 +241,18 @@ class Sender:
                 producer.poll(0.2)
             except Exception:  # a callback of ours failed: never stop serving the rest
                 log.exception("tracejudge client: a delivery callback failed")
+
+    def _prime(self, producer: Producer, stopping: threading.Event) -> None:
+        """A new producer's topic looked up until its first delivery (at most PRIME_S): see
+        the module's docstring. On its own thread: the agent never waits for it."""
+        deadline = time.monotonic() + PRIME_S
+        delivered = self.sent
+        while self.sent == delivered and time.monotonic() < deadline and not stopping.is_set():
+            try:
+                producer.list_topics(self.topic, timeout=PRIME_LOOKUP_S)
+            except Exception:  # the broker away: the events wait as they would anyway
+                stopping.wait(PRIME_LOOKUP_S)
+            stopping.wait(PRIME_EVERY_S)
 
     def _on_delivery(self, error: KafkaError | None, _message: Any) -> None:
         if error is None:

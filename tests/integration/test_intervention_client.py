@@ -231,3 +231,50 @@ def test_a_control_topic_made_after_the_reader_started_is_read(kafka_bootstrap: 
         assert wait_until(lambda: watch.stop is not None, TOLD_WITHIN_S) is not None
     finally:
         reader.close()
+
+
+# A new producer's first events waited for its producer id: 0.5 s, or 1 s, where later ones
+# take milliseconds (client/transport.py `_prime`); the bound leaves room for the two
+# connections a new client makes, on a busy box
+FIRST_WITHIN_S = 0.3
+
+
+def test_a_new_tracers_first_event_leaves_without_waiting_for_its_producer_id(
+    kafka_bootstrap: str,
+) -> None:
+    prefix = f"it-first-{uuid.uuid4().hex[:6]}."
+    asyncio.run(create_topic(kafka_bootstrap, prefix + "events", 3))
+    tracer = Tracer(kafka_bootstrap, topic_prefix=prefix, interventions=False)
+    try:
+        tracer.request("the first request of a new tracer", agent_name="a")  # task_started
+        delivered = wait_until(lambda: tracer.sent >= 1, 10)
+        assert delivered is not None and delivered < FIRST_WITHIN_S, delivered
+    finally:
+        tracer.close()
+
+
+def told_after_crossing(tracer: Tracer) -> float:
+    """Three identical calls handed over at once: seconds from the third (the loop rule's
+    crossing) to the recorder being told to stop."""
+    req = tracer.request("poll the job", agent_name="loop-agent")
+    for _ in range(3):
+        req.tool_call("job_status", success=True, args={"id": 7}, result="running")
+    waited = wait_until(req.should_stop, TOLD_WITHIN_S)
+    assert waited is not None and req.stop_reason is not None
+    req.final("stopped", stopped_by=req.stop_reason.intervention_id)
+    return waited
+
+
+def test_a_new_tracers_first_request_is_told_as_soon_as_its_later_ones(
+    intervening_worker: WorkerProcess,
+) -> None:
+    """The first request starts the tracer's producer and its interventions reader: told of its
+    stop within FIRST_WITHIN_S of the later requests' time, not 0.5-1 s after it."""
+    s = intervening_worker.settings
+    tracer = Tracer(s.kafka_bootstrap, topic_prefix=s.topic_prefix)  # an agent's defaults
+    try:
+        first = told_after_crossing(tracer)
+        later = sorted(told_after_crossing(tracer) for _ in range(3))
+    finally:
+        tracer.close()
+    assert first < later[1] + FIRST_WITHIN_S, (first, later)
