@@ -64,7 +64,10 @@ class SettingProblem(ValueError):
     error names its field (`_bad_value`)."""
 
     def __init__(self, message: str, *names: str) -> None:
-        super().__init__(message)
+        # named in itself too, for a Settings(...) made in code (no `_bad_value` line)
+        one = f"{PREFIX}{names[0].upper()}: " if len(names) == 1 else ""
+        super().__init__(one + message)
+        self.message = message
         self.names = names
 
 
@@ -989,7 +992,7 @@ def _bad_value(error: Any) -> str:
     has no field of its own, and names its settings in a `SettingProblem`."""
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, SettingProblem):
-        names, said = list(cause.names), str(cause)
+        names, said = list(cause.names), cause.message
     else:
         loc = "_".join(str(part) for part in error.get("loc", ()))
         names, said = [loc] if loc else [], str(error.get("msg", "invalid value"))

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from tracejudge.streams.settings import PREFIX, Settings, SettingsError, load_settings
 
@@ -113,3 +114,11 @@ def test_every_problem_of_a_bad_file_begins_with_a_name(
     names = [named(problem) for problem in caught.value.problems]
     assert "TRACEJUDGE_PARTITIONS" in names
     assert all(not p.startswith(f"{PREFIX}:") for p in caught.value.problems)
+
+
+def test_settings_made_in_code_name_the_setting_too() -> None:
+    """Without load_settings' lines (a Settings(...) in a test or a script), pydantic's own
+    message names the one setting a check is about."""
+    with pytest.raises(ValidationError) as caught:
+        Settings(llm_price_input_per_mtok=0.15)
+    assert "TRACEJUDGE_LLM_PRICE_OUTPUT_PER_MTOK: unset while" in str(caught.value)
