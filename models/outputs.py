@@ -24,6 +24,7 @@ JudgeErrorCode = Literal[
     "http_4xx",
     "rate_limited",
     "invalid_output",
+    "truncated",  # the answer was cut at its token limit (finish_reason length), retried too
     "circuit_open",
     "budget",
     "internal",

@@ -671,6 +671,15 @@ class JudgeSettings(BaseModel):
     llm_max_tokens: int = Field(
         LLMConfig.max_tokens, ge=64, description="Max tokens of the judge's answer."
     )
+    llm_retry_max_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="An answer cut at TRACEJUDGE_LLM_MAX_TOKENS (finish_reason length; "
+        "judge_error truncated when the retry is cut too) is asked once more with twice the "
+        "budget, at most this and at most what TRACEJUDGE_LLM_CONTEXT_TOKENS leaves beside the "
+        "input; unset: twice, 0: no retry. A reasoning model's hidden reasoning spends the same "
+        "budget: raise TRACEJUDGE_LLM_MAX_TOKENS for one (docs/judging.md).",
+    )
     llm_token_param: Literal["max_tokens", "max_completion_tokens"] = Field(
         "max_tokens",
         description="Name under which TRACEJUDGE_LLM_MAX_TOKENS is sent: max_tokens (vLLM, "
@@ -757,6 +766,7 @@ class JudgeSettings(BaseModel):
         "llm_seed",
         "llm_max_input_chars",
         "llm_output_reserve_tokens",
+        "llm_retry_max_tokens",
         mode="before",
     )
     @classmethod

@@ -22,7 +22,12 @@ import httpx
 from tracejudge.judges.llm.answer import InvalidAnswer, JudgeAnswer, parse_answer
 from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.limit import AdaptiveLimit, TokenReservation
-from tracejudge.judges.llm.prompt import estimate_tokens, request_body, shrink_input
+from tracejudge.judges.llm.prompt import (
+    estimate_tokens,
+    input_token_budget,
+    request_body,
+    shrink_input,
+)
 from tracejudge.judges.llm.usage import Tokens, tokens_of
 from tracejudge.models.errors import TracejudgeError
 from tracejudge.prompts import JudgePrompt
@@ -121,6 +126,11 @@ class LLMConfig:
     # OpenAI's reasoning models (o-series, gpt-5) refuse max_tokens and want
     # max_completion_tokens; most other servers take only max_tokens
     token_param: str = "max_tokens"
+    # an answer cut at max_tokens (finish_reason "length": `truncated`) is asked once more
+    # with twice the budget, at most this (None: twice; 0: no retry), and at most what
+    # context_tokens (None: unknown) leaves beside the input
+    retry_max_tokens: int | None = None
+    context_tokens: int | None = None
     seed: int | None = 42  # None: not sent
     backoff_base_s: float = 0.5
     backoff_max_s: float = 8.0
@@ -250,7 +260,7 @@ class LLMClient:
             self.breaker.record_failure()
             raise JudgeError("timeout", f"no answer within {self.config.timeout_s:g}s") from None
         except JudgeError as exc:
-            if exc.code == "invalid_output":
+            if exc.code in ("invalid_output", "truncated"):
                 self.breaker.record_success()  # the provider answered; the model did not
             elif exc.counts:
                 self.breaker.record_failure()
@@ -260,7 +270,7 @@ class LLMClient:
         self.breaker.record_success()
         return answer
 
-    def _body(self, content: str) -> dict[str, Any]:
+    def _body(self, content: str, max_tokens: int | None = None) -> dict[str, Any]:
         return request_body(
             content,
             self.prompt,
@@ -269,7 +279,7 @@ class LLMClient:
             output_mode=self.config.output_mode,
             schema_strict=self.config.schema_strict,
             temperature=self.config.temperature,
-            max_tokens=self.config.max_tokens,
+            max_tokens=max_tokens or self.config.max_tokens,
             token_param=self.config.token_param,
             seed=self.config.seed,
         )
@@ -285,7 +295,20 @@ class LLMClient:
         if self.tokens is None:
             return None
         sent = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-        return await self.tokens.reserve(estimate_tokens(sent) + self.config.max_tokens, deadline)
+        answer = int(body.get(self.config.token_param) or self.config.max_tokens)
+        return await self.tokens.reserve(estimate_tokens(sent) + answer, deadline)
+
+    def _larger_budget(self, content: str, asked: int) -> int | None:
+        """The output budget of the one retry of an answer cut at `asked` tokens: twice it,
+        within `retry_max_tokens` and what the context leaves beside this input (estimated
+        to err high, as the input's own budget is); None when that is no larger."""
+        larger = 2 * asked
+        if self.config.retry_max_tokens is not None:
+            larger = min(larger, self.config.retry_max_tokens)
+        if self.config.context_tokens:
+            room = input_token_budget(self.config.context_tokens, 0, self.prompt)
+            larger = min(larger, room - estimate_tokens(content))
+        return larger if larger > asked else None
 
     async def _attempts(
         self,
@@ -297,7 +320,8 @@ class LLMClient:
     ) -> JudgeAnswer:
         loop = asyncio.get_running_loop()
         failures = pushbacks = 0
-        shrunk = False
+        shrunk = enlarged = False
+        budget = self.config.max_tokens  # the answer's tokens, as sent
         first = True
         while True:
             # the first call's permits were taken before the deadline started (`judge`)
@@ -326,10 +350,19 @@ class LLMClient:
                 if smaller is not None and len(smaller) < len(content):
                     log.info("judge input over the model's context: retrying at half its size")
                     record.input_halved = True
-                    body = self._body(smaller)
+                    content, body = smaller, self._body(smaller, budget)
                     continue
             if error.code == "context_length":
                 raise JudgeError("http_4xx", error.detail, counts=False)
+            if error.code == "truncated":
+                # cut at its token limit: once more with a larger budget, else given up
+                larger = None if enlarged else self._larger_budget(content, budget)
+                if larger is None:
+                    raise error
+                log.info("judge answer cut at %d tokens: retrying with %d", budget, larger)
+                enlarged, budget = True, larger
+                body = self._body(content, budget)
+                continue
             if error.code == "pushback":
                 self.limit.on_pushback()
                 pushbacks += 1
@@ -382,8 +415,10 @@ class LLMClient:
         self, body: dict[str, Any], record: CallRecord
     ) -> tuple[JudgeAnswer | JudgeError, float | None]:
         """(answer, None) or (JudgeError, suggested wait); the codes `pushback` and
-        `context_length` are the retry loop's own, never a judge_error. Every reply's usage
-        goes into `record`, an error's too when it reports any."""
+        `context_length` are the retry loop's own, never a judge_error. An answer that is
+        not one and was cut at its token limit (finish_reason "length") is `truncated`, for
+        the loop to retry with a larger budget. Every reply's usage goes into `record`, an
+        error's too when it reports any."""
         record.attempts += 1
         try:
             response = await self._http.post(self._url, json=body, headers=self._headers)
@@ -415,10 +450,24 @@ class LLMClient:
         record.replied(reply, answered=True)
         try:
             return parse_answer(reply), None
-        except InvalidAnswer as exc:
-            raise JudgeError("invalid_output", exc.reason) from exc
-        except ValueError as exc:  # as before the reply was parsed apart: still invalid
-            raise JudgeError("invalid_output", "answer not readable") from exc
+        except (InvalidAnswer, ValueError) as exc:  # ValueError: not readable at all
+            reason = exc.reason if isinstance(exc, InvalidAnswer) else "answer not readable"
+            if _cut(reply):
+                # a tool call or JSON object left unclosed, or no answer yet at all (a
+                # reasoning model's hidden reasoning spent the budget): not the model's fault
+                # alone, and a larger budget may get the answer
+                detail = f"answer cut at its token limit (finish_reason length): {reason}"
+                return JudgeError("truncated", detail, counts=False), None
+            raise JudgeError("invalid_output", reason) from exc
+
+
+def _cut(reply: Any) -> bool:
+    """The answer stopped at its token limit: OpenAI's (and vLLM's, llama.cpp's, Ollama's)
+    `finish_reason: "length"` on the first choice."""
+    try:
+        return bool(reply["choices"][0]["finish_reason"] == "length")
+    except (KeyError, IndexError, TypeError):
+        return False
 
 
 def _billed(tokens: Tokens | None) -> int:

@@ -113,6 +113,8 @@ class JudgeStage:
                 temperature=settings.llm_temperature,
                 max_tokens=settings.llm_max_tokens,
                 token_param=settings.llm_token_param,
+                retry_max_tokens=settings.llm_retry_max_tokens,
+                context_tokens=settings.llm_context_tokens,
                 seed=settings.llm_seed,
                 queue_wait_s=settings.llm_queue_wait_s,
                 retry_after_max_s=settings.llm_retry_after_max_s,
