@@ -480,6 +480,11 @@ class Intervention(_Output):
         description="stop: end the run; steer: send `message` to the agent and let it go on."
     )
     message: str = Field(description="What to tell the agent (or the user) about it.")
+    normal: str | None = Field(
+        default=None,
+        description="loop: how long the agent's runs usually are against this run, or that "
+        "no normal is learned for it yet (then it is only steered).",
+    )
     step_index: int | None = Field(default=None, ge=0, description="The crossing event's step.")
     ts: float
     signature: str | None = Field(

@@ -54,7 +54,7 @@ def thought(i: int, cost: float) -> dict[str, Any]:
     }
 
 
-async def test_a_loop_is_told_on_the_call_that_completes_it_and_once() -> None:
+async def test_a_loop_is_steered_on_the_call_that_completes_it_never_stopped_cold() -> None:
     w = memory_worker()
     await w.event(start())
     for i in range(1, 3):
@@ -63,11 +63,14 @@ async def test_a_loop_is_told_on_the_call_that_completes_it_and_once() -> None:
     await w.event(call(3, "BUILD FAILURE", ok=False))
     (told,) = w.channel("control").values()  # two rules found it: one intervention
     assert (told["kind"], told["crossed"], told["step_index"]) == ("loop", "repeated_failure", 3)
-    assert told["type"] == "intervention" and told["action"] == "stop"
-    for i in range(4, 12):  # the run goes on looping, and fails in new ways too
-        await w.event(call(i, f"BUILD FAILURE {i % 2}", ok=False, args=f"mvn -o {i % 2}"))
-    await w.event(call(11, "BUILD FAILURE 1", ok=False))  # a duplicate counts nothing
-    assert len(w.channel("control").values()) == 1  # each kind once per request
+    assert told["type"] == "intervention" and told["action"] == "steer"
+    assert "no normal learned for this agent yet" in told["normal"]
+    for i in range(4, 30):  # the run goes on looping: an agent with no normal is only steered
+        await w.event(call(i, "BUILD FAILURE", ok=False))
+    await w.event(call(29, "BUILD FAILURE", ok=False))  # a duplicate counts nothing
+    sent = w.channel("control").values()
+    assert [t["action"] for t in sent] == ["steer", "steer"]  # told twice at most per rule
+    assert len({t["intervention_id"] for t in sent}) == 2
 
 
 async def test_progress_is_never_told() -> None:
@@ -145,7 +148,7 @@ async def test_the_evaluation_lists_the_intervention_and_whether_the_run_stopped
             "intervention_id": told["intervention_id"],
             "kind": "loop",
             "crossed": "repeated_failure",
-            "action": "stop",
+            "action": "steer",
             "at_step": 3,
             "steps_after": 1,
             "stopped_after": True,
@@ -160,13 +163,15 @@ async def test_a_run_that_goes_on_after_it_is_told_did_not_stop() -> None:
         await w.event(call(i, "same"))
     await w.event(final(9))
     (evaluation,) = w.channel("evaluations").values()
-    (made,) = evaluation["interventions"]
+    made, again = evaluation["interventions"]  # steered, and again once the loop formed again
     assert (made["crossed"], made["at_step"], made["steps_after"], made["stopped_after"]) == (
         "repeated_call",
         3,
         5,
         False,
     )
+    assert (again["action"], again["at_step"]) == ("steer", 6)
+    assert again["intervention_id"] != made["intervention_id"]
 
 
 async def test_a_new_owner_after_a_rebalance_does_not_tell_a_run_again() -> None:
@@ -177,12 +182,16 @@ async def test_a_new_owner_after_a_rebalance_does_not_tell_a_run_again() -> None
     assert len(first.channel("control").values()) == 1
     # the partition moves: the next owner reads the window from the same tables
     second = memory_worker(tables=first.tables)
+    await second.event(call(3, "same"))  # read again after the move: not a crossing again
+    assert second.channel("control").values() == []
     for i in range(4, 10):
         await second.event(call(i, "same"))
     await second.event(final(10))
-    assert second.channel("control").values() == []
+    # the loop formed again after the steer: the second steer, never the first one again
+    (again,) = second.channel("control").values()
+    assert again["intervention_id"] != first.channel("control").values()[0]["intervention_id"]
     (evaluation,) = second.channel("evaluations").values()
-    assert [m["at_step"] for m in evaluation["interventions"]] == [3]
+    assert [m["at_step"] for m in evaluation["interventions"]] == [3, 6]
 
 
 async def test_a_step_budget_counts_steps_beyond_the_step_limit_exactly(tmp_path: Path) -> None:
@@ -253,7 +262,7 @@ async def test_a_polling_agent_can_turn_the_repeat_rule_off_for_itself(tmp_path:
     await other.event(start())
     for i in range(1, 12):
         await other.event(call(i, "job 7: running", args="status 7"))
-    assert [t["crossed"] for t in other.channel("control").values()] == ["repeated_call"]
+    assert [t["crossed"] for t in other.channel("control").values()] == ["repeated_call"] * 2
 
 
 async def test_a_run_its_budget_stopped_is_not_asked_to_go_on(tmp_path: Path) -> None:
@@ -277,3 +286,69 @@ async def test_a_run_its_budget_stopped_is_not_asked_to_go_on(tmp_path: Path) ->
     (told,) = loop.channel("control").values()
     await loop.event(final(4, stopped_by=told["intervention_id"]))
     assert len(loop.channel("reflections").values()) == 1
+
+
+def other_run(rid: str, calls: int) -> list[dict[str, Any]]:
+    """A run of the same agent with `calls` distinct calls: what its normal is learned from."""
+    events = [{**start(), "request_id": rid}]
+    events += [
+        {**call(i, f"out {i}", args=f"step {i}"), "request_id": rid} for i in range(1, calls + 1)
+    ]
+    return [*events, {**final(calls + 1), "request_id": rid, "output": "done: all steps ran"}]
+
+
+async def learned(calls: int, **settings: Any) -> Any:
+    """A worker whose agent has a normal: five runs of `calls` calls each."""
+    w = memory_worker(baseline_min_runs=5, **settings)
+    for n in range(5):
+        for event in other_run(f"past-{n}", calls):
+            await w.event(event)
+    return w
+
+
+async def test_a_loop_after_its_steer_is_stopped_once_the_run_is_longer_than_its_agents_runs() -> (
+    None
+):
+    w = await learned(3)  # this agent's runs make 3 calls
+    await w.event(start())
+    for i in range(1, 7):
+        await w.event(call(i, "same"))
+    steer, stop = w.channel("control").values()
+    assert (steer["action"], steer["step_index"], stop["action"], stop["step_index"]) == (
+        "steer",
+        3,
+        "stop",
+        6,
+    )
+    assert "up to 3 tool calls" in stop["normal"] and "this run has made 6" in stop["normal"]
+    for i in range(7, 12):
+        await w.event(call(i, "same"))
+    assert len(w.channel("control").values()) == 2  # one stop per run
+
+
+async def test_a_loop_within_its_agents_normal_length_is_steered_not_stopped() -> None:
+    w = await learned(40)  # long runs are this agent's normal
+    await w.event(start())
+    for i in range(1, 30):
+        await w.event(call(i, "same"))
+    assert [t["action"] for t in w.channel("control").values()] == ["steer", "steer"]
+
+
+async def test_the_team_chooses_per_agent_and_rule_what_a_loop_does(tmp_path: Path) -> None:
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text(
+        '[default]\nloop_action = "steer"\n\n[agents."coder"]\n'
+        'loop_actions = {repeated_failure = "stop"}\n'
+    )
+    w = await learned(3, budgets_file=str(budgets))
+    await w.event(start())
+    for i in range(1, 10):
+        await w.event(call(i, "same"))  # repeated_call: steer only, whatever the length
+    assert [t["action"] for t in w.channel("control").values()] == ["steer", "steer"]
+    for i in range(10, 13):
+        await w.event(call(i, "FAIL", ok=False, args="deploy"))
+    assert w.channel("control").values()[-1]["action"] == "stop"  # stopped at once
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[default]\nloop_actions = {repeated_cal = "stop"}\n')
+    with pytest.raises(ValueError, match=r"unknown rule.*repeated_cal"):
+        memory_worker(budgets_file=str(bad))

@@ -20,7 +20,9 @@ An agent's table replaces the default's limits it names and keeps the others. A 
 out is no limit (0 is refused: leave it out). `loop_repeat`, `loop_cycles`,
 `loop_same_failure` and `loop_no_new_result` set the loop rules' thresholds
 (judges/inflight/loops.py) for the agents of the table, over the TRACEJUDGE_LOOP_* settings
-(0: the rule off). The file is validated at start: an unknown key, a negative or non-numeric
+(0: the rule off). `loop_action` (steer, steer_then_stop, stop; judges/inflight/escalation.py)
+says what a loop does to the table's agents, `loop_actions = {rule = "steer", ...}` per rule.
+The file is validated at start: an unknown key, a negative or non-numeric
 limit, or a pattern that is not a string is one clear error naming the table and the key.
 """
 
@@ -32,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tracejudge.judges.inflight.loops import LoopRules
+from tracejudge.judges.inflight.escalation import DEFAULT_LOOP_ACTION, LOOP_ACTIONS, LoopAction
+from tracejudge.judges.inflight.loops import KINDS, LoopRules
 
 LIMITS = ("steps", "tool_calls", "tokens", "cost_usd", "wall_s")
 INTEGER_LIMITS = ("steps", "tool_calls", "tokens")
@@ -58,12 +61,23 @@ class Budget:
     cost_usd: float | None = None
     wall_s: float | None = None
     loops: tuple[tuple[str, int], ...] = ()  # (LoopRules field, value) given in the file
+    # what a loop rule's crossing does: (rule, action), "*" for every rule without its own
+    loop_actions: tuple[tuple[str, LoopAction], ...] = ()
 
     def over(self, other: Budget) -> Budget:
         """This budget's limits over `other`'s (the ones it leaves out stay `other`'s)."""
         given = {k: getattr(self, k) for k in LIMITS if getattr(self, k) is not None}
         loops = tuple({**dict(other.loops), **dict(self.loops)}.items())
-        return replace(other, **given, loops=loops)
+        actions = dict(other.loop_actions)
+        if "*" in dict(self.loop_actions):  # the agent's own default replaces the rules' too
+            actions = {}
+        actions.update(self.loop_actions)
+        return replace(other, **given, loops=loops, loop_actions=tuple(actions.items()))
+
+    def loop_action(self, rule: str) -> LoopAction:
+        """steer, steer_then_stop or stop: what a crossing of `rule` does for this agent."""
+        actions = dict(self.loop_actions)
+        return actions.get(rule, actions.get("*", DEFAULT_LOOP_ACTION))
 
     def loop_rules(self, base: LoopRules) -> LoopRules:
         """The loop thresholds for this budget's agent: `base` (the settings') with the file's."""
@@ -125,12 +139,19 @@ def _budget(table: Any, where: str) -> Budget:
         raise BudgetsError(f"{where}: must be a table of limits ({', '.join(LIMITS)})")
     found: dict[str, int | float] = {}
     loops: dict[str, int] = {}
+    actions: dict[str, LoopAction] = {}
     for key, value in table.items():
+        if key == "loop_action":
+            actions["*"] = _loop_action(key, value, where)
+            continue
+        if key == "loop_actions":
+            actions.update(_loop_actions(value, where))
+            continue
         if key in LOOP_KEYS:
             loops[LOOP_KEYS[key]] = _loop_threshold(key, value, where)
             continue
         if key not in LIMITS:
-            known = ", ".join((*LIMITS, *LOOP_KEYS))
+            known = ", ".join((*LIMITS, *LOOP_KEYS, "loop_action", "loop_actions"))
             raise BudgetsError(f"{where}: unknown limit {key!r}; known: {known}")
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         if not numeric or value <= 0:
@@ -138,7 +159,29 @@ def _budget(table: Any, where: str) -> Budget:
         if key in INTEGER_LIMITS and not isinstance(value, int):
             raise BudgetsError(f"{where}: {key} = {value!r}: a whole number")
         found[key] = value
-    return Budget(**found, loops=tuple(loops.items()))  # type: ignore[arg-type]
+    return Budget(
+        **found,  # type: ignore[arg-type]
+        loops=tuple(loops.items()),
+        loop_actions=tuple(actions.items()),
+    )
+
+
+def _loop_action(key: str, value: Any, where: str) -> LoopAction:
+    if value not in LOOP_ACTIONS:
+        raise BudgetsError(f"{where}: {key} = {value!r}: one of {', '.join(LOOP_ACTIONS)}")
+    return value  # type: ignore[no-any-return]
+
+
+def _loop_actions(value: Any, where: str) -> dict[str, LoopAction]:
+    if not isinstance(value, dict):
+        raise BudgetsError(f'{where}: loop_actions must be a table: {{rule = "steer", ...}}')
+    unknown = set(value) - set(KINDS)
+    if unknown:
+        raise BudgetsError(
+            f"{where}: loop_actions: unknown rule(s) {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(KINDS)}"
+        )
+    return {rule: _loop_action(f"loop_actions.{rule}", v, where) for rule, v in value.items()}
 
 
 def _loop_threshold(key: str, value: Any, where: str) -> int:

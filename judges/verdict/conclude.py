@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook
 from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS
+from tracejudge.judges.inflight.escalation import intervention_id
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.agent_norms import RunStats
@@ -195,8 +196,10 @@ def interventions_made(window: Window) -> list[InterventionMade]:
     if final is not None and final.step_index is not None:
         last = final.step_index - 1  # the final response is not a step
     made = []
+    told: dict[tuple[str, str, str], int] = {}  # a loop's steers are counted per rule
     for kind, crossed, action, at in window.interventions:
-        iid = stable_id("intervention", window.request_id, kind)
+        nth = told[kind, crossed, action] = told.get((kind, crossed, action), 0) + 1
+        iid = intervention_id(window.request_id, kind, action, crossed, nth)
         after = 0 if at is None else max(0, last - at)
         stopped = final is not None and (final.stopped_by == iid or after == 0)
         made.append(

@@ -16,11 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tracejudge.judges.inflight.budgets import BudgetBook
+from tracejudge.judges.inflight.budgets import Budget, BudgetBook
+from tracejudge.judges.inflight.escalation import (
+    intervention_id,
+    next_action,
+    normal_of,
+)
 from tracejudge.judges.inflight.loops import LoopFound, LoopRules, LoopWatch
 from tracejudge.judges.inflight.spend import BudgetWatch, Crossing
 from tracejudge.judges.masking.redact import mask
-from tracejudge.judges.verdict.conclude import stable_id
+from tracejudge.judges.rules.agent_norms import Norms, group_of
 from tracejudge.judges.verdict.encoded import encode
 from tracejudge.models.events import (
     Event,
@@ -55,6 +60,8 @@ class _Run:
     loops: LoopWatch | None
     budget: BudgetWatch | None
     agent: str | None
+    limits: Budget = field(default_factory=Budget)  # the agent's budget and loop policy
+    calls: int = 0  # tool calls seen: the run's length against its agent's normal
 
 
 @dataclass
@@ -79,10 +86,13 @@ class Intervener:
             limits = self.book.for_agent(agent)
             if "budget" not in fired and not limits.empty:
                 budget = BudgetWatch(limits)
-            loops = None if "loop" in fired else LoopWatch(limits.loop_rules(self.rules))
-            run = _Run(loops, budget, agent)
+            stopped = ("loop", "stop") in {(k, a) for k, _, a in self.store.sent(rid)}
+            loops = None if stopped else LoopWatch(limits.loop_rules(self.rules))
+            run = _Run(loops, budget, agent, limits)
             self.runs[rid] = run
         made: list[Intervention] = []
+        if isinstance(event, ToolCall):
+            run.calls += 1
         if isinstance(event, ToolCall) and run.loops is not None:
             found = run.loops.observe(
                 event.tool, event.args_summary, event.success, event.result_preview, event.error
@@ -90,7 +100,7 @@ class Intervener:
             # one loop intervention per run: when two rules find it on the same call, the one
             # whose message says most (a failure repeated before a result repeated)
             found = sorted(found, key=lambda f: LOOP_ORDER.index(f.kind))
-            made += [self._loop(rid, run, f, event) for f in found]
+            made += [m for m in (self._loop(rid, run, found, event),) if m]
         if run.budget is not None:
             usage = usage_of(event)
             tokens = 0 if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
@@ -105,8 +115,8 @@ class Intervener:
             made += [self._budget(rid, run, c, event) for c in crossed]
         sent: list[Intervention] = []
         for intervention in made:
-            if intervention.kind in self.store.fired(rid):
-                continue  # one per kind: the run was told already
+            if intervention.kind == "budget" and "budget" in self.store.fired(rid):
+                continue  # one budget crossing per run: the run was told already
             self.store.record_intervention(
                 rid,
                 intervention.kind,
@@ -119,10 +129,12 @@ class Intervener:
             )
             self.metrics.interventions.labels(intervention.kind, intervention.crossed).inc()
             sent.append(intervention)
-            if intervention.kind == "loop":
-                run.loops = None
-            else:
+            if intervention.kind == "budget":
                 run.budget = None
+            elif intervention.action == "stop":
+                run.loops = None
+            else:  # told: a repeat of the loop has to form again after the steer
+                run.loops = LoopWatch(run.limits.loop_rules(self.rules))
         if isinstance(event, FinalResponse):
             self.runs.pop(rid, None)
         return sent
@@ -130,23 +142,48 @@ class Intervener:
     def forget(self, request_id: str) -> None:
         self.runs.pop(request_id, None)
 
-    def _loop(self, rid: str, run: _Run, found: LoopFound, event: ToolCall) -> Intervention:
+    def _loop(
+        self, rid: str, run: _Run, crossings: list[LoopFound], event: ToolCall
+    ) -> Intervention | None:
+        """A steer on a rule's first crossing; a stop when it crosses again after the steer,
+        the agent's policy allows it and the run is longer than its agent's normal. Of the
+        rules one call completes, one that was steered before (a repeat after the steer)."""
+        if not crossings:
+            return None
+        sent = self.store.sent(rid)
+        steered = [c for k, c, a in sent if k == "loop" and a == "steer"]
+        found = next((f for f in crossings if f.kind in steered), crossings[0])
+        steers = steered.count(found.kind)
+        stopped = any(k == "loop" and a == "stop" for k, _, a in sent)
+        normal = normal_of(self._norms(run.agent), run.calls)
+        policy = run.limits.loop_action(found.kind)
+        action = next_action(policy, steers, len(steered), stopped, normal)
+        if action is None:
+            return None
+        message = LOOP_MESSAGES[found.kind]
+        if action == "stop" and steers:
+            message = f"Still looping after being told ({found.kind}): stop."
         return Intervention(
-            intervention_id=stable_id("intervention", rid, "loop"),
+            intervention_id=intervention_id(rid, "loop", action, found.kind, steers + 1),
             request_id=rid,
             agent_name=run.agent,
             kind="loop",
             crossed=found.kind,
             evidence=mask(found.evidence),  # the agent's own arguments and results
-            action="steer" if found.kind == "alternating_calls" else "stop",
-            message=LOOP_MESSAGES[found.kind],
+            action=action,
+            message=message,
+            normal=normal.words,
             step_index=event.step_index,
             ts=self.clock(),
         )
 
+    def _norms(self, agent: str | None) -> Norms | None:
+        book = self.store.baselines
+        return None if book is None else book.norms(group_of(agent))
+
     def _budget(self, rid: str, run: _Run, c: Crossing, event: Event) -> Intervention:
         return Intervention(
-            intervention_id=stable_id("intervention", rid, "budget"),
+            intervention_id=intervention_id(rid, "budget", "stop", c.limit, 1),
             request_id=rid,
             agent_name=run.agent,
             kind="budget",

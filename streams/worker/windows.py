@@ -455,6 +455,13 @@ class WindowStore:
             return frozenset()
         return frozenset(str(kind) for kind, *_ in window.meta.interventions)
 
+    def sent(self, request_id: str) -> list[tuple[str, str, str]]:
+        """(kind, crossed, action) of each intervention sent to an open window's run."""
+        window = self.open.get(request_id)
+        if window is None:
+            return []
+        return [(str(k), str(c), str(a)) for k, c, a, *_ in window.meta.interventions]
+
     def record_intervention(
         self, request_id: str, kind: str, crossed: str, action: str, step: int | None
     ) -> None:
