@@ -18,7 +18,13 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
-from tracejudge.judges.agreement.action_effects import asked, followed, iterations, reflection
+from tracejudge.judges.agreement.action_effects import (
+    asked,
+    followed,
+    iterations,
+    reflection,
+    steered,
+)
 from tracejudge.judges.agreement.tally import Kept
 from tracejudge.judges.verdict.encoded import Made, chained
 from tracejudge.models.names import REDIS_EVALUATION_KEY, REDIS_TIMELINE_KEY
@@ -193,7 +199,7 @@ class VerdictPublisher:
 
     async def _count_actions(self, store: AgreementStore, made: Made, kept: Kept) -> None:
         """The effect of actions (judges/agreement/action_effects.py): a reflection asked, a
-        follow-up of one, an iterative loop told it may stop (or not).
+        follow-up of one, an iterative loop told it may stop (or not), a loop steered.
         Counted once per request whatever the deliveries (the store's act keys); a failure
         loses a count, never the verdict (the store counts and logs it)."""
         rid = made.request_id
@@ -220,6 +226,17 @@ class VerdictPublisher:
                     score=s.overall_score,
                 )
                 await store.count_action("stop", rid, kept.ts, counts)
+            s = made.summary
+            if s is not None and any(m.action == "steer" for m in s.interventions_made):
+                counts = steered(
+                    kept.agent,
+                    s.interventions_made,
+                    closed_by=s.closed_by,
+                    passed=s.passed,
+                    success=s.success,
+                    incomplete=s.incomplete,
+                )
+                await store.count_action("steer", rid, kept.ts, counts)
         except AgreementUnavailable:
             pass
 

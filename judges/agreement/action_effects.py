@@ -12,16 +12,24 @@ Early stops (`iterations`): counted at an iterative run's close, beside the runs
 to stop. Generic retries (`retry_asked`, `retry_answered`): a retry request asked, an answer
 given to one (the contract's `attempt` >= 1 on the same session), fixed when substantive; no
 score and no time: an answer is not a judged run, and the retry request's time is not kept.
+
+Steers (`steered`, `steer_outcomes`): each steer a final evaluation lists (`interventions`,
+action steer) counts once under the action `steer:<rule>`: sent, and what the run did after it
+(left the loop, ended on its own, was stopped for that rule), its final verdict, and each
+outcome of the run once it arrives (joined to the kept verdict, which names the rules steered).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tracejudge.judges.agreement.tally import NO_AGENT, Kept
+
+if TYPE_CHECKING:
+    from tracejudge.models.outputs import InterventionMade
 
 # the sums: score_change and seconds are over `followed_up`; score over `followed_up` (early
 # stops) or `runs` (runs that ran to the end)
@@ -30,6 +38,18 @@ COUNTS = ("asked", "followed_up", "late", "success", "complete", "fixed", "runs"
 EARLY_STOP = "early_stop"  # an iterative run told it may stop (stop / finalize decisions)
 RAN_TO_END = "ran_to_end"  # an iterative run never told so: what early stops compare with
 GENERIC_RETRY = "generic_retry"  # a generic or clarifying answer's retry request
+STEER = "steer:"  # a loop rule's steer: the action steer:<rule>, apart from the others
+STEER_COUNTS = (
+    "sent",
+    "left_loop",
+    "ended",
+    "stopped",
+    "passed",
+    "success",
+    "incomplete",
+    "outcome_ok",
+    "outcome_failed",
+)
 
 Amounts = list[tuple[str, int]]  # hash field -> amount to add
 
@@ -131,6 +151,76 @@ def retry_answered(agent: str | None, substantive: bool) -> Amounts:
     return [(cell("followed_up"), 1)] + ([(cell("fixed"), 1)] if substantive else [])
 
 
+def steer_action(rule: str) -> str:
+    """The action kind of a steer sent for `rule` (a loop rule)."""
+    return STEER + rule
+
+
+def steer_rule(action: str) -> str | None:
+    """The rule of a steer's action kind; None for every other action."""
+    return action[len(STEER) :] if action.startswith(STEER) else None
+
+
+def steered(
+    agent: str | None,
+    made: Sequence[InterventionMade],
+    *,
+    closed_by: str,
+    passed: bool,
+    success: bool,
+    incomplete: bool,
+) -> Amounts:
+    """What a final evaluation's steers count, each steer once (`made`: its `interventions`,
+    in the order they were sent). After a steer, the run left the loop when no later entry
+    names the same rule; it was stopped when a later stop for that rule has `stopped_after`;
+    it ended on its own when it closed on its final response and no stop (for any rule or
+    budget) came after the steer. Each steer also counts the run's final verdict."""
+    found: Counter[str] = Counter()
+    verdict = [
+        n for n, on in (("passed", passed), ("success", success), ("incomplete", incomplete)) if on
+    ]
+    for i, m in enumerate(made):
+        if m.action != "steer":
+            continue
+        later = made[i + 1 :]
+        same = [x for x in later if (x.kind, x.crossed) == (m.kind, m.crossed)]
+        names = ["sent", *verdict]
+        if not same:
+            names.append("left_loop")
+        if any(x.action == "stop" and x.stopped_after for x in same):
+            names.append("stopped")
+        if closed_by == "final_response" and not any(x.action == "stop" for x in later):
+            names.append("ended")
+        for name in names:
+            found[ActionCell(agent or NO_AGENT, steer_action(m.crossed), name).key()] += 1
+    return sorted(found.items())
+
+
+def steer_outcomes(kept: Kept, ok: bool) -> Amounts:
+    """What one outcome of a steered run counts: for each steer its kept verdict names,
+    `outcome_ok` or `outcome_failed` (nothing for a run never steered)."""
+    name = "outcome_ok" if ok else "outcome_failed"
+    found = Counter(
+        ActionCell(kept.agent or NO_AGENT, steer_action(r), name).key() for r in kept.steered
+    )
+    return sorted(found.items())
+
+
+@dataclass(frozen=True)
+class SteerFigures:
+    """What came of the steers sent for one loop rule (`steered`, `steer_outcomes`)."""
+
+    sent: int
+    left_loop: int  # no later crossing of the rule in the run
+    ended: int  # closed on its final response, no stop after the steer
+    stopped: int  # a later stop for the rule, the run stopped after it
+    passed: int  # the run's final verdict
+    success: int
+    incomplete: int
+    outcome_ok: int  # outcomes of the run, once per outcome source
+    outcome_failed: int
+
+
 @dataclass(frozen=True)
 class ActionFigures:
     asked: int
@@ -165,9 +255,11 @@ class ActionTally:
         self.counts.update(other.counts)
 
     def figures(self) -> dict[tuple[str, str], ActionFigures]:
-        """(agent, action) -> its figures, for every pair with a count."""
+        """(agent, action) -> its figures, for every pair with a count (steers apart:
+        `steer_figures`)."""
         found: dict[tuple[str, str], ActionFigures] = {}
-        for agent, action in sorted({(c.agent, c.action) for c in self.counts}):
+        pairs = {(c.agent, c.action) for c in self.counts if steer_rule(c.action) is None}
+        for agent, action in sorted(pairs):
 
             def n(name: str, agent: str = agent, action: str = action) -> int:
                 return self.counts.get(ActionCell(agent, action, name), 0)
@@ -187,4 +279,14 @@ class ActionTally:
                 rounds_saved=n("rounds_saved"),
                 mean_score=n("score") / scored if scored else None,
             )
+        return found
+
+    def steer_figures(self) -> dict[tuple[str, str], SteerFigures]:
+        """(agent, loop rule) -> what came of its steers, for every pair with a count."""
+        found: dict[tuple[str, str], SteerFigures] = {}
+        for agent, action in sorted({(c.agent, c.action) for c in self.counts}):
+            rule = steer_rule(action)
+            if rule is not None:
+                n = {k: self.counts.get(ActionCell(agent, action, k), 0) for k in STEER_COUNTS}
+                found[(agent, rule)] = SteerFigures(**n)
         return found

@@ -116,6 +116,8 @@ class Kept:
     incomplete: bool | None = None
     round: int = 0
     root: str | None = None
+    # the rule of each steer the run was sent (action_effects.steer_outcomes), in order
+    steered: tuple[str, ...] = ()
 
     @property
     def judged(self) -> bool:
@@ -132,7 +134,8 @@ class Kept:
     def encode(self) -> str:
         """A JSON list: agent, version, threshold, each view as one number (score × 4 + its
         two flags), the findings as bits of KNOWN_FINDINGS and by name, calibration, time in
-        whole seconds. About 60–110 bytes."""
+        whole seconds; last, only for a steered run, the rule of each steer. About 60–110
+        bytes."""
 
         def v(view: View | None) -> int | None:
             if view is None:
@@ -147,7 +150,7 @@ class Kept:
                 others.append(name)
             else:
                 bits |= bit
-        row = [
+        row: list[object] = [
             self.agent,
             self.version,
             self.threshold,
@@ -165,6 +168,8 @@ class Kept:
             self.round,
             self.root,
         ]
+        if self.steered:  # only then: a run never steered keeps what it kept before
+            row.append(list(self.steered))
         return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -173,6 +178,7 @@ class Kept:
         agent, version, threshold, rules, judge, blend, bits, others, calibration, ts = row[:10]
         # a record kept by an older worker has the first ten only
         state, round_, root = row[10:13] if len(row) >= 13 else (None, 0, None)
+        steered = tuple(str(r) for r in row[13]) if len(row) >= 14 else ()
 
         def v(n: int | None) -> View | None:
             if n is None:
@@ -197,6 +203,7 @@ class Kept:
             None if state is None else bool(state & 2),
             int(round_ or 0),
             root,
+            steered,
         )
 
 
@@ -231,6 +238,7 @@ def kept_of(evaluation: Evaluation, rules: RuleVerdict | None = None) -> Kept:
         incomplete=e.incomplete,
         round=e.reflection_round,
         root=None if e.origin is None else e.origin.root_request_id,
+        steered=tuple(m.crossed for m in e.interventions if m.action == "steer"),
     )
 
 

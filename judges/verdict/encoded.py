@@ -11,7 +11,7 @@ from tracejudge.judges.agreement.tally import Kept, kept_of
 from tracejudge.judges.masking.redact import masked_json
 from tracejudge.judges.rules.judge import RuleVerdict
 from tracejudge.judges.verdict.conclude import Verdict
-from tracejudge.models.outputs import Origin, Saving, Usage
+from tracejudge.models.outputs import InterventionMade, Origin, Saving, Usage
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class Summary:
     # interventions sent while it ran: (kind, whether the run stopped after it)
     interventions: tuple[tuple[str, bool], ...] = ()
     saved: Saving | None = None  # what a stopped run did not spend (an estimate)
+    # the evaluation's interventions in full, in the order sent: what each steer did
+    # (judges/agreement/action_effects.py `steered`)
+    interventions_made: tuple[InterventionMade, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ def made_of(
         ),
         tuple((m.kind, m.stopped_after) for m in evaluation.interventions),
         evaluation.saved,
+        tuple(evaluation.interventions),
     )
     return Made(
         evaluation.request_id,

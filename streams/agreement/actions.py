@@ -3,14 +3,15 @@ the action tally every process counts into (`store.py`, judges/agreement/action_
 
 Labels are bounded: `agent` as the agreement figures bound theirs (live.py's TOP_AGENTS with
 most actions asked, the rest "other"), `action` is reflection_1 .. reflection_N
-(N: the rounds' bound), early_stop, ran_to_end or generic_retry.
+(N: the rounds' bound), early_stop, ran_to_end or generic_retry. Steers are served apart, as
+`tracejudge_steer_*{agent,rule}` (`rule`: a loop rule).
 Every worker serves the same figures: aggregate with max(), never sum().
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -23,6 +24,7 @@ from tracejudge.judges.agreement.action_effects import (
     ActionCell,
     ActionFigures,
     ActionTally,
+    SteerFigures,
 )
 from tracejudge.streams.agreement.gauges import gauge_families
 
@@ -61,12 +63,46 @@ SERIES: tuple[tuple[str, str, Callable[[ActionFigures], float | None]], ...] = (
 )
 
 
+STEER_SERIES: tuple[tuple[str, str, Callable[[SteerFigures], float | None]], ...] = (
+    ("sent", "Steers sent for the rule, in final evaluations.", lambda f: f.sent),
+    (
+        "left_loop",
+        "Steers after which the rule did not cross again in the run.",
+        lambda f: f.left_loop,
+    ),
+    (
+        "ended",
+        "Steers after which the run ended on its final response, never stopped.",
+        lambda f: f.ended,
+    ),
+    (
+        "stopped",
+        "Steers after which the rule crossed again and the run was stopped for it.",
+        lambda f: f.stopped,
+    ),
+    ("passed", "Steered runs whose final verdict passed.", lambda f: f.passed),
+    ("success", "Steered runs whose steps succeeded.", lambda f: f.success),
+    ("incomplete", "Steered runs judged incomplete.", lambda f: f.incomplete),
+    (
+        "outcome_ok",
+        "Outcomes of steered runs that were ok, once per outcome source.",
+        lambda f: f.outcome_ok,
+    ),
+    (
+        "outcome_failed",
+        "Outcomes of steered runs that were failed, once per outcome source.",
+        lambda f: f.outcome_failed,
+    ),
+)
+
+
 def bounded(tally: ActionTally, top: int, other: str) -> ActionTally:
     """The tally with the agents past the `top` with most actions asked (or loops run)
     counted as `other`."""
     asked: Counter[str] = Counter()
     for cell, n in tally.counts.items():
-        if cell.field in ("asked", "runs"):  # actions asked, or loops never told to stop
+        # actions asked, loops never told to stop, or steers sent
+        if cell.field in ("asked", "runs", "sent"):
             asked[cell.agent] += n
     kept = {agent for agent, _ in asked.most_common(top)}
     out = ActionTally()
@@ -75,7 +111,11 @@ def bounded(tally: ActionTally, top: int, other: str) -> ActionTally:
     return out
 
 
-def families(figures: dict[tuple[str, str], ActionFigures]) -> list[Metric]:
+def families(
+    figures: dict[tuple[str, str], ActionFigures],
+    steers: Mapping[tuple[str, str], SteerFigures] | None = None,
+) -> list[Metric]:
+    """The action gauges, then the steers' (`steers`: (agent, rule) -> figures)."""
     return gauge_families(
         "tracejudge_action_",
         "Per agent and action, over the agreement retention; the same on every worker: "
@@ -83,6 +123,13 @@ def families(figures: dict[tuple[str, str], ActionFigures]) -> list[Metric]:
         "action",
         SERIES,
         figures,
+    ) + gauge_families(
+        "tracejudge_steer_",
+        "Per agent and loop rule, over the agreement retention; the same on every worker: "
+        "aggregate with max().",
+        "rule",
+        STEER_SERIES,
+        steers or {},
     )
 
 
@@ -93,6 +140,36 @@ def actions_json(tally: ActionTally) -> dict[str, dict[str, Any]]:
     for (agent, action), f in tally.figures().items():
         found.setdefault(agent, {})[action] = asdict(f)
     return found
+
+
+def steers_json(tally: ActionTally) -> dict[str, dict[str, Any]]:
+    """agent -> loop rule -> what came of its steers, as `tracejudge status --json` shows
+    them (every agent)."""
+    found: dict[str, dict[str, Any]] = {}
+    for (agent, rule), f in tally.steer_figures().items():
+        found.setdefault(agent, {})[rule] = asdict(f)
+    return found
+
+
+def steer_lines(figures: dict[str, dict[str, Any]]) -> list[str]:
+    """`steers_json`'s figures, a line per agent and rule."""
+    lines = []
+    for agent, rules in sorted(figures.items()):
+        lines.append(f"  {agent}")
+        for rule, f in sorted(rules.items()):
+            lines.append(f"    {rule}: {steer_words(f)}")
+    return lines
+
+
+def steer_words(f: Mapping[str, Any]) -> str:
+    """One rule's steer figures in words, as status, the explorer and replay show them."""
+    outcomes = f["outcome_ok"] + f["outcome_failed"]
+    return (
+        f"steered {f['sent']}: left the loop {f['left_loop']}, ended on its own {f['ended']}, "
+        f"stopped {f['stopped']}; passed {f['passed']}, success {f['success']}, incomplete "
+        f"{f['incomplete']}"
+        + (f"; outcomes ok {f['outcome_ok']} of {outcomes}" if outcomes else "")
+    )
 
 
 def action_lines(figures: dict[str, dict[str, Any]]) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from prometheus_client.core import Metric
 
-from tracejudge.judges.agreement.action_effects import ActionFigures
+from tracejudge.judges.agreement.action_effects import ActionFigures, SteerFigures
 from tracejudge.judges.agreement.tally import Figures, Tally
 from tracejudge.streams.agreement import actions
 from tracejudge.streams.agreement.gauges import gauge_families
@@ -115,6 +115,8 @@ class LiveAgreement:
     tally: Tally | None = None  # as of the last refresh that read it
     # the effect of actions: (agent, action) -> figures, served beside agreement's
     actions: dict[tuple[str, str], ActionFigures] = field(default_factory=dict)
+    # what came of the steers: (agent, loop rule) -> figures
+    steers: dict[tuple[str, str], SteerFigures] = field(default_factory=dict)
     failures: int = 0
     _families: list[Metric] = field(default_factory=list)
     _read_at: float | None = None
@@ -129,8 +131,9 @@ class LiveAgreement:
             return False
         self.tally = tally
         self.figures = by_agent(bounded(tally))
-        self.actions = actions.bounded(acted, TOP_AGENTS, OTHER).figures()
-        self._families = families(self.figures) + actions.families(self.actions)
+        acted = actions.bounded(acted, TOP_AGENTS, OTHER)
+        self.actions, self.steers = acted.figures(), acted.steer_figures()
+        self._families = families(self.figures) + actions.families(self.actions, self.steers)
         self._read_at = self.clock()
         return True
 

@@ -18,6 +18,8 @@ The effect of actions (judges/agreement/action_effects.py) lives beside it, beca
 joined to its parent's kept verdict (the parent may have been judged by another process):
 - `act:{what}:{rid}`: JSON `[day, [[field, amount], ...]]`, what a request counted as asked
   (`what` = asked) or as a follow-up (`follow`), so a verdict published again counts once;
+  `act:steer_outcome:{source}:{rid}`: what an outcome of a steered run counted for its steers,
+  joined where the outcome and the kept verdict meet (either comes second);
 - `actions:{utc day}`: hash `agent \x1f action \x1f field` -> count or sum.
 
 `keep` writes the kept verdict then reads the request's outcomes; `outcome` writes the outcome
@@ -43,7 +45,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
-from tracejudge.judges.agreement.action_effects import ActionTally, Amounts
+from tracejudge.judges.agreement.action_effects import ActionTally, Amounts, steer_outcomes
 from tracejudge.judges.agreement.tally import Cell, Kept, Tally, Truth, cells, run_cell
 from tracejudge.streams.redis_batch import batch_of
 
@@ -229,6 +231,7 @@ class RedisAgreementStore:
                         pair = pair_of(kept, source, value)
                         await self._pair_into(pipe, request_id, source, *pair)
                         await self._pair_into(pipe, request_id, None, *run_of(kept, pair[0]))
+                        await self._steers_into(pipe, request_id, source, kept, value)
                     await pipe.execute()
         except Exception as exc:  # RedisError, OSError, or anything: never raised
             self._failed(exc, 1)
@@ -270,7 +273,8 @@ class RedisAgreementStore:
             async with self.client.pipeline(transaction=False) as pipe:
                 await self._pair_into(pipe, request_id, truth.source, *pair)
                 await self._pair_into(pipe, request_id, None, *run_of(joined, pair[0]))
-                done, _ = await pipe.execute()
+                await self._steers_into(pipe, request_id, truth.source, joined, _text(stored))
+                done, *_ = await pipe.execute()
         except Exception as exc:
             self._failed(exc, 1)
             raise AgreementUnavailable(repr(exc)) from exc
@@ -291,23 +295,44 @@ class RedisAgreementStore:
             return None
 
     async def count_action(self, what: str, request_id: str, at: float, amounts: Amounts) -> Result:
-        day, stored = action_pair(at, amounts)
         try:
-            done = await self._action(
-                keys=[self.prefix + f"act:{what}:{request_id}"],
-                args=[
-                    stored,
-                    self.retention_s,
-                    self.bucket_ttl_s,
-                    self.prefix + "actions:",
-                    day,
-                    *(x for pair in amounts for x in pair),
-                ],
-            )
+            done = await self._act_into(self.client, what, request_id, at, amounts)
         except Exception as exc:
             self._failed(exc, 1)
             raise AgreementUnavailable(repr(exc)) from exc
         return PAIR_RESULTS[int(done)]  # type: ignore[call-overload]
+
+    async def _act_into(
+        self,
+        client: aioredis.Redis | aioredis.client.Pipeline,
+        what: str,
+        rid: str,
+        at: float,
+        amounts: Amounts,
+    ) -> Any:
+        day, stored = action_pair(at, amounts)
+        return await self._action(
+            keys=[self.prefix + f"act:{what}:{rid}"],
+            args=[
+                stored,
+                self.retention_s,
+                self.bucket_ttl_s,
+                self.prefix + "actions:",
+                day,
+                *(x for pair in amounts for x in pair),
+            ],
+            client=client,
+        )
+
+    async def _steers_into(
+        self, pipe: aioredis.client.Pipeline, rid: str, source: str, kept: Kept, value: str
+    ) -> None:
+        """What the outcome of `source` (stored `value`) counts for the steers of a steered
+        run, in its day bucket; nothing for a run never steered."""
+        ok, at = outcome_of(value)
+        amounts = steer_outcomes(kept, ok)
+        if amounts:
+            await self._act_into(pipe, steer_outcome_key(source), rid, at, amounts)
 
     async def action_tally(self, since: float | None = None) -> ActionTally:
         tally = ActionTally()
@@ -346,6 +371,17 @@ def action_pair(at: float, amounts: Amounts) -> tuple[str, str]:
     return day, json.dumps([day, [list(a) for a in amounts]], separators=(",", ":"))
 
 
+def outcome_of(value: str) -> tuple[bool, float]:
+    """A stored outcome (`out_value`): ok, and its time."""
+    ok, _, at = value.partition("|")
+    return ok == "1", float(at)
+
+
+def steer_outcome_key(source: str) -> str:
+    """The `what` of an outcome's counts for a steered run's steers (`act:` key)."""
+    return f"steer_outcome:{source}"
+
+
 def keys_of(topic_prefix: str) -> str:
     """The key prefix of a deployment (its topics' prefix)."""
     return PREFIX if topic_prefix == "tracejudge." else f"{PREFIX}{topic_prefix}"
@@ -376,6 +412,7 @@ class MemoryAgreementStore:
             pair = pair_of(kept, source, value)
             self._pair(request_id, source, pair)
             self._pair(request_id, None, run_of(kept, pair[0]))
+            self._steers(request_id, source, kept, value)
 
     async def outcome(self, request_id: str, truth: Truth, at: float) -> Result:
         stored_by = self.outcomes.setdefault(request_id, {})
@@ -390,7 +427,14 @@ class MemoryAgreementStore:
         pair = pair_of(kept, truth.source, value)
         done = self._pair(request_id, truth.source, pair)
         self._pair(request_id, None, run_of(kept, pair[0]))
+        self._steers(request_id, truth.source, kept, value)
         return done
+
+    def _steers(self, rid: str, source: str, kept: Kept, value: str) -> None:
+        ok, at = outcome_of(value)
+        amounts = steer_outcomes(kept, ok)
+        if amounts:
+            self._act(steer_outcome_key(source), rid, at, amounts)
 
     def _pair(self, rid: str, source: str | None, pair: tuple[str, list[str], str]) -> Result:
         old = self.pairs.get((rid, source))
@@ -409,6 +453,9 @@ class MemoryAgreementStore:
         return self.kept.get(request_id)
 
     async def count_action(self, what: str, request_id: str, at: float, amounts: Amounts) -> Result:
+        return self._act(what, request_id, at, amounts)
+
+    def _act(self, what: str, request_id: str, at: float, amounts: Amounts) -> Result:
         day, stored = action_pair(at, amounts)
         old = self.acts.get((what, request_id))
         if old is not None and old[2] == stored:

@@ -17,7 +17,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from tracejudge.judges.agreement.action_effects import ActionTally
 from tracejudge.judges.agreement.tally import Tally
 from tracejudge.models import names
-from tracejudge.streams.agreement.actions import action_lines, actions_json
+from tracejudge.streams.agreement.actions import (
+    action_lines,
+    actions_json,
+    steer_lines,
+    steers_json,
+)
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.agreement.store import AgreementUnavailable
@@ -67,6 +72,9 @@ class Status:
     # each agent's alert threshold in use, calibrated or configured (`agreement/thresholds.py`);
     # None where agreement is
     thresholds: dict[str, Any] | None = None
+    # agent -> loop rule -> what came of its steers (`agreement/actions.py`); None where
+    # agreement is
+    steers: dict[str, Any] | None = None
 
     @property
     def judge_waiting(self) -> int | None:
@@ -101,6 +109,7 @@ async def collect_status(settings: Settings, workers: list[str], timeout_s: floa
         error,
         None if acted is None else actions_json(acted),
         None if tally is None else thresholds_json(tally, settings, time.time()),
+        None if acted is None else steers_json(acted),
     )
 
 
@@ -282,4 +291,11 @@ def render_status(status: Status) -> str:
         lines.append("  no reflection requested yet")
     else:
         lines += action_lines(status.actions)
+    lines += ["", "what each steer did (per agent and loop rule, within the retention)"]
+    if status.agreement_error is not None:
+        lines.append(f"  {status.agreement_error}")
+    elif not status.steers:
+        lines.append("  no loop steered yet")
+    else:
+        lines += steer_lines(status.steers)
     return visible_lines(lines)  # agent names, errors: trace text, shown, never obeyed

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from tracejudge.judges.agreement.action_effects import ActionTally
 from tracejudge.judges.agreement.tally import Tally
 from tracejudge.models import names
 from tracejudge.streams.agreement.store import MemoryAgreementStore
@@ -89,6 +90,9 @@ class ReplayResult:
     # the outcome events in the file joined to the verdicts, as the live worker joins them
     # (a memory store: same semantics); None when the file holds no outcome
     agreement: Tally | None = None
+    # the effect of the actions, counted from the replayed verdicts (and the file's outcomes)
+    # as the live worker counts them, in the same memory store
+    actions: ActionTally | None = None
 
 
 async def replay(
@@ -135,6 +139,7 @@ async def replay(
     result = _result(settings, count, channels, ctx)
     if agreement.outcomes:
         result.agreement = await agreement.tally()
+    result.actions = await agreement.action_tally()
     return result
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracejudge.judges.agreement.tally import auc, label_ok
+from tracejudge.streams.agreement.actions import steer_lines, steers_json
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.metrics import quadrant
 from tracejudge.streams.replay.engine import ReplayResult
@@ -41,8 +42,18 @@ def summary(result: ReplayResult) -> list[str]:
         f"passed    {passed}/{len(evs)}   reflections {len(result.reflections)}   "
         f"early stops {len(result.early_stops)}   interventions {len(result.interventions)}",
         "alerts    " + ("  ".join(f"{k} {n}" for k, n in sorted(alerts.items())) or "none"),
+        *steer_report(result),
         *outcome_lines(result),
     ]
+
+
+def steer_report(result: ReplayResult) -> list[str]:
+    """What each steer did, per agent and loop rule (the figures the live worker serves);
+    nothing when no loop was steered."""
+    steers = {} if result.actions is None else steers_json(result.actions)
+    if not steers:
+        return []
+    return ["steers    what each did, per agent and loop rule", *steer_lines(steers)]
 
 
 def outcome_lines(result: ReplayResult) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Generic, Literal, TypeVar
 
 from redis.exceptions import RedisError
 
-from tracejudge.judges.agreement.action_effects import ActionFigures, ActionTally
+from tracejudge.judges.agreement.action_effects import ActionFigures, ActionTally, SteerFigures
 from tracejudge.judges.agreement.tally import Figures, Share, Tally
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.store import AgreementUnavailable, RedisAgreementStore
@@ -304,3 +304,45 @@ def actions_of(tally: ActionTally, agent: str) -> ActionTable | None:
         for action in sorted(mine, key=_action_order)
     ]
     return ActionTable(columns, rows)
+
+
+# the steers' table: figure, heading, what it means (each a share of the steers sent)
+STEER_COLUMNS = (
+    ("sent", "steered", "steers sent for the rule, in final evaluations"),
+    ("left_loop", "left the loop", "the rule did not cross again in the run"),
+    ("ended", "ended on its own", "the run ended on its final response, never stopped"),
+    ("stopped", "stopped", "the rule crossed again and the run was stopped for it"),
+    ("passed", "passed", "the run's final verdict passed"),
+    ("success", "success", "the run's steps succeeded"),
+    ("incomplete", "incomplete", "the run was judged incomplete"),
+    ("outcome_ok", "outcome ok", "outcomes that were ok, of those that came (once per source)"),
+)
+
+
+@dataclass(frozen=True)
+class SteerTable:
+    """What came of the agent's steers, a row per loop rule (as `tracejudge status` says)."""
+
+    columns: tuple[tuple[str, str, str], ...]
+    rows: list[tuple[str, list[str]]]  # loop rule, a cell per column
+
+
+def _steer_cell(key: str, f: SteerFigures) -> str:
+    if key == "sent":
+        return str(f.sent)
+    if key == "outcome_ok":
+        labelled = f.outcome_ok + f.outcome_failed
+        return f"{f.outcome_ok} of {labelled}" if labelled else "—"
+    n: int = getattr(f, key)
+    return _share(n, f.sent)
+
+
+def steers_of(tally: ActionTally, agent: str) -> SteerTable | None:
+    """The agent's steer figures, or None when none of its loops was steered."""
+    mine = {rule: f for (who, rule), f in tally.steer_figures().items() if who == agent}
+    if not mine:
+        return None
+    rows = [
+        (rule, [_steer_cell(k, f) for k, _, _ in STEER_COLUMNS]) for rule, f in sorted(mine.items())
+    ]
+    return SteerTable(STEER_COLUMNS, rows)

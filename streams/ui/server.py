@@ -32,6 +32,7 @@ from tracejudge.streams.ui.agreement import (
     agreement_of,
     auc_text,
     share_text,
+    steers_of,
 )
 from tracejudge.streams.ui.chain import chain_of
 from tracejudge.streams.ui.feed import feed
@@ -252,6 +253,7 @@ async def agent_page(request: web.Request) -> web.Response:
         agreement=agreement_of(reading.tally, name) if reading.tally is not None else None,
         acted=acted,
         actions=actions_of(acted.tally, name) if acted.tally is not None else None,
+        steers=steers_of(acted.tally, name) if acted.tally is not None else None,
         window_s=request.app[SETTINGS].action_followup_window_s,
         refresh_s=reader.every_s,
         overall=figures(verdicts),

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from tests.memory import memory_worker
 from tests.realservices import free_port
 from tests.test_actions import PARENT, follow_up, run
+from tracejudge.judges.agreement.tally import Kept, Truth, View
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
 from tracejudge.streams.agreement.store import (
@@ -133,3 +134,29 @@ async def test_redis_down_the_follow_up_is_published_without_its_origin() -> Non
             await store.action_tally()
     finally:
         await down.aclose()
+
+
+async def test_a_steered_runs_outcomes_meet_its_steers_in_either_order(
+    redis: aioredis.Redis,
+) -> None:
+    """On the real Redis as in memory: an outcome before the verdict and one after, each
+    counted once for each steer the kept verdict names; a changed outcome replaces its count."""
+    prefix = f"{PREFIX}it-{uuid.uuid4().hex[:8]}:"
+    now = time.time()
+    kept = Kept("bot", None, 60, View(80, False, False), ts=now, steered=("repeated_call",) * 2)
+    twin = MemoryAgreementStore()
+    for store in (store_of(redis, prefix), twin):
+        await store.outcome("early", Truth(False, "test"), now)
+        await store.keep("early", kept)
+        await store.keep("early", kept)  # published again
+        await store.keep("late", kept)
+        await store.outcome("late", Truth(True, "test"), now)
+        await store.outcome("late", Truth(True, "test"), now + 5)  # the same again
+        await store.outcome("late", Truth(True, "review"), now)
+        await store.outcome("early", Truth(True, "review"), now)
+        await store.outcome("early", Truth(True, "review"), now)
+        await store.outcome("early", Truth(True, "test"), now)  # replaces its failed one
+        f = (await store.action_tally()).steer_figures()[("bot", "repeated_call")]
+        assert (f.outcome_ok, f.outcome_failed, f.sent) == (8, 0, 0)
+    counts = (await store_of(redis, prefix).action_tally()).counts
+    assert counts == (await twin.action_tally()).counts
