@@ -161,9 +161,9 @@ async def test_the_worker_signs_what_it_tells_agents_and_the_client_takes_it() -
         for i in range(1, 4):
             call = looping.call(i, "BUILD FAILURE", ok=False)
             await loops.event({**call, "request_id": req.request_id})
-        (told,) = loops.channel("control").sent
+        (told,) = loops.channel("control").sent  # a loop's first crossing: a signed steer
         reader._take(told.key, told.value)
-        assert req.should_stop() and reader.rejected == 0
+        assert [i.action for i in req.interventions] == ["steer"] and reader.rejected == 0
     finally:
         reader.close()
 

@@ -151,6 +151,17 @@ class LoopWatch:
             )
         return found
 
+    def rearm(self, kind: str) -> None:
+        """Watch for `kind` again, from a fresh pattern: after a steer, the loop has to form
+        anew (the calls before it no longer count towards it), while what the run has seen
+        stays known (a result seen before the steer is not new after it)."""
+        self.fired.discard(kind)
+        self._recent.clear()
+        if kind == "repeated_failure":
+            self._failures = Counter({f: 0 for f in self._failures})
+        if kind == "no_new_result":
+            self._stale, self._stuck = 0, False
+
     def _same_in_a_row(self, n: int) -> bool:
         if len(self._recent) < n:
             return False

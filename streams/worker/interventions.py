@@ -133,8 +133,8 @@ class Intervener:
                 run.budget = None
             elif intervention.action == "stop":
                 run.loops = None
-            else:  # told: a repeat of the loop has to form again after the steer
-                run.loops = LoopWatch(run.limits.loop_rules(self.rules))
+            elif run.loops is not None:  # told: the loop has to form again after the steer
+                run.loops.rearm(intervention.crossed)
         if isinstance(event, FinalResponse):
             self.runs.pop(rid, None)
         return sent
