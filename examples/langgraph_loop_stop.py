@@ -3,6 +3,14 @@ asks for the same order again and again; the worker finds the loop on the third 
 call and publishes an intervention; the handler raises `InterventionStop` before the next
 model call, and the evaluation says the run stopped for it. No API key, no network.
 
+A loop's first crossing stops a run only for agents whose team chose it: by default it steers
+(a message to the agent), and a stop comes only when the loop forms again after the steer and
+the run is longer than its agent's runs usually are (docs/interventions.md). This example's
+agent is `langgraph-looping-bot`; run the worker with a budgets file that says, for it:
+
+    [agents."langgraph-looping-bot"]
+    loop_action = "stop"
+
     TRACEJUDGE_KAFKA_BOOTSTRAP=127.0.0.1:PORT python -m examples.langgraph_loop_stop
     python -m examples.langgraph_loop_stop --bootstrap 127.0.0.1:PORT
 """

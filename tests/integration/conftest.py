@@ -14,8 +14,18 @@ def pipeline_worker(
 ) -> Iterator[WorkerProcess]:
     """One worker for the behaviour tests: short idle timeout, small step limit."""
     workdir = tmp_path_factory.mktemp("pipeline-worker")
+    # the loop example's agent is stopped at its loop's first crossing, as its team chose
+    # (examples/langgraph_loop_stop.py); every other agent has the default: steer first
+    budgets = workdir / "budgets.toml"
+    budgets.write_text('[agents."langgraph-looping-bot"]\nloop_action = "stop"\n')
     env = worker_env(
-        kafka_bootstrap, redis_url, workdir, "pipe", idle_timeout_s=2, max_trace_steps=8
+        kafka_bootstrap,
+        redis_url,
+        workdir,
+        "pipe",
+        idle_timeout_s=2,
+        max_trace_steps=8,
+        budgets_file=str(budgets),
     )
     worker = WorkerProcess(env, workdir / "worker.log").start()
     yield worker

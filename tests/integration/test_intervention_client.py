@@ -29,10 +29,15 @@ QUIET_S = 1.5  # how long "nothing arrived" is watched for
 def intervening_worker(
     kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
-    """One worker with the default loop rules and a step budget for one agent only."""
+    """One worker with the default loop rules stopping at their first crossing, and a step
+    budget for one agent only."""
     workdir = tmp_path_factory.mktemp("intervening-worker")
     budgets = workdir / "budgets.toml"
-    budgets.write_text('[agents."budget-agent"]\nsteps = 5\n', encoding="utf-8")
+    # a loop stops at once here, as a team may choose (the default steers first)
+    budgets.write_text(
+        '[default]\nloop_action = "stop"\n\n[agents."budget-agent"]\nsteps = 5\n',
+        encoding="utf-8",
+    )
     env = worker_env(kafka_bootstrap, redis_url, workdir, "intervene", budgets_file=str(budgets))
     worker = WorkerProcess(env, workdir / "worker.log").start()
     yield worker
