@@ -26,6 +26,7 @@ from tracejudge.judges.rules.endings import (
 from tracejudge.judges.rules.phrases import REMAINING_WORK_RE, first_match
 from tracejudge.judges.rules.plans import failed_planned_steps, names_a_tool, norm, same_step
 from tracejudge.judges.rules.remaining import pending, planned_not_attempted, work_left
+from tracejudge.judges.rules.stops import Stop, stop_that_ended
 from tracejudge.judges.rules.trouble import relative_findings, trouble_kinds
 from tracejudge.judges.text.kinds import split
 from tracejudge.judges.text.sentences import sentence_at
@@ -40,6 +41,11 @@ FLAGGED_CAP = 79
 TROUBLE_KINDS_TO_FAIL = 2
 TROUBLED_CAP = 55
 TROUBLE_COST = 6
+# A run a stop intervention ended before its answer did not reach its goal: incomplete, and
+# below the default warn threshold whatever else went well (judges/verdict/conclude.py keeps it
+# below an agent's calibrated threshold too)
+STOPPED_CAP = 55
+STOPPED_COST = 50  # completeness: the answer, if any, is what the run had when it was stopped
 UNCONFIRMED_COST = 20
 UNCONFIRMED_COST_MAX = 40
 SHORT_OUTPUT = 15
@@ -76,6 +82,9 @@ class RuleVerdict(BaseModel):
     blame: Blame | None = None
     # step index -> who took it (its actor, else its tool): names the judge's blamed step
     actors: dict[int, str] = Field(default_factory=dict)
+    # the stop intervention that ended the run before its answer, in words (None: none did):
+    # the run is incomplete and does not pass whatever the judge says (judges/rules/stops.py)
+    stopped: str | None = None
 
 
 def _clamp(value: float) -> int:
@@ -141,6 +150,10 @@ class RuleJudge:
             window, missing, remaining, reasons, suggestions, findings
         )
         completeness = min(completeness, answer_outcome(window, remaining, reasons, findings))
+        stop = stop_that_ended(window)
+        if stop is not None:
+            completeness = _clamp(completeness - STOPPED_COST)
+            _stopped(stop, reasons, suggestions, findings)
         limit = stopped_at_limit(window)
         if limit:
             findings.append(("stopped_at_limit", limit))
@@ -171,8 +184,8 @@ class RuleJudge:
             and (window.final.validation.verdict == "block")
         )
         success = not failed and not blocked and not limit
-        incomplete = window.final is None or bool(remaining)
-        left = work_left(window, failed, remaining)
+        incomplete = window.final is None or bool(remaining) or stop is not None
+        left = work_left(window, failed, remaining, _pending(stop))
         if failed:
             findings.append(("unrecovered_failure", "; ".join(f.reason for f in failed[:3])))
         for kind, evidence in relative:
@@ -185,6 +198,8 @@ class RuleJudge:
             findings.append(("compound_trouble", "; ".join(troubles)))
             reasons.append("several kinds of trouble in one run: " + "; ".join(troubles))
             rule_score = min(rule_score, TROUBLED_CAP)
+        if stop is not None:
+            rule_score = min(rule_score, STOPPED_CAP)
         self._notes(window, stats, norms, reasons)
         return RuleVerdict(
             completeness=completeness,
@@ -197,12 +212,13 @@ class RuleJudge:
             failed_steps=failed,
             remaining_steps=[entry.words() for entry in left],
             remaining=left,
-            summary=self._summary(window, stats, failed, left, blocked),
+            summary=self._summary(window, stats, failed, left, blocked, stop),
             reasons=reasons,
             suggestions=suggestions,
             findings=findings,
             blame=blame_of(window, failed, findings),
             actors=_actors(window),
+            stopped=None if stop is None else stop.words(),
         )
 
     @staticmethod
@@ -477,8 +493,11 @@ class RuleJudge:
         failed: list[FailedStep],
         remaining: list[RemainingStep],
         blocked: bool,
+        stop: Stop | None = None,
     ) -> str:
         parts = [f"{stats.tool_calls} tool call(s)"]
+        if stop is not None:
+            parts.append(stop.words())
         if failed:
             parts.append(f"ended on a failed call ({failed[0].tool})")
         if blocked:
@@ -490,6 +509,26 @@ class RuleJudge:
         if remaining:
             parts.append(f"{len(remaining)} item(s) of work remaining")
         return "; ".join(parts)
+
+
+def _stopped(
+    stop: Stop, reasons: list[str], suggestions: list[str], findings: list[tuple[str, str]]
+) -> None:
+    at = "" if stop.at_step is None else f" at step {stop.at_step}"
+    findings.append(("stopped_by_intervention", f"{stop.kind} {stop.crossed}{at}"))
+    reasons.append(f"{stop.words()} before its answer: the goal was not reached")
+    suggestions.append(
+        f"find what made the run cross its {stop.crossed} budget"
+        if stop.kind == "budget"
+        else "find what kept the run repeating itself, and re-plan there"
+    )
+
+
+def _pending(stop: Stop | None) -> RemainingStep | None:
+    """The request left pending by a stop, the stop as the why."""
+    if stop is None:
+        return None
+    return pending("finish the user's request", f"the run was {stop.words()}")
 
 
 def _actors(window: Window) -> dict[int, str]:

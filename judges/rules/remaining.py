@@ -48,10 +48,15 @@ def failed_call(call: ToolCall, why: str) -> RemainingStep:
 
 
 def work_left(
-    window: Window, failed: list[FailedStep], found: list[RemainingStep]
+    window: Window,
+    failed: list[FailedStep],
+    found: list[RemainingStep],
+    stopped: RemainingStep | None = None,
 ) -> list[RemainingStep]:
     """`found` (what the completeness rules left, in their order) with each failure never made
-    good first; a pending request a failed call explains gives way to the call."""
+    good first; a pending request a failed call explains gives way to the call. `stopped`: the
+    request a stop intervention left pending, which is the why of a pending request (the
+    answer's words are then the stop's, not the run's) unless the trace names the work."""
     calls = {c.step_index: c for c in window.tool_calls}
     left = [
         failed_call(calls[f.index], "step {step} failed ({error}) and was never made good")
@@ -69,7 +74,8 @@ def work_left(
             for c in _never_made_good(window)
         ]
     structural = left + [e for e in found if e.kind != "request_pending"]
-    rest = [e for e in found if e.kind == "request_pending"] if not structural else []
+    unanswered = [stopped] if stopped else [e for e in found if e.kind == "request_pending"]
+    rest = unanswered if not structural else []
     seen: set[tuple[str, str]] = set()
     unique = []
     for entry in structural + rest:

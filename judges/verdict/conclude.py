@@ -17,8 +17,9 @@ from tracejudge.judges.inflight.escalation import intervention_id
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.agent_norms import RunStats
-from tracejudge.judges.rules.judge import RuleVerdict
+from tracejudge.judges.rules.judge import STOPPED_CAP, RuleVerdict
 from tracejudge.judges.rules.remaining import MAX_LEFT
+from tracejudge.judges.rules.stops import after_crossing
 from tracejudge.models.ids import stable_id
 from tracejudge.models.outputs import (
     Alert,
@@ -189,19 +190,14 @@ class Verdict:
 
 
 def interventions_made(window: Window) -> list[InterventionMade]:
-    """What the run did after each intervention. Step indexes are the client's, one per event
-    in order, so the steps after a crossing are those between it and the final response."""
-    final = window.final
-    last = max((s.step_index for s in window.steps), default=0)
-    if final is not None and final.step_index is not None:
-        last = final.step_index - 1  # the final response is not a step
+    """What the run did after each intervention (judges/rules/stops.py: steps after it, and
+    whether the run stopped after it)."""
     made = []
     told: dict[tuple[str, str, str], int] = {}  # a loop's steers are counted per rule
     for kind, crossed, action, at in window.interventions:
         nth = told[kind, crossed, action] = told.get((kind, crossed, action), 0) + 1
         iid = intervention_id(window.request_id, kind, action, crossed, nth)
-        after = 0 if at is None else max(0, last - at)
-        stopped = final is not None and (final.stopped_by == iid or after == 0)
+        after, stopped = after_crossing(window, at, iid)
         made.append(
             InterventionMade.model_validate(
                 {
@@ -329,6 +325,11 @@ def conclude(
     threshold, calibration = policy.threshold_for(facts.agent_name)
     if calibration is not None:
         reasons.append(calibration.words())
+    if rules.stopped is not None:
+        # a stop ended the run before its answer: a fact of the trace, not a reading of it, so
+        # the judge's verdict does not take it back; below the threshold in use, like the rules
+        incomplete = True
+        exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
     overall = round(exact)
     clean = exact >= threshold and success and not incomplete
     evaluation = Evaluation(
@@ -382,7 +383,7 @@ def conclude(
         # reflection requests and alerts carry deterministic ids and cannot be taken back:
         # they follow the final verdict, which the judge may turn the other way
         return Verdict(evaluation=evaluation)
-    return _plan(evaluation, facts, policy, now, exact)
+    return _plan(evaluation, facts, policy, now, exact, rules.stopped)
 
 
 def unresolved(parent_request_id: str) -> Origin:
@@ -391,20 +392,30 @@ def unresolved(parent_request_id: str) -> Origin:
 
 
 def _plan(
-    evaluation: Evaluation, facts: WindowFacts, policy: Policy, now: float, exact: float
+    evaluation: Evaluation,
+    facts: WindowFacts,
+    policy: Policy,
+    now: float,
+    exact: float,
+    stopped: str | None = None,
 ) -> Verdict:
+    """`stopped`: the stop that ended the run before its answer, in words (RuleVerdict)."""
     evaluation_id = evaluation.evaluation_id
     threshold = evaluation.warn_threshold  # the agent's calibrated one, when it has one
     alerts: list[Alert] = []
     if not evaluation.passed:
         # the score the threshold was tested on: "59.8 below 60", never "60 below 60"
         shown = f"{exact:.1f}".removesuffix(".0")
+        # a stop that ended the run is named whoever wrote the summary (the judge's may not)
+        said = evaluation.summary
+        if stopped is not None and stopped not in said:
+            said = f"{stopped}; {said}"
         alerts.append(
             Alert.of(
                 "low_score",
                 evaluation_id,
                 "critical" if exact < threshold / 2 else "warning",
-                f"score {shown} below threshold {threshold}: {evaluation.summary}",
+                f"score {shown} below threshold {threshold}: {said}",
                 now,
                 request_id=facts.request_id,
                 evaluation_id=evaluation_id,
