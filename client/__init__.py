@@ -9,7 +9,7 @@ verdicts and early-stop decisions).
 
 from tracejudge.client.early_stop import AsyncEarlyStopClient, EarlyStopClient
 from tracejudge.client.events import Recorder
-from tracejudge.client.interventions import InterventionReader, InterventionStop
+from tracejudge.client.interventions import InterventionReader, InterventionStop, steer_text
 from tracejudge.client.reflections import Reflection, ReflectionWorker
 from tracejudge.client.tracer import AsyncTracer, Tracer
 
@@ -23,4 +23,5 @@ __all__ = [
     "Reflection",
     "ReflectionWorker",
     "Tracer",
+    "steer_text",
 ]

@@ -229,6 +229,13 @@ class Recorder:
         """Every intervention that arrived for this request (stop and steer), in order."""
         return [] if self._watch is None else list(self._watch.interventions)
 
+    def pending_steers(self) -> list[Intervention]:
+        """The interventions with action "steer" that arrived and were not handed out yet, in
+        order, each handed out once (whoever asks first, from any thread): for the agent's next
+        model call, in words from `steer_text` (client/interventions.py). Never blocks. The
+        LangChain handler and the Agents SDK processor ask before each model call they feed."""
+        return [] if self._watch is None else self._watch.take_steers()
+
     def raise_if_stopped(self) -> None:
         """Raise `InterventionStop` when `should_stop()`: for code that ends a run by raising."""
         stop = self.stop_reason

@@ -13,10 +13,24 @@ so the agent never waits for them: between two steps it asks its recorder, a dic
                 break
 
 Or be called as soon as one arrives: `tracer.request(goal, on_intervention=fn)`; `fn` runs on
-the reader's thread (an asyncio agent hands it over with `loop.call_soon_threadsafe`). An
-intervention with `action == "steer"` is a message for the agent, not an order to stop: it is
-in `req.interventions`, and `should_stop()` stays False for it. `req.raise_if_stopped()` raises
-`InterventionStop`, the exception the framework integrations raise too.
+the reader's thread (an asyncio agent hands it over with `loop.call_soon_threadsafe`).
+`req.raise_if_stopped()` raises `InterventionStop`, the exception the framework integrations
+raise too.
+
+An intervention with `action == "steer"` is a message for the agent, not an order to stop: the
+run goes on, `should_stop()` stays False. Its words belong in the agent's next model call, so
+they are taken where that call's input is built: `req.pending_steers()` returns the steers not
+handed out yet, each once (to one caller, whichever thread asks), and `steer_text(steer)` is
+what the model is told (the worker's `message` and its `evidence`):
+
+    for steer in req.pending_steers():               # never blocks; empty most of the time
+        messages.append({"role": "user", "content": steer_text(steer)})
+
+`on_intervention` is called for steers too, but on the reader's thread, at any moment of the
+run: it cannot put anything into a model call, and hands nothing out (`pending_steers()` still
+returns what it was told of). The LangChain handler and the Agents SDK processor take steers
+into the next model call themselves (client/integrations/). An agent that only reads a
+`RequestWatch` (`InterventionReader.watch`) has the same `watch.take_steers()`.
 
 The reader joins no consumer group and commits nothing: one librdkafka consumer assigned to
 every partition of the control topic, from a few seconds before it started (an intervention
@@ -63,6 +77,17 @@ MAX_PER_REQUEST = 64  # interventions kept per request (the worker sends at most
 CLOCK_SKEW_S = 30.0
 
 
+# Who is speaking, for the model that reads a steer in its input among the user's messages.
+STEER_PREFIX = "Note from tracejudge, which watches this run:"
+
+
+def steer_text(steer: Intervention) -> str:
+    """What the agent's model is told for a steer: the worker's message and what it saw."""
+    text = f"{STEER_PREFIX} {steer.message.strip()}"
+    seen = steer.evidence.strip().rstrip(".")
+    return f"{text} Seen: {seen}." if seen else text
+
+
 class InterventionStop(Exception):
     """The run was told to stop; `.intervention` says by what (budget or loop) and why."""
 
@@ -74,7 +99,8 @@ class InterventionStop(Exception):
 @dataclass(slots=True)
 class RequestWatch:
     """What one request has been told so far. Written by the reader's thread only; the
-    recorder reads it (a list append and an attribute set are atomic under the GIL)."""
+    recorder reads it (a list append and an attribute set are atomic under the GIL), and
+    takes its steers under a lock of their own (`take_steers`)."""
 
     request_id: str
     on_intervention: OnIntervention | None = None
@@ -82,6 +108,20 @@ class RequestWatch:
     interventions: list[Intervention] = field(default_factory=list)
     stop: Intervention | None = None  # the first with action "stop"
     _ids: set[str] = field(default_factory=set)
+    _handed: set[str] = field(default_factory=set)  # steers given to the agent, by id
+    _handing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def take_steers(self) -> list[Intervention]:
+        """The steers that arrived and were not taken yet, in order: each is taken once, by
+        whichever caller (of any thread) asks first."""
+        with self._handing:
+            new = [
+                i
+                for i in list(self.interventions)  # the reader's thread may append meanwhile
+                if i.action == "steer" and i.intervention_id not in self._handed
+            ]
+            self._handed.update(i.intervention_id for i in new)
+        return new
 
 
 class InterventionReader:

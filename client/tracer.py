@@ -11,7 +11,8 @@ names with dots) configure the connection.
 
 Each tracer also reads back its requests' interventions (budgets crossed, loops found) on a
 thread of its own, started with the first request: `req.should_stop()`, `req.stop_reason`,
-`req.interventions`, or `request(goal, on_intervention=fn)` (client/interventions.py).
+`req.interventions`, `req.pending_steers()` (each steer once, for the next model call), or
+`request(goal, on_intervention=fn)` (client/interventions.py).
 `interventions=False` never starts it.
 """
 

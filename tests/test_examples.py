@@ -24,6 +24,7 @@ EXAMPLES = [
     "openai_agents_agent",
     "langgraph_loop_stop",
     "langgraph_reflection",
+    "loop_steer",
 ]
 CONNECTED_WITHIN_S = 60.0  # the example's imports (LangGraph, the Agents SDK) on a busy box
 

@@ -12,14 +12,16 @@ import traceback
 from typing import Any, cast
 
 import pytest
-from agents import Agent, AgentsException, Runner, function_tool, set_trace_processors
+from agents import Agent, AgentsException, RunConfig, Runner, function_tool, set_trace_processors
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
 from openai.types.responses import ResponseFunctionToolCall
+from pydantic import Field
 
+from examples import loop_steer
 from examples.langgraph_agent import ScriptedChatModel
 from examples.openai_agents_agent import ScriptedModel, say
 from tracejudge.client.events import Recorder
@@ -28,7 +30,12 @@ from tracejudge.client.integrations.openai_agents import (
     AgentsInterventionStop,
     TracejudgeProcessor,
 )
-from tracejudge.client.interventions import InterventionStop, RequestWatch
+from tracejudge.client.interventions import (
+    STEER_PREFIX,
+    InterventionStop,
+    RequestWatch,
+    steer_text,
+)
 from tracejudge.models.outputs import Intervention
 
 LOOPS = 20  # scripted calls of the same tool: far more than the loop rule needs
@@ -38,12 +45,20 @@ TOLD_AT = 3  # the tool call on which `Told` says stop
 class Told:
     """Plays the tracer (recorders, events kept here) and the worker with its reader: on a
     request's TOLD_AT-th tool call (or event of type `on`), an intervention with `action`
-    arrives for it."""
+    arrives for it; and a stop on the `stop_at`-th, when given (a steer first, as the worker
+    does when the loop goes on)."""
 
-    def __init__(self, action: str = "stop", told_at: int = TOLD_AT, on: str = "tool_call") -> None:
+    def __init__(
+        self,
+        action: str = "stop",
+        told_at: int = TOLD_AT,
+        on: str = "tool_call",
+        stop_at: int | None = None,
+    ) -> None:
         self.action = action
         self.told_at = told_at
         self.on = on
+        self.stop_at = stop_at
         self.events: list[dict[str, Any]] = []
         self.watches: dict[str, RequestWatch] = {}
 
@@ -63,22 +78,27 @@ class Told:
     def _emit(self, event: dict[str, Any]) -> bool:
         self.events.append(event)
         if event["type"] == self.on and len(self.of(self.on)) == self.told_at:
-            told = Intervention(
-                intervention_id=f"iv-{event['request_id']}",
-                request_id=event["request_id"],
-                kind="loop",
-                crossed="repeated_call" if self.action == "stop" else "alternating_calls",
-                evidence="get_order {order_id: 7} -> same result 3 times",
-                action=cast(Any, self.action),
-                message="The same call keeps giving the same result: try something else.",
-                step_index=event["step_index"],
-                ts=time.time(),
-            )
-            watch = self.watches[event["request_id"]]
-            watch.interventions.append(told)
-            if told.action == "stop":
-                watch.stop = told
+            self.tell(event, self.action, f"iv-{event['request_id']}")
+        if event["type"] == self.on and len(self.of(self.on)) == self.stop_at:
+            self.tell(event, "stop", f"iv-stop-{event['request_id']}")
         return True
+
+    def tell(self, event: dict[str, Any], action: str, intervention_id: str) -> None:
+        told = Intervention(
+            intervention_id=intervention_id,
+            request_id=event["request_id"],
+            kind="loop",
+            crossed="repeated_call" if action == "stop" else "alternating_calls",
+            evidence="get_order {order_id: 7} -> same result 3 times",
+            action=cast(Any, action),
+            message="The same call keeps giving the same result: try something else.",
+            step_index=event["step_index"],
+            ts=time.time(),
+        )
+        watch = self.watches[event["request_id"]]
+        watch.interventions.append(told)
+        if told.action == "stop" and watch.stop is None:
+            watch.stop = told
 
 
 # -- LangChain / LangGraph -----------------------------------------------------------------
@@ -185,6 +205,115 @@ def test_a_steer_does_not_stop_the_run_and_is_there_to_read() -> None:
     assert result["messages"][-1].content == "Order 7 is paid." and len(ran) == LOOPS
     assert handler.last_recorder is not None
     assert [i.action for i in handler.last_recorder.interventions] == ["steer"]
+
+
+class HeardChatModel(ScriptedChatModel):
+    """The scripted model, keeping the messages of each of its calls as it got them."""
+
+    heard: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.heard.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+def steered_graph(ran: list[int], handler: TracejudgeCallbackHandler) -> tuple[Any, HeardChatModel]:
+    """The looping agent with the handler's hook before each model call, and its model."""
+
+    @tool
+    def get_order(order_id: int) -> str:
+        """Look an order up."""
+        ran.append(order_id)
+        return f"order {order_id}: paid"
+
+    model = HeardChatModel(responses=looping_script())
+    graph = create_react_agent(model, ToolNode([get_order]), pre_model_hook=handler.pre_model_hook)
+    return graph, model
+
+
+STEERED_LIMIT: RunnableConfig = {"recursion_limit": 3 * LOOPS + 5}  # the hook is a node too
+
+
+def steers_in(messages: list[BaseMessage]) -> list[BaseMessage]:
+    return [m for m in messages if str(m.content).startswith(STEER_PREFIX)]
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+async def test_a_steer_is_in_the_next_model_calls_input_once_and_the_run_goes_on(
+    run: str,
+) -> None:
+    told, ran = Told(action="steer"), list[int]()
+    handler = TracejudgeCallbackHandler(cast(Any, told))
+    graph, model = steered_graph(ran, handler)
+    config = {**STEERED_LIMIT, "callbacks": [handler]}
+    result = graph.invoke(ASKED, config) if run == "invoke" else await graph.ainvoke(ASKED, config)
+    assert result["messages"][-1].content == "Order 7 is paid." and len(ran) == LOOPS
+    heard = model.heard
+    assert len(heard) == LOOPS + 1
+    # told on the TOLD_AT-th tool call: the model call after it is the first to read it, as
+    # the last message, after the tool's answer
+    assert [len(steers_in(m)) for m in heard] == [0] * TOLD_AT + [1] * (LOOPS + 1 - TOLD_AT)
+    steer = heard[TOLD_AT][-1]
+    assert isinstance(steer, HumanMessage) and heard[TOLD_AT][-2].type == "tool"
+    recorder = handler.last_recorder
+    assert recorder is not None and steer.content == steer_text(recorder.interventions[0])
+    assert "get_order {order_id: 7}" in str(steer.content)  # the evidence, not only the message
+    assert len(steers_in(result["messages"])) == 1  # in the conversation once
+    assert recorder.pending_steers() == []  # handed out: nobody gets it again
+    assert "stopped_by" not in told.of("final_response")[0]
+
+
+def test_a_stop_still_stops_a_steered_graph_and_a_steer_before_it_was_read_once() -> None:
+    told, ran = Told(action="steer", stop_at=TOLD_AT + 2), list[int]()
+    handler = TracejudgeCallbackHandler(cast(Any, told))
+    graph, model = steered_graph(ran, handler)
+    with pytest.raises(InterventionStop) as raised:
+        graph.invoke(ASKED, {**STEERED_LIMIT, "callbacks": [handler]})
+    assert raised.value.intervention.intervention_id == f"iv-stop-{handler.last_request_id}"
+    assert len(ran) == TOLD_AT + 2  # the model call after the stop never started
+    heard = model.heard
+    assert len(heard) == TOLD_AT + 2
+    assert [len(steers_in(m)) for m in heard] == [0] * TOLD_AT + [1, 1]
+    assert told.of("final_response")[0]["stopped_by"] == f"iv-stop-{handler.last_request_id}"
+
+
+def test_a_stop_arriving_with_a_steer_stops_before_the_model_reads_the_steer() -> None:
+    told, ran = Told(action="steer", stop_at=TOLD_AT), list[int]()
+    handler = TracejudgeCallbackHandler(cast(Any, told))
+    graph, model = steered_graph(ran, handler)
+    with pytest.raises(InterventionStop):
+        graph.invoke(ASKED, {**STEERED_LIMIT, "callbacks": [handler]})
+    assert len(model.heard) == TOLD_AT and len(ran) == TOLD_AT
+    assert not any(steers_in(m) for m in model.heard)
+
+
+def test_a_plain_chain_takes_its_steers_from_steer_messages() -> None:
+    """No LangGraph: the agent's own loop adds `steer_messages(config)` to what it sends, here
+    as system messages."""
+    told, ran = Told(action="steer"), list[int]()
+    model = HeardChatModel(responses=looping_script())
+    handler = TracejudgeCallbackHandler(cast(Any, told), steer_role="system")
+
+    @tool
+    def get_order(order_id: int) -> str:
+        """Look an order up."""
+        ran.append(order_id)
+        return f"order {order_id}: paid"
+
+    def agent(question: str, config: RunnableConfig) -> str:
+        messages: list[BaseMessage] = [HumanMessage(question)]
+        for _ in range(LOOPS + 1):
+            reply = model.invoke(messages + handler.steer_messages(config), config)
+            if not getattr(reply, "tool_calls", None):
+                return str(reply.content)
+            get_order.invoke(reply.tool_calls[0]["args"], config)  # type: ignore[attr-defined]
+        return "gave up"
+
+    answer = RunnableLambda(agent).invoke("Is order 7 paid?", {"callbacks": [handler]})
+    assert answer == "Order 7 is paid." and len(ran) == LOOPS
+    # this loop keeps no history: the steer is in the one call after it arrived
+    assert [len(steers_in(m)) for m in model.heard] == [0] * TOLD_AT + [1] + [0] * (LOOPS - TOLD_AT)
+    assert isinstance(model.heard[TOLD_AT][-1], SystemMessage)
 
 
 def test_no_other_failure_of_the_handler_reaches_the_agent(
@@ -310,3 +439,98 @@ async def test_a_steer_reaches_the_agents_instructions_and_does_not_stop_it() ->
     result = await Runner.run(agent, "Is order 7 paid?", hooks=processor.hooks(), max_turns=25)
     assert result.final_output == "Order 7 is paid." and len(ran) == LOOPS
     assert heard and heard[0].startswith("The same call keeps giving")
+
+
+class HeardModel(ScriptedModel):
+    """The scripted Agents SDK model, keeping the input of each of its calls as it got it."""
+
+    def __init__(self, turns: list[tuple[list[Any], int, int]]) -> None:
+        super().__init__(turns)
+        self.heard: list[list[Any]] = []
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kw: Any
+    ) -> Any:
+        self.heard.append([input] if isinstance(input, str) else list(input))
+        return await super().get_response(system_instructions, input, *args, **kw)
+
+
+def steered_agent(ran: list[int]) -> tuple[Agent[Any], HeardModel]:
+    agent = looping_agent(ran)
+    model = HeardModel(cast(ScriptedModel, agent.model).turns)
+    agent.model = model
+    return agent, model
+
+
+def said_steers(items: list[Any]) -> list[Any]:
+    return [
+        i
+        for i in items
+        if isinstance(i, dict) and str(i.get("content", "")).startswith(STEER_PREFIX)
+    ]
+
+
+async def test_an_agents_sdk_steer_is_in_the_next_model_calls_input_once() -> None:
+    told, ran = Told(action="steer"), list[int]()
+    processor = TracejudgeProcessor(cast(Any, told))
+    set_trace_processors([processor])
+    agent, model = steered_agent(ran)
+    result = await Runner.run(
+        agent,
+        "Is order 7 paid?",
+        hooks=processor.hooks(),
+        run_config=RunConfig(call_model_input_filter=processor.call_model_input_filter),
+        max_turns=LOOPS + 5,
+    )
+    assert result.final_output == "Order 7 is paid." and len(ran) == LOOPS
+    assert len(model.heard) == LOOPS + 1
+    # the call after the TOLD_AT-th tool call reads it, last, after the tool's output; the SDK
+    # keeps nothing the filter added, so no later call has it again
+    counts = [len(said_steers(items)) for items in model.heard]
+    assert counts == [0] * TOLD_AT + [1] + [0] * (LOOPS - TOLD_AT)
+    steer = model.heard[TOLD_AT][-1]
+    assert steer["role"] == "user" and model.heard[TOLD_AT][-2]["type"] == "function_call_output"
+    watch = next(iter(told.watches.values()))  # the run's request, as the reader keeps it
+    assert steer["content"] == steer_text(watch.interventions[0])
+    assert watch.take_steers() == []  # handed out once
+    assert "stopped_by" not in told.of("final_response")[0]
+
+
+async def test_an_agents_sdk_stop_still_stops_a_steered_run() -> None:
+    told, ran = Told(action="steer", stop_at=TOLD_AT + 2), list[int]()
+    processor = TracejudgeProcessor(cast(Any, told), steer_role="system")
+    set_trace_processors([processor])
+    agent, model = steered_agent(ran)
+    with pytest.raises(AgentsInterventionStop) as raised:
+        await Runner.run(
+            agent,
+            "Is order 7 paid?",
+            hooks=processor.hooks(),
+            run_config=RunConfig(call_model_input_filter=processor.call_model_input_filter),
+            max_turns=LOOPS + 5,
+        )
+    assert raised.value.intervention.action == "stop" and len(ran) == TOLD_AT + 2
+    counts = [len(said_steers(items)) for items in model.heard]
+    assert counts == [0] * TOLD_AT + [1, 0]  # the call after the stop never went out
+    assert model.heard[TOLD_AT][-1]["role"] == "system"
+    final = told.of("final_response")
+    assert len(final) == 1 and final[0]["stopped_by"] == raised.value.intervention.intervention_id
+
+
+@pytest.mark.parametrize("framework", ["langgraph", "openai-agents"])
+async def test_the_steer_example_reads_its_steer_and_answers(
+    framework: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/loop_steer.py without a broker: told on its 6th call (where the worker finds
+    its back and forth), its model reads the steer in its 7th and answers."""
+    monkeypatch.setattr(loop_steer, "THINK_S", 0.0)
+    told = Told(action="steer", told_at=6)
+    if framework == "langgraph":
+        loop_steer.run_langgraph(cast(Any, told))
+    else:
+        await loop_steer.run_openai_agents(cast(Any, told))
+    out = capsys.readouterr().out
+    assert f"the model read, at its call 7: {STEER_PREFIX}" in out
+    assert f"answer: {loop_steer.ANSWER}" in out
+    assert [e["tool"] for e in told.of("tool_call")] == ["get_order", "get_shipment"] * 3
+    assert told.of("final_response")[0]["output"] == loop_steer.ANSWER

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tracejudge.client import InterventionReader, InterventionStop, Recorder, Tracer
+from tracejudge.client.interventions import MAX_PER_REQUEST, STEER_PREFIX, steer_text
 from tracejudge.models.outputs import Intervention
 
 
@@ -84,6 +85,54 @@ def test_a_stop_is_kept_once_in_order_and_raised(reader: InterventionReader) -> 
         req.raise_if_stopped()
     assert raised.value.intervention.crossed == "steps"
     assert str(raised.value) == raised.value.intervention.message
+
+
+def test_each_steer_is_handed_out_once_and_a_stop_never(reader: InterventionReader) -> None:
+    heard: list[Intervention] = []
+    req, _ = recorder(reader, on_intervention=heard.append)
+    key = req.request_id.encode()
+    assert req.pending_steers() == []
+    first = intervention(req.request_id, crossed="alternating_calls", action="steer")
+    reader._take(key, first)
+    reader._take(key, first)  # redelivered: the same intervention_id
+    taken = req.pending_steers()
+    assert [i.crossed for i in taken] == ["alternating_calls"] and req.pending_steers() == []
+    reader._take(key, intervention(req.request_id, kind="budget", crossed="steps"))  # a stop
+    second = intervention(
+        req.request_id, crossed="no_new_result", action="steer", intervention_id="second"
+    )
+    reader._take(key, second)
+    assert [i.intervention_id for i in req.pending_steers()] == ["second"]
+    assert req.pending_steers() == [] and req.should_stop()
+    assert [i.action for i in heard] == ["steer", "stop", "steer"]  # the callback: all of them
+    assert steer_text(taken[0]) == (
+        f"{STEER_PREFIX} The same call keeps giving the same result: try something else or "
+        "stop. Seen: search(q) 3 times in a row, the same result each time."
+    )
+
+
+def test_steers_taken_from_many_threads_go_to_one_taker_each(reader: InterventionReader) -> None:
+    req, _ = recorder(reader)
+    key = req.request_id.encode()
+    taken: list[str] = []
+    done = threading.Event()
+
+    def take() -> None:
+        while not done.is_set():
+            taken.extend(i.intervention_id for i in req.pending_steers())
+
+    takers = [threading.Thread(target=take) for _ in range(4)]
+    for t in takers:
+        t.start()
+    ids = [f"steer-{n}" for n in range(MAX_PER_REQUEST)]
+    for given in ids:
+        reader._take(key, intervention(req.request_id, action="steer", intervention_id=given))
+    time.sleep(0.05)
+    done.set()
+    for t in takers:
+        t.join()
+    taken.extend(i.intervention_id for i in req.pending_steers())
+    assert sorted(taken) == sorted(ids)
 
 
 def test_other_messages_on_the_control_topic_are_skipped(

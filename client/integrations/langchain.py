@@ -33,9 +33,24 @@ letting it through; a filter on its logger drops that record for an `Interventio
     except InterventionStop as stop:
         print("stopped:", stop.intervention.crossed, stop.intervention.message)
 
-An intervention whose action is "steer" does not stop the run: it is in the request's
-`interventions` (`handler.last_recorder.interventions`), for the agent to read between steps,
-e.g. a graph node adding its `message` to the conversation before the next model call.
+Steering: an intervention whose action is "steer" does not stop the run; its words are for the
+model's next call. A callback cannot give them to it: the `messages` that `on_chat_model_start`
+receives are a copy made for tracing (`_format_for_tracing` builds a new list), and changing the
+messages in it in place would change the graph's state behind its back. So the handler gives the
+graph what to add, through LangGraph's own hook before every model call:
+
+    graph = create_react_agent(model, tools, pre_model_hook=handler.pre_model_hook)
+
+The hook adds each steer that arrived since the last model call to the state's `messages`, once
+(a user message by default, `steer_role="system"` for a system one; text from `steer_text`,
+client/interventions.py; id `tracejudge-steer-<intervention_id>`): the model reads it in its
+next call, after the step that crossed the line, and in every later call as part of the
+conversation, and the graph's result and checkpoints keep it. A graph of your own, or a plain
+chain, takes the same messages where it builds the model's input: `handler.steer_messages(config)`
+with the `config` LangChain passes to the node or function (it names the run), e.g. a node
+returning `{"messages": handler.steer_messages(config)}` before the model's node, or a hook of
+your own (trimming, summaries) adding them. Once a run was told to stop there are none: its
+next model call raises.
 
 LangChain can also emit OpenTelemetry (through OpenInference's instrumentation, read by
 `tracejudge otel` and by `integrations.otel`); this handler needs no instrumentation package
@@ -50,16 +65,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from tracejudge.client.events import Recorder, model_usage
-from tracejudge.client.interventions import InterventionStop
+from tracejudge.client.interventions import InterventionStop, steer_text
 
 if TYPE_CHECKING:
     from langchain_core.outputs import LLMResult
+    from langchain_core.runnables import RunnableConfig
 
     from tracejudge.client.tracer import AsyncTracer, Tracer
 
@@ -124,6 +141,7 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         planned_steps: Sequence[str] | None = None,
         into: Recorder | None = None,
         stop_on_intervention: bool = True,
+        steer_role: Literal["user", "system"] = "user",
     ) -> None:
         """`planned_steps`: the steps every run declares (a run's own, given in its config's
         metadata as `tracejudge_planned_steps`, win), so a step it skips leaves it incomplete.
@@ -131,10 +149,14 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
         follow-up, client/reflections.py), instead of starting one per top-level run; its
         owner ends it (the handler sends no final response into it); `tracer` may then be
         None. `stop_on_intervention`: raise `InterventionStop` into a run told to stop, before
-        its next model or tool call (False: record only; nothing ever raises)."""
+        its next model or tool call (False: record only; nothing ever raises). `steer_role`:
+        the role of the messages that carry steers (`pre_model_hook`, `steer_messages`); a
+        user message is taken by every provider in the middle of a conversation, a system
+        one is not (langchain-anthropic raises on one that is not at the start)."""
         if tracer is None and into is None:
             raise ValueError("a tracer, or a request to record `into`")
         self.stop_on_intervention = stop_on_intervention
+        self.steer_role = steer_role
         self.raise_error = stop_on_intervention
         if stop_on_intervention:  # once per logger: addFilter keeps one of each
             logging.getLogger(CALLBACK_MANAGER_LOGGER).addFilter(_STOPS_ARE_NOT_ERRORS)
@@ -287,6 +309,52 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
     @_quiet
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._tool_done(run_id, success=False, error=f"{type(error).__name__}: {error}")
+
+    # -- steers ---------------------------------------------------------------------------
+
+    def pre_model_hook(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """LangGraph's `create_react_agent(..., pre_model_hook=handler.pre_model_hook)`: a node
+        before every model call that adds the run's new steers to the state's `messages`
+        (module docstring); an empty update when there are none."""
+        found = self.steer_messages(config)
+        return {"messages": found} if found else {}
+
+    def steer_messages(self, config: RunnableConfig | None = None) -> list[BaseMessage]:
+        """The steers the run was told and not yet given, as messages for its next model call,
+        each steer once; [] when none, or once the run was told to stop. `config`: the one
+        LangChain passed to the node or function asking, which names the run; without it (or
+        when it names none of this handler's runs), the only run open here. Never raises."""
+        try:
+            recorder = self._recorder_of(config)
+            if recorder is None or recorder.should_stop():
+                return []
+            found = recorder.pending_steers()
+            for steer in found:
+                log.info(
+                    "tracejudge: steering %s as told (%s): %s",
+                    recorder.request_id,
+                    steer.intervention_id,
+                    steer.message,
+                )
+            kind = HumanMessage if self.steer_role == "user" else SystemMessage
+            return [
+                kind(content=steer_text(s), id=f"tracejudge-steer-{s.intervention_id}")
+                for s in found
+            ]
+        except Exception:  # the agent goes on, unsteered
+            log.exception("tracejudge: steer_messages failed; the agent goes on")
+            return []
+
+    def _recorder_of(self, config: RunnableConfig | None) -> Recorder | None:
+        """The request of the run a node's or function's `config` belongs to: its callbacks'
+        parent run is the node's (or function's) own run."""
+        parent = getattr((config or {}).get("callbacks"), "parent_run_id", None)
+        run = self._run_of(parent) if isinstance(parent, UUID) else None
+        if run is None:
+            with self._lock:
+                open_runs = list(self._runs.values())
+            run = open_runs[0] if len(open_runs) == 1 else None
+        return None if run is None else run.recorder
 
     # -- bookkeeping -------------------------------------------------------------------------
 

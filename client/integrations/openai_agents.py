@@ -41,10 +41,26 @@ guardrail runs before the first turn only.) The trace's final response is then
 
 Your own hooks: subclass `TracejudgeRunHooks` and call `super()` in `on_llm_start` and
 `on_tool_start`. The run must be traced (no `tracing_disabled`): the hooks find the run's
-request by the SDK's current trace. An intervention whose action is "steer" does not stop the
-run: it is in `processor.current_request().interventions`, readable from the run's own code,
-e.g. dynamic instructions (`Agent(instructions=fn)`, called before every model call) that add
-its `message`.
+request by the SDK's current trace.
+
+Steering: an intervention whose action is "steer" does not stop the run; its words are for the
+model's next call. The SDK's way to change a model call's input is the run's
+`call_model_input_filter`, called just before each model call with the input the model is to
+get (a copy: what the filter returns is what is sent):
+
+    result = await Runner.run(
+        agent, "Fix the build", hooks=processor.hooks(),
+        run_config=RunConfig(call_model_input_filter=processor.call_model_input_filter),
+    )
+
+It appends each steer that arrived since the last model call to that call's input, once, as a
+user message (`TracejudgeProcessor(..., steer_role="system")`: a system one; text from
+`steer_text`, client/interventions.py). The SDK keeps nothing a filter adds in the run's items:
+the model reads the steer in that call, and its answer to it stays in the conversation. A
+filter of your own calls `processor.with_steers(data.model_data)` on what it returns. (The hooks'
+`on_llm_start` also gets the list sent, but only to look at; dynamic instructions,
+`Agent(instructions=fn)`, would mix the steer into the agent's own prompt.) Once a run was told
+to stop there are none: the hooks raise before that call.
 """
 
 from __future__ import annotations
@@ -54,9 +70,18 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from agents import Agent, AgentsException, RunConfig, RunContextWrapper, RunHooks, Tool
+from agents import (
+    Agent,
+    AgentsException,
+    RunConfig,
+    RunContextWrapper,
+    RunHooks,
+    Tool,
+    TResponseInputItem,
+)
+from agents.run_config import CallModelData, ModelInputData
 from agents.tracing import (
     AgentSpanData,
     FunctionSpanData,
@@ -70,7 +95,7 @@ from agents.tracing import (
 from agents.tracing.processor_interface import TracingProcessor
 
 from tracejudge.client.events import Recorder, model_usage
-from tracejudge.client.interventions import InterventionStop
+from tracejudge.client.interventions import InterventionStop, steer_text
 from tracejudge.models.outputs import Intervention
 
 if TYPE_CHECKING:
@@ -145,10 +170,14 @@ class TracejudgeProcessor(TracingProcessor):
         *,
         agent_name: str | None = None,
         agent_version: str | None = None,
+        steer_role: Literal["user", "system"] = "user",
     ) -> None:
+        """`steer_role`: the role of the message that carries a steer into a model call's
+        input (`call_model_input_filter`)."""
         self.tracer = tracer
         self.agent_name = agent_name
         self.agent_version = agent_version
+        self.steer_role = steer_role
         self.last_request_id: str | None = None
         self._requests: dict[str, _Request] = {}
         self._into: dict[str, Recorder] = {}  # request id -> a request begun elsewhere
@@ -175,6 +204,40 @@ class TracejudgeProcessor(TracingProcessor):
             return
         request.stopped = request.stopped or told
         raise AgentsInterventionStop(told)
+
+    def call_model_input_filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """For `RunConfig(call_model_input_filter=...)`: the model call's input with the run's
+        new steers added (module docstring)."""
+        return self.with_steers(data.model_data)
+
+    def with_steers(self, model_data: ModelInputData) -> ModelInputData:
+        """`model_data` with the steers the run in progress here was told and not yet given
+        appended to its input, each steer once, as one message each; unchanged when there are
+        none or the run was told to stop. Never raises."""
+        try:
+            request = self._current()
+            recorder = None if request is None else request.recorder
+            if recorder is None or recorder.should_stop():
+                return model_data
+            found = recorder.pending_steers()
+            if not found:
+                return model_data
+            for steer in found:
+                log.info(
+                    "tracejudge: steering %s as told (%s): %s",
+                    recorder.request_id,
+                    steer.intervention_id,
+                    steer.message,
+                )
+            said: list[TResponseInputItem] = [
+                {"role": self.steer_role, "content": steer_text(s)} for s in found
+            ]
+            return ModelInputData(
+                input=[*model_data.input, *said], instructions=model_data.instructions
+            )
+        except Exception:  # the agent goes on, unsteered
+            log.exception("tracejudge: could not add a steer to the model's input")
+            return model_data
 
     def _current(self) -> _Request | None:
         trace = get_current_trace()

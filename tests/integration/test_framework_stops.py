@@ -24,6 +24,7 @@ from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
 from openai.types.responses import ResponseFunctionToolCall
 
+from examples import loop_steer
 from examples.langgraph_agent import ScriptedChatModel
 from examples.openai_agents_agent import ScriptedModel, say
 from tests.integration.harness import WorkerProcess, consume, values, worker_env
@@ -320,3 +321,37 @@ async def test_an_agents_sdk_run_doing_varied_work_is_not_stopped(
     assert rid is not None and tracer.flush(10)
     assert (await final_of(stopping_worker, rid))["output"] == ANSWER
     assert judged(tracer, rid, stopping_worker).interventions == []
+
+
+# -- steers ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", ["langgraph", "openai-agents"])
+async def test_a_steer_from_the_worker_reaches_the_next_model_call_and_the_run_answers(
+    framework: str,
+    tracer: Tracer,
+    stopping_worker: WorkerProcess,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """examples/loop_steer.py's agent against the worker: back and forth between two look-ups
+    until the worker's steer (two calls taking turns, on the 6th call) is in its model's input;
+    the model reads it, answers, and the evaluation lists the steer, the run not stopped."""
+    if framework == "langgraph":
+        rid = await asyncio.to_thread(loop_steer.run_langgraph, tracer)
+    else:
+        rid = await loop_steer.run_openai_agents(tracer)
+    out = capsys.readouterr().out
+    assert f"answer: {loop_steer.ANSWER}" in out, out + stopping_worker.tail()
+    read_at = [
+        int(line.split("at its call ")[1].split(":")[0])
+        for line in out.splitlines()
+        if line.startswith("the model read, at its call ")
+    ]
+    assert len(read_at) == 1 and 7 <= read_at[0] <= 7 + AFTER, out
+    assert rid is not None and tracer.flush(10)
+    final = await final_of(stopping_worker, rid)
+    assert final["output"] == loop_steer.ANSWER and "stopped_by" not in final
+    made = judged(tracer, rid, stopping_worker).interventions
+    assert [(i.crossed, i.action, i.stopped_after) for i in made] == [
+        ("alternating_calls", "steer", False)
+    ]
