@@ -53,10 +53,23 @@ CONTROL_KEY = "framework-stops-" + "0123456789abcdef" * 2
 def stopping_worker(
     kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
-    """A worker with the default loop rules, and a short idle timeout."""
+    """A worker whose loop rules stop at their first crossing (two calls taking turns are
+    steered), and a short idle timeout."""
     workdir = tmp_path_factory.mktemp("stopping-worker")
+    # stop at a loop's first crossing (the default steers first), two calls taking turns
+    # excepted: those are steered, as the steer tests below need
+    budgets = workdir / "budgets.toml"
+    budgets.write_text(
+        '[default]\nloop_action = "stop"\nloop_actions = {alternating_calls = "steer"}\n'
+    )
     env = worker_env(
-        kafka_bootstrap, redis_url, workdir, "stops", idle_timeout_s=5, control_keys=CONTROL_KEY
+        kafka_bootstrap,
+        redis_url,
+        workdir,
+        "stops",
+        idle_timeout_s=5,
+        control_keys=CONTROL_KEY,
+        budgets_file=str(budgets),
     )
     worker = WorkerProcess(env, workdir / "worker.log").start()
     yield worker
