@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from tracejudge.judges.checks.view import Run
 
 # fail: the run fails (not passed, its score capped below the threshold); lower: its score goes
 # down, the verdict stands; note: shown and counted, nothing changes
@@ -25,3 +29,29 @@ class Failure:
             raise ValueError("a check's Failure needs a message")
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r}: one of {', '.join(SEVERITIES)}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check as the worker runs it: `name` (shown with its findings), `version` (what changes
+    when its logic does), the function, whether it also runs on each new step while the run runs
+    (`per_step`) and what a failure then sends the run (`action`: steer or stop)."""
+
+    name: str
+    fn: Callable[[Run], Failure | Iterable[Failure] | None]
+    version: str = "1"
+    per_step: bool = False
+    action: Literal["steer", "stop"] = "stop"
+
+    def failures(self, run: Run) -> list[Failure]:
+        """What the check found; raises what the check raises, or TypeError for an answer that
+        is not a Failure, a list of them, or None."""
+        found = self.fn(run)
+        if found is None:
+            return []
+        if isinstance(found, Failure):
+            return [found]
+        out = list(found)
+        if not all(isinstance(f, Failure) for f in out):
+            raise TypeError(f"check {self.name} returned {found!r}: a Failure, a list, or None")
+        return out

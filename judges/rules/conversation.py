@@ -179,6 +179,11 @@ def pending_action(text: str) -> str | None:
     return None
 
 
+def is_go_ahead(text: str) -> bool:
+    """An explicit yes to what was proposed ("yes", "go ahead", "请继续"), as the rules read one."""
+    return _GO_AHEAD.search(text) is not None
+
+
 def is_state_change(call: ToolCall) -> bool:
     """A call that changes something for the user (not a look-up, not a hand-off to a human)."""
     return not reads_only(call.tool) and not _HANDOFF_WORDS.search(call.tool.replace("_", " "))
