@@ -1,0 +1,207 @@
+"""Which checks each agent gets: code checks named in settings (`TRACEJUDGE_CHECKS`,
+`module:function` comma-separated), shipped by packages (the `tracejudge.checks` entry-point
+group), and the checks file (`TRACEJUDGE_CHECKS_FILE`), a TOML file like the budgets file:
+
+    [default]
+    code = ["team_checks:refund_within_total"]
+    never_call = ["drop_database"]
+
+    [agents."support-*"]            # fnmatch patterns; an exact name wins, then the first match
+    needs_confirmation = ["refund", "cancel_reservation"]
+    final_must_not_match = ['(?i)\\bwill (?:arrive|be delivered) (?:by|on)\\b']
+    on_step = "steer"               # what a per-step check's failure sends: stop (default), steer
+
+An agent's table replaces the default's entries it names and keeps the others. Checked when read:
+an unknown key, a value of the wrong shape, a pattern that does not compile or a code check that
+cannot be imported is one error naming the table and the key.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import re
+import tomllib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from tracejudge.judges.checks.api import Check, Failure
+from tracejudge.judges.checks.declarative import FINAL, PER_STEP, declared
+from tracejudge.judges.checks.view import Run
+
+ENTRY_POINTS = "tracejudge.checks"
+KEYS = ("code", "on_step", *PER_STEP, *FINAL)
+CHECK_ATTRIBUTE = "__tracejudge_check__"  # set by `check` below: version, per_step, action
+
+
+class ChecksError(ValueError):
+    """The checks cannot be used: which table, which key, why."""
+
+
+def check(
+    *, version: str = "1", per_step: bool = False, action: str = "stop"
+) -> Callable[[Callable[[Run], Any]], Callable[[Run], Any]]:
+    """Decorate a code check with its version, and to run it on each new step while the run
+    runs (`per_step`; a failure then sends `action`, stop or steer, like a budget)."""
+    if action not in ("stop", "steer"):
+        raise ValueError(f"action {action!r}: stop or steer")
+
+    def mark(fn: Callable[[Run], Any]) -> Callable[[Run], Any]:
+        setattr(fn, CHECK_ATTRIBUTE, {"version": version, "per_step": per_step, "action": action})
+        return fn
+
+    return mark
+
+
+def code_check(target: str, where: str) -> Check:
+    """`module:function` as a Check, imported now (an error names it and why)."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ChecksError(f"{where}: {target!r}: expected module:function")
+    try:
+        fn = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ChecksError(f"{where}: {target!r} cannot be imported: {exc}") from exc
+    if not callable(fn):
+        raise ChecksError(f"{where}: {target!r} is not a function")
+    marks = getattr(fn, CHECK_ATTRIBUTE, {})
+    return Check(
+        name=target,
+        fn=fn,
+        version=str(marks.get("version", "1")),
+        per_step=bool(marks.get("per_step", False)),
+        action="steer" if marks.get("action") == "steer" else "stop",
+    )
+
+
+@dataclass(frozen=True)
+class CheckBook:
+    common: tuple[Check, ...] = ()  # settings' and entry points' code checks: every agent's
+    default: dict[str, Any] = field(default_factory=dict)
+    agents: tuple[tuple[str, dict[str, Any]], ...] = ()
+    _cache: dict[str, tuple[Check, ...]] = field(default_factory=dict, compare=False)
+
+    @property
+    def empty(self) -> bool:
+        return not self.common and not self.default and not self.agents
+
+    def for_agent(self, agent: str | None) -> tuple[Check, ...]:
+        key = agent or ""
+        if key not in self._cache:
+            table = dict(self.default)
+            table.update(self._table(agent))
+            self._cache[key] = self.common + _checks(table, "checks file")
+        return self._cache[key]
+
+    def _table(self, agent: str | None) -> dict[str, Any]:
+        if agent:
+            for name, table in self.agents:
+                if name == agent:
+                    return table
+            for name, table in self.agents:
+                if fnmatch.fnmatchcase(agent, name):
+                    return table
+        return {}
+
+    @classmethod
+    def read(cls, names: str = "", path: str = "", entry_points_on: bool = True) -> CheckBook:
+        """From the settings: `names` (TRACEJUDGE_CHECKS), `path` (TRACEJUDGE_CHECKS_FILE)."""
+        common = [code_check(n.strip(), "TRACEJUDGE_CHECKS") for n in names.split(",") if n.strip()]
+        if entry_points_on:
+            for ep in entry_points(group=ENTRY_POINTS):
+                common.append(code_check(ep.value, f"entry point {ep.name}"))
+        default: dict[str, Any] = {}
+        agents: tuple[tuple[str, dict[str, Any]], ...] = ()
+        if path:
+            default, agents = _read_file(Path(path))
+        return cls(tuple(common), default, agents)
+
+
+def _read_file(path: Path) -> tuple[dict[str, Any], tuple[tuple[str, dict[str, Any]], ...]]:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ChecksError(f"checks file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ChecksError(f"checks file {path}: not TOML: {exc}") from exc
+    unknown = set(raw) - {"default", "agents"}
+    if unknown:
+        raise ChecksError(
+            f"checks file {path}: unknown table(s) {', '.join(sorted(unknown))}; "
+            'expected [default] and [agents."NAME"]'
+        )
+    default = _valid(raw.get("default", {}), f"checks file {path} [default]")
+    agents = raw.get("agents", {})
+    if not isinstance(agents, dict):
+        raise ChecksError(f'checks file {path}: agents must be tables: [agents."NAME"]')
+    return default, tuple(
+        (name, _valid(table, f'checks file {path} [agents."{name}"]'))
+        for name, table in agents.items()
+    )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+
+
+def _valid(table: Any, where: str) -> dict[str, Any]:
+    """The table, each entry checked (and every check in it built once, to find errors now)."""
+    if not isinstance(table, dict):
+        raise ChecksError(f"{where}: must be a table of checks ({', '.join(KEYS)})")
+    for key, value in table.items():
+        shape_ok = {
+            "code": _strings(value),
+            "on_step": value in ("stop", "steer"),
+            "never_call": _strings(value),
+            "needs_confirmation": _strings(value),
+            "final_must_match": _strings(value),
+            "final_must_not_match": _strings(value),
+            "call_before": isinstance(value, list)
+            and all(_strings(p) and len(p) == 2 for p in value),
+            "max_calls": isinstance(value, dict)
+            and all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value.values()
+            ),
+        }.get(key)
+        if shape_ok is None:
+            raise ChecksError(f"{where}: unknown check {key!r}; known: {', '.join(KEYS)}")
+        if not shape_ok:
+            raise ChecksError(f"{where}: {key} = {value!r}: {_SHAPES[key]}")
+        if key in FINAL:
+            for pattern in value:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ChecksError(
+                        f"{where}: {key}: /{pattern}/ does not compile: {exc}"
+                    ) from exc
+    _checks(table, where)  # code checks imported now: a typo stops the start, not a run
+    return dict(table)
+
+
+_SHAPES = {
+    "code": 'a list of "module:function"',
+    "on_step": '"stop" or "steer"',
+    "never_call": "a list of tool names",
+    "needs_confirmation": "a list of tool names",
+    "final_must_match": "a list of regular expressions",
+    "final_must_not_match": "a list of regular expressions",
+    "call_before": 'a list of pairs ["first", "then"]',
+    "max_calls": "a table {tool = most calls}",
+}
+
+
+def _checks(table: dict[str, Any], where: str) -> tuple[Check, ...]:
+    action = str(table.get("on_step", "stop"))
+    made: list[Check] = [code_check(t, where) for t in table.get("code", [])]
+    made += [declared(key, key, table[key], action) for key in (*PER_STEP, *FINAL) if key in table]
+    return tuple(made)
+
+
+def run_all(checks: Iterable[Check], run: Run) -> list[tuple[Check, Failure]]:
+    """Every check on `run`, in order, for callers that need no time limit (tests, tools);
+    the worker bounds each one (streams)."""
+    return [(c, f) for c in checks for f in c.failures(run)]

@@ -1,0 +1,36 @@
+"""Checks as a team writes them (imported by name in tests/test_checks.py), from the docs."""
+
+from __future__ import annotations
+
+import re
+
+from tracejudge.judges.checks import Failure, Run
+from tracejudge.judges.checks.book import check
+
+
+def refund_within_total(run: Run) -> Failure | None:
+    """A refund never exceeds the order's total, as the look-up before it gave it."""
+    total = None
+    for step in run.calls():
+        if step.tool == "get_order" and step.result:
+            found = re.search(r"total (\d+(?:\.\d+)?)", step.result)
+            total = float(found.group(1)) if found else total
+        if step.tool == "refund" and step.args and total is not None:
+            asked = re.search(r"(\d+(?:\.\d+)?)", step.args)
+            if asked and float(asked.group(1)) > total:
+                return Failure(
+                    f"refund of {asked.group(1)} over the order total {total:g}", step.index
+                )
+    return None
+
+
+@check(version="2", per_step=True, action="steer")
+def no_shouting(run: Run) -> Failure | None:
+    """A note on answers in capitals: counted, the verdict unchanged."""
+    if run.final_answer and run.final_answer.isupper():
+        return Failure("the answer shouts", severity="note")
+    return None
+
+
+def broken(run: Run) -> Failure | None:
+    raise RuntimeError("a bug in the team's check")

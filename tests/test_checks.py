@@ -1,0 +1,103 @@
+"""A team's checks, in code and in a file, on runs built as the worker holds them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_rules import window_of
+from tracejudge.judges.checks import Failure
+from tracejudge.judges.checks.book import CheckBook, ChecksError, run_all
+from tracejudge.judges.checks.view import run_of
+
+
+def refund_run(amount: str, *, confirmed: bool = True) -> list[dict[str, Any]]:
+    rid = "c1"
+    events: list[dict[str, Any]] = [
+        {"type": "task_started", "request_id": rid, "goal": "refund order 7",
+         "agent_name": "support-bot"},
+        {"type": "tool_call", "request_id": rid, "step_index": 1, "tool": "get_order",
+         "args_summary": '{"order_id": 7}', "success": True,
+         "result_preview": "order 7: total 54.90"},
+        {"type": "user_message", "request_id": rid, "step_index": 2,
+         "text": "yes, go ahead" if confirmed else "how much would I get?"},
+        {"type": "tool_call", "request_id": rid, "step_index": 3, "tool": "refund",
+         "args_summary": f'{{"amount": {amount}}}', "success": True},
+        {"type": "final_response", "request_id": rid, "output": f"Refunded {amount}."},
+    ]  # fmt: skip
+    return events
+
+
+def book(tmp_path: Path, text: str, names: str = "") -> CheckBook:
+    path = tmp_path / "checks.toml"
+    path.write_text(text)
+    return CheckBook.read(names, str(path), entry_points_on=False)
+
+
+def test_a_code_check_named_in_settings_finds_its_failure_on_the_step(tmp_path: Path) -> None:
+    checks = CheckBook.read("tests.team_checks:refund_within_total", entry_points_on=False)
+    found = run_all(checks.for_agent("support-bot"), run_of(window_of(refund_run("80.00"))))
+    assert [(c.name, f.step, f.severity) for c, f in found] == [
+        ("tests.team_checks:refund_within_total", 3, "fail")
+    ]
+    assert run_all(checks.for_agent("support-bot"), run_of(window_of(refund_run("20.00")))) == []
+
+
+def test_checks_without_code_per_agent_pattern(tmp_path: Path) -> None:
+    checks = book(
+        tmp_path,
+        '[default]\nnever_call = ["drop_database"]\n\n'
+        '[agents."support-*"]\nneeds_confirmation = ["refund"]\n'
+        'final_must_not_match = ["(?i)will arrive by"]\nmax_calls = {get_order = 0}\n'
+        'call_before = [["get_order", "refund"]]\n',
+    )
+    unconfirmed = run_of(window_of(refund_run("20.00", confirmed=False)))
+    found = {c.name: f for c, f in run_all(checks.for_agent("support-bot"), unconfirmed)}
+    assert found["needs_confirmation"].step == 3 and found["max_calls"].step == 1
+    assert "call_before" not in found  # the look-up came first
+    assert [c.name for c in checks.for_agent("other")] == ["never_call"]
+    assert all(
+        c.per_step for c in checks.for_agent("support-bot") if c.name != "final_must_not_match"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('[default]\nnever_cal = ["x"]\n', "unknown check 'never_cal'"),
+        ('[default]\nmax_calls = {x = "3"}\n', "a table {tool = most calls}"),
+        ('[default]\nfinal_must_match = ["(unclosed"]\n', "does not compile"),
+        ('[default]\ncode = ["tests.team_checks:nothing_here"]\n', "cannot be imported"),
+        ('[agents."x"]\ncall_before = [["a"]]\n', 'pairs ["first", "then"]'),
+        ("[defaults]\n", "unknown table"),
+    ],
+)
+def test_a_bad_checks_file_is_one_error_naming_the_table_and_key(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    with pytest.raises(ChecksError, match=None) as raised:
+        book(tmp_path, text)
+    assert says in str(raised.value) and "checks file" in str(raised.value)
+
+
+def test_a_check_says_its_version_and_a_wrong_answer_is_refused() -> None:
+    checks = CheckBook.read(
+        "tests.team_checks:no_shouting,tests.team_checks:broken", entry_points_on=False
+    )
+    shouting, broken = checks.for_agent(None)
+    assert (shouting.version, shouting.per_step, shouting.action) == ("2", True, "steer")
+    run = run_of(
+        window_of(
+            [
+                *refund_run("1")[:-1],
+                {"type": "final_response", "request_id": "c1", "output": "DONE"},
+            ]
+        )
+    )
+    assert shouting.failures(run) == [Failure("the answer shouts", severity="note")]
+    with pytest.raises(RuntimeError):
+        broken.failures(run)
+    with pytest.raises(ValueError, match="needs a message"):
+        Failure("")
