@@ -46,10 +46,12 @@ class FailedStep(_Output):
 
 
 class Finding(_Output):
-    """A rule that fired on the request, with the evidence it read (masked)."""
+    """A rule that fired on the request, with the evidence it read (masked). A team's own check
+    is `check:<name>`, with its `version`."""
 
     rule: str
     evidence: str
+    version: str | None = Field(default=None, description="A team's check: its version.")
 
 
 RemainingKind = Literal[

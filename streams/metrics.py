@@ -298,9 +298,7 @@ class Metrics:
             ["status"],
             registry=r,
         )
-        self.retries = Counter(
-            "tracejudge_retries", "Retry decisions, by type.", ["type"], registry=r
-        )
+        self.retries = Counter("tracejudge_retries", "Retries, by type.", ["type"], registry=r)
         self.early_stops = Counter(
             "tracejudge_early_stops", "Early-stop decisions, by action.", ["action"], registry=r
         )
@@ -310,6 +308,7 @@ class Metrics:
             ["kind", "crossed"],
             registry=r,
         )
+        self.check_failures, self.check_errors = _check_counters(r)
         self.verdict_latency = Histogram(
             "tracejudge_verdict_latency_seconds",
             "From the terminal event's broker timestamp to its evaluation published.",
@@ -421,3 +420,20 @@ def metric_names(metrics: Metrics) -> set[str]:
     for family in metrics.registry.collect():
         names.update(family.name + end for end in suffixes.get(family.type, ("",)))
     return names
+
+
+def _check_counters(r: CollectorRegistry) -> tuple[Counter, Counter]:
+    """A team's checks' failures and errors (a bounded set: named in settings or the file)."""
+    failures = Counter(
+        "tracejudge_check_failures",
+        "Failures a team's checks found, by check and severity.",
+        ["check", "severity"],
+        registry=r,
+    )
+    errors = Counter(
+        "tracejudge_check_errors",
+        "Checks that raised or ran past TRACEJUDGE_CHECK_TIMEOUT_S, left out of a verdict.",
+        ["check", "kind"],
+        registry=r,
+    )
+    return failures, errors

@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tracejudge.judges.agreement.calibration import CalibrationBook, CalibrationRule
+from tracejudge.judges.checks.book import CheckBook
 from tracejudge.judges.inflight.budgets import BudgetBook
 from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
 from tracejudge.judges.inflight.loops import LoopRules
@@ -518,7 +519,27 @@ class RuleSettings(BaseModel):
         description="Calls in a row with no result the run had not seen (0: off).",
     )
 
+    checks: str = Field(
+        "",
+        description="A team's own checks, comma-separated module:function, run on every closed "
+        "run of every agent (docs/checks.md); packages add theirs through the "
+        "tracejudge.checks entry-point group. Empty: none.",
+    )
+    checks_file: str = Field(
+        "",
+        description='A TOML file of per-agent checks: [default] and [agents."NAME"] tables of '
+        "code checks and checks without code (never_call, call_before, needs_confirmation, "
+        "max_calls, final_must_match, final_must_not_match; docs/checks.md); checked at start.",
+    )
+    check_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        description="How long a closed run's checks may take together; one still running then "
+        "is counted and left out, the verdict made without it.",
+    )
+
     _budget_book: BudgetBook = PrivateAttr(default_factory=BudgetBook)
+    _check_book: CheckBook = PrivateAttr(default_factory=CheckBook)
 
     @model_validator(mode="after")
     def _interventions_readable(self) -> Self:
@@ -536,6 +557,11 @@ class RuleSettings(BaseModel):
             )
         except ValueError as exc:
             raise SettingProblem(str(exc), "budgets_file") from None
+        try:  # team modules imported now: a typo stops the start, not a run
+            self._check_book = CheckBook.read(self.checks, self.checks_file)
+        except ValueError as exc:
+            name = "checks_file" if "checks file" in str(exc) else "checks"
+            raise SettingProblem(str(exc), name) from None
         return self
 
     generic_max_retries: int = Field(
@@ -898,6 +924,10 @@ class Settings(
     def budget_book(self) -> BudgetBook:
         """The budgets file as read and checked at start (BudgetsError named what was wrong)."""
         return self._budget_book
+
+    def check_book(self) -> CheckBook:
+        """The team's checks as read and checked at start."""
+        return self._check_book
 
     def early_stop_policy(self) -> EarlyStopPolicy:
         return EarlyStopPolicy(

@@ -34,3 +34,14 @@ def no_shouting(run: Run) -> Failure | None:
 
 def broken(run: Run) -> Failure | None:
     raise RuntimeError("a bug in the team's check")
+
+
+def slow(run: Run) -> Failure | None:
+    import time
+
+    time.sleep(10)  # past any time limit the tests set
+    return Failure("too late to count")
+
+
+def lowers(run: Run) -> Failure | None:
+    return Failure("answers without a reference number", severity="lower")

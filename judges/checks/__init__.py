@@ -2,9 +2,10 @@
 
 A check is a plain function given one run as a read-only `Run` (view.py) and returning nothing
 when the run passes, or a `Failure` (api.py): a message, optionally the step it points at and a
-severity. The worker runs a team's checks on every closed run (and, marked per step, on each
-new step while the run runs), `tracejudge replay` and `tracejudge agreement` run the same ones,
-and each one shows and is measured like a built-in rule. May import `rules` and below.
+severity. Which checks an agent gets is book.py's; the no-code ones are declarative.py's; their
+results go into the rules' verdict in apply.py. The worker runs a team's checks on every closed
+run, `tracejudge replay` and `tracejudge agreement` run the same ones, and each shows and is
+measured like a built-in rule (docs/checks.md). May import `rules` and below.
 
     from tracejudge.judges.checks import Failure, Run
 

@@ -44,8 +44,9 @@ class ChecksError(ValueError):
 def check(
     *, version: str = "1", per_step: bool = False, action: str = "stop"
 ) -> Callable[[Callable[[Run], Any]], Callable[[Run], Any]]:
-    """Decorate a code check with its version, and to run it on each new step while the run
-    runs (`per_step`; a failure then sends `action`, stop or steer, like a budget)."""
+    """Decorate a code check with its version. `per_step` and `action` (stop or steer) mark a
+    check meant to act while a run runs; the worker runs every check on the closed run only,
+    for now."""
     if action not in ("stop", "steer"):
         raise ValueError(f"action {action!r}: stop or steer")
 
@@ -57,16 +58,18 @@ def check(
 
 
 def code_check(target: str, where: str) -> Check:
-    """`module:function` as a Check, imported now (an error names it and why)."""
+    """`module:function` as a Check, imported now (an error names it and why); `where` says
+    where it was named ("" for the setting, which the error's reader names)."""
+    where = f"{where}: " if where else ""
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise ChecksError(f"{where}: {target!r}: expected module:function")
+        raise ChecksError(f"{where}{target!r}: expected module:function")
     try:
         fn = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
-        raise ChecksError(f"{where}: {target!r} cannot be imported: {exc}") from exc
+        raise ChecksError(f"{where}{target!r} cannot be imported: {exc}") from exc
     if not callable(fn):
-        raise ChecksError(f"{where}: {target!r} is not a function")
+        raise ChecksError(f"{where}{target!r} is not a function")
     marks = getattr(fn, CHECK_ATTRIBUTE, {})
     return Check(
         name=target,
@@ -109,7 +112,7 @@ class CheckBook:
     @classmethod
     def read(cls, names: str = "", path: str = "", entry_points_on: bool = True) -> CheckBook:
         """From the settings: `names` (TRACEJUDGE_CHECKS), `path` (TRACEJUDGE_CHECKS_FILE)."""
-        common = [code_check(n.strip(), "TRACEJUDGE_CHECKS") for n in names.split(",") if n.strip()]
+        common = [code_check(n.strip(), "") for n in names.split(",") if n.strip()]
         if entry_points_on:
             for ep in entry_points(group=ENTRY_POINTS):
                 common.append(code_check(ep.value, f"entry point {ep.name}"))

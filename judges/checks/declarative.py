@@ -6,9 +6,10 @@
 - `max_calls`: {tool: n}: at most n calls of the tool in one run;
 - `final_must_match` / `final_must_not_match`: regular expressions the final answer must (not)
   contain.
-Each fails the run (severity fail) and points at the step that broke it; the per-step ones
-(`never_call`, `call_before`, `needs_confirmation`, `max_calls`) also hold on a run still
-running, so they can stop it on the step that breaks them.
+Each fails the run (severity fail) and points at the step that broke it. The step-wise ones
+(`never_call`, `call_before`, `needs_confirmation`, `max_calls`) hold on a run cut at any step
+too: they are marked `per_step`, for acting while a run runs (the worker runs every check on
+the closed run only, for now).
 """
 
 from __future__ import annotations

@@ -82,6 +82,9 @@ class RuleVerdict(BaseModel):
     blame: Blame | None = None
     # step index -> who took it (its actor, else its tool): names the judge's blamed step
     actors: dict[int, str] = Field(default_factory=dict)
+    # a team's checks (judges/checks/apply.py): how many failed the run, and each one's version
+    failed_checks: int = 0
+    check_versions: dict[str, str] = Field(default_factory=dict)
     # the stop intervention that ended the run before its answer, in words (None: none did):
     # the run is incomplete and does not pass whatever the judge says (judges/rules/stops.py)
     stopped: str | None = None

@@ -330,6 +330,8 @@ def conclude(
         # the judge's verdict does not take it back; below the threshold in use, like the rules
         incomplete = True
         exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
+    if rules.failed_checks:  # the team's own rule failed it: below the threshold in use
+        exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
     overall = round(exact)
     clean = exact >= threshold and success and not incomplete
     evaluation = Evaluation(
@@ -356,7 +358,10 @@ def conclude(
         summary=mask(verdict.summary or rules.summary),
         reasons=[mask(r) for r in reasons],
         suggestions=[mask(s) for s in suggestions],
-        findings=[Finding(rule=rule, evidence=mask(text)) for rule, text in rules.findings],
+        findings=[
+            Finding(rule=rule, evidence=mask(text), version=rules.check_versions.get(rule))
+            for rule, text in rules.findings
+        ],
         judge_status=outcome.status,
         judge_error=outcome.error,
         closed_by=facts.closed_by,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tracejudge.judges import Judge
+from tracejudge.judges.checks.apply import Checked, with_checks
 from tracejudge.judges.inflight.savings import estimated_saving
 from tracejudge.judges.llm.prompt import build_input
 from tracejudge.judges.llm.sampling import RateRule, Selection
@@ -86,8 +87,9 @@ def flagged(evaluation: Evaluation) -> bool:
     return not evaluation.passed or not evaluation.success or evaluation.incomplete
 
 
-def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None) -> Made:
-    window = window_of(
+def window_for(closing: Closing) -> Window:
+    """The closed window as the judges read it."""
+    return window_of(
         closing.request_id,
         closing.records,
         closed_by=closing.closed_by,
@@ -96,8 +98,22 @@ def make_verdict(judging: Judging, closing: Closing, rules: Judge | None = None)
         early_stops=closing.early_stops,
         interventions=closing.interventions,
     )
+
+
+def make_verdict(
+    judging: Judging,
+    closing: Closing,
+    rules: Judge | None = None,
+    window: Window | None = None,
+    checked: Checked | None = None,
+) -> Made:
+    """`window`: `window_for(closing)` when the caller built it already; `checked`: what the
+    agent's team's checks found on it (judges/checks), folded in as a rule's findings."""
+    window = window or window_for(closing)
     rules = rules or RuleJudge(tool_call_budget=judging.tool_call_budget)
     verdict = rules.judge(window, closing.stats, closing.norms)
+    if checked is not None:
+        verdict = with_checks(verdict, checked)
     facts = WindowFacts.of(window, judging.policy.max_iterations, closing.stats)
     if facts.interventions:
         stats = closing.stats or RunStats.of(window)

@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tracejudge.judges.checks.book import CheckBook
+from tracejudge.judges.checks.view import run_of
 from tracejudge.judges.rules.agent_norms import group_of
 from tracejudge.judges.rules.judge import RuleJudge
-from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
+from tracejudge.judges.verdict.make import Closing, Judging, make_verdict, window_for
 from tracejudge.models.window import ClosedBy
 from tracejudge.streams.commit import Held, later
 from tracejudge.streams.outputs import Channel, VerdictPublisher, deliver
+from tracejudge.streams.worker.checks import CheckRunner
 from tracejudge.streams.worker.windows import WindowStore, fired_of
 
 
@@ -22,6 +25,9 @@ class WindowCloser:
     publisher: VerdictPublisher
     judge_requests: Channel
     clock: Callable[[], float]
+    # a team's checks, and what runs them within their time limit (None: no checks anywhere)
+    checks: CheckBook | None = None
+    check_runner: CheckRunner | None = None
 
     def __post_init__(self) -> None:
         self.rules = RuleJudge(tool_call_budget=self.judging.tool_call_budget)
@@ -64,7 +70,18 @@ class WindowCloser:
         await later(self._publish(closing, count, held))
 
     async def _publish(self, closing: Closing, count: int, held: Held | None) -> None:
-        made = make_verdict(self.judging, closing, self.rules)
+        checks = (
+            ()
+            if self.checks is None
+            else self.checks.for_agent(closing.stats.agent_name if closing.stats else None)
+        )
+        if checks and self.check_runner is not None:
+            # built once for the checks and the judges alike; without checks nothing is added
+            window = window_for(closing)
+            checked = await self.check_runner.run(checks, run_of(window))
+            made = make_verdict(self.judging, closing, self.rules, window, checked)
+        else:
+            made = make_verdict(self.judging, closing, self.rules)
         if made.evaluation is not None:  # final, or pending the judge's
             await self.publisher.publish(made, closing.terminal_at)
         if made.job is not None:

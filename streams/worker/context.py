@@ -32,6 +32,7 @@ from tracejudge.streams.otel.evaluations import evaluation_exporter
 from tracejudge.streams.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.baselines import BaselineBook
+from tracejudge.streams.worker.checks import CheckRunner
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.events import EventHandler
@@ -138,7 +139,7 @@ class WorkerContext:
             stage.clock = clock  # one clock for closing a request and aging its judge job
             judge_jobs = JudgeJobHandler(stage, publisher, metrics)
         judging = _judging(settings, policy, version, llm, lookup)
-        closer = WindowCloser(store, judging, publisher, channels.judge_requests, clock)
+        closer = _closer(settings, store, judging, publisher, channels.judge_requests, clock)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
         timeouts = _timeouts(settings)
@@ -337,4 +338,26 @@ def _versions(settings: Settings) -> tuple[str, LLMRouting | None]:
         parse_rates(settings.llm_sample_rates),  # valid: the settings checked it
         settings.llm_judge_flagged,
         settings.llm_input_tokens,
+    )
+
+
+def _closer(
+    settings: Settings,
+    store: WindowStore,
+    judging: Judging,
+    publisher: VerdictPublisher,
+    judge_requests: Channel,
+    clock: Callable[[], float],
+) -> WindowCloser:
+    """The closer, with the team's checks when any are configured (none: nothing added)."""
+    checks = settings.check_book()
+    runner = None if checks.empty else CheckRunner(settings.check_timeout_s, publisher.metrics)
+    return WindowCloser(
+        store,
+        judging,
+        publisher,
+        judge_requests,
+        clock,
+        None if checks.empty else checks,
+        runner,
     )

@@ -1,0 +1,70 @@
+"""A team's checks through the worker's own handlers (in memory): their failures in the
+evaluation like a built-in rule's, and a check that raises or hangs leaving every request
+evaluated in time, counted in /metrics."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.memory import memory_worker
+from tests.test_checks import refund_run
+
+TEAM = "tests.team_checks"
+
+
+async def evaluate(events: list[dict[str, Any]], **settings: Any) -> tuple[dict[str, Any], Any]:
+    w = memory_worker(**settings)
+    for event in events:
+        await w.event(event)
+    (evaluation,) = w.channel("evaluations").values()
+    return evaluation, w
+
+
+async def test_a_failing_check_fails_the_run_names_its_step_and_is_blamed() -> None:
+    evaluation, w = await evaluate(refund_run("80.00"), checks=f"{TEAM}:refund_within_total")
+    finding = next(f for f in evaluation["findings"] if f["rule"].startswith("check:"))
+    assert finding == {
+        "rule": f"check:{TEAM}:refund_within_total",
+        "evidence": "refund of 80.00 over the order total 54.9 (step 3)",
+        "version": "1",
+    }
+    assert not evaluation["passed"] and evaluation["overall_score"] < evaluation["warn_threshold"]
+    assert evaluation["blame"]["step_index"] == 3 and "check" in evaluation["blame"]["reason"]
+    value = w.ctx.metrics.registry.get_sample_value
+    labels = {"check": f"{TEAM}:refund_within_total", "severity": "fail"}
+    assert value("tracejudge_check_failures_total", labels) == 1.0
+    within, _ = await evaluate(refund_run("20.00"), checks=f"{TEAM}:refund_within_total")
+    assert within["passed"] and not any(f["rule"].startswith("check:") for f in within["findings"])
+
+
+async def test_lower_and_note_change_the_score_or_nothing() -> None:
+    base, _ = await evaluate(refund_run("20.00"))
+    lowered, _ = await evaluate(refund_run("20.00"), checks=f"{TEAM}:lowers")
+    assert lowered["overall_score"] == base["overall_score"] - 15
+    assert any(f["rule"] == f"check:{TEAM}:lowers" for f in lowered["findings"])
+
+
+async def test_a_check_that_raises_or_hangs_leaves_every_request_evaluated_in_time() -> None:
+    started = time.monotonic()
+    evaluation, w = await evaluate(
+        refund_run("80.00"),
+        checks=f"{TEAM}:broken,{TEAM}:slow,{TEAM}:refund_within_total",
+        check_timeout_s=0.5,
+    )
+    assert time.monotonic() - started < 5  # not the slow check's 10 s
+    assert any("check tests.team_checks:broken raised" in r for r in evaluation["reasons"])
+    assert any("tests.team_checks:slow timed out" in r for r in evaluation["reasons"])
+    assert not evaluation["passed"]  # the check that answered still counts
+    value = w.ctx.metrics.registry.get_sample_value
+    assert value("tracejudge_check_errors_total", {"check": f"{TEAM}:broken", "kind": "raised"})
+    assert value("tracejudge_check_errors_total", {"check": f"{TEAM}:slow", "kind": "timeout"})
+
+
+async def test_checks_from_the_file_apply_per_agent(tmp_path: Path) -> None:
+    path = tmp_path / "checks.toml"
+    path.write_text('[agents."support-*"]\nneeds_confirmation = ["refund"]\n')
+    evaluation, _ = await evaluate(refund_run("20.00", confirmed=False), checks_file=str(path))
+    assert any(f["rule"] == "check:needs_confirmation" for f in evaluation["findings"])
+    assert not evaluation["passed"]
