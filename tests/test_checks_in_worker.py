@@ -68,3 +68,26 @@ async def test_checks_from_the_file_apply_per_agent(tmp_path: Path) -> None:
     evaluation, _ = await evaluate(refund_run("20.00", confirmed=False), checks_file=str(path))
     assert any(f["rule"] == "check:needs_confirmation" for f in evaluation["findings"])
     assert not evaluation["passed"]
+
+
+def test_agreement_measures_a_check_like_a_rule(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    path = tmp_path / "checks.toml"
+    path.write_text('[default]\nfinal_must_match = ["zzz-never-there"]\n')
+    data = root / "tests" / "data" / "tau_airline"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "tracejudge.streams.cli", "agreement", str(data / "events.jsonl"),
+         "--labels", str(data / "labels.json"), "--json"],
+        capture_output=True,
+        text=True,
+        env={**clean, "TRACEJUDGE_REDIS_URL": "", "TRACEJUDGE_CHECKS_FILE": str(path)},
+        timeout=120,
+        cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "check:final_must_match" in done.stdout
