@@ -13,7 +13,6 @@ import pytest
 
 from tests.memory import memory_worker
 from tests.test_rules import window_of
-from tracejudge.judges.inflight.escalation import intervention_id
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.rules.judge import STOPPED_CAP, RuleJudge
 from tracejudge.judges.rules.stops import stop_id
@@ -25,6 +24,7 @@ from tracejudge.judges.verdict.conclude import (
     WindowFacts,
     conclude,
 )
+from tracejudge.models.ids import intervention_id
 from tracejudge.models.window import Fired, Window
 
 RID = "s1"

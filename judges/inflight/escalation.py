@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tracejudge.judges.rules.agent_norms import Norms
-from tracejudge.models.ids import stable_id
 
 LoopAction = Literal["steer", "steer_then_stop", "stop"]
 LOOP_ACTIONS: tuple[LoopAction, ...] = ("steer", "steer_then_stop", "stop")
@@ -65,11 +64,3 @@ def next_action(
     if rule_steers and policy == "steer_then_stop" and normal.beyond:
         return "stop"
     return "steer" if run_steers < MAX_STEERS else None
-
-
-def intervention_id(request_id: str, kind: str, action: str, crossed: str, nth: int) -> str:
-    """Deterministic per request: a crossing sent again after a crash is the same intervention.
-    A budget, and a loop's stop, are at most one per run; a loop's steers are per rule."""
-    if kind == "loop" and action == "steer":
-        return stable_id("intervention", request_id, "loop", "steer", crossed, str(nth))
-    return stable_id("intervention", request_id, kind)

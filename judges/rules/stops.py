@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracejudge.models.ids import stable_id
+from tracejudge.models.ids import intervention_id
 from tracejudge.models.window import Fired, Window
 
 __all__ = ["Stop", "after_crossing", "stop_id", "stop_that_ended"]
@@ -37,10 +37,9 @@ class Stop:
         return f"stopped by tracejudge for {what}{at}"
 
 
-def stop_id(request_id: str, kind: str) -> str:
-    """The id of a request's stop of a kind: one budget and one loop stop at most per run, as
-    judges/inflight/escalation.py's `intervention_id` gives it (a layer above: not imported)."""
-    return stable_id("intervention", request_id, kind)
+def stop_id(request_id: str, kind: str, crossed: str = "") -> str:
+    """The id of a request's stop: as the worker gave it (models/ids.py)."""
+    return intervention_id(request_id, kind, "stop", crossed)
 
 
 def after_crossing(window: Window, at: int | None, iid: str) -> tuple[int, bool]:
@@ -65,7 +64,7 @@ def stop_that_ended(window: Window) -> Stop | None:
         kind, crossed, action, at = fired
         if action != "stop":
             continue
-        iid = stop_id(window.request_id, kind)
+        iid = stop_id(window.request_id, kind, crossed)
         named = final.stopped_by == iid
         _, stopped = after_crossing(window, at, iid)
         if named or (stopped and not _answered_before(window, fired)):

@@ -13,14 +13,13 @@ from pydantic import BaseModel, Field
 
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook
 from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS
-from tracejudge.judges.inflight.escalation import intervention_id
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.agent_norms import RunStats
 from tracejudge.judges.rules.judge import STOPPED_CAP, RuleVerdict
 from tracejudge.judges.rules.remaining import MAX_LEFT
 from tracejudge.judges.rules.stops import after_crossing
-from tracejudge.models.ids import stable_id
+from tracejudge.models.ids import intervention_id, stable_id
 from tracejudge.models.outputs import (
     Alert,
     Blame,

@@ -17,11 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.judges.inflight.budgets import Budget, BudgetBook
-from tracejudge.judges.inflight.escalation import (
-    intervention_id,
-    next_action,
-    normal_of,
-)
+from tracejudge.judges.inflight.escalation import next_action, normal_of
 from tracejudge.judges.inflight.loops import LoopFound, LoopRules, LoopWatch
 from tracejudge.judges.inflight.spend import BudgetWatch, Crossing
 from tracejudge.judges.masking.redact import mask
@@ -35,6 +31,7 @@ from tracejudge.models.events import (
     ToolCall,
     usage_of,
 )
+from tracejudge.models.ids import intervention_id
 from tracejudge.models.outputs import Intervention
 from tracejudge.models.signing import ControlKeys, signed
 from tracejudge.streams.metrics import Metrics
