@@ -227,7 +227,7 @@ class InterventionMade(BaseModel):
     """An intervention sent to a run while it ran, as its evaluation lists it."""
 
     intervention_id: str
-    kind: Literal["budget", "loop"]
+    kind: Literal["budget", "loop", "check"]
     crossed: str = Field(description="The budget's limit or the loop rule (Intervention.crossed).")
     action: Literal["stop", "steer"]
     at_step: int | None = Field(default=None, ge=0, description="The crossing event's step.")
@@ -470,10 +470,11 @@ class Intervention(_Output):
     )
     request_id: str
     agent_name: str | None = None
-    kind: Literal["budget", "loop"]
+    kind: Literal["budget", "loop", "check"]
     crossed: str = Field(
         description="budget: the limit (steps, tool_calls, tokens, cost_usd, wall_s); loop: the "
-        "rule (repeated_call, alternating_calls, repeated_failure, no_new_result)."
+        "rule (repeated_call, alternating_calls, repeated_failure, no_new_result); check: the "
+        "team's check (docs/checks.md)."
     )
     allowed: float | None = Field(default=None, description="budget: the limit's value.")
     used: float | None = Field(default=None, description="budget: the count that crossed it.")

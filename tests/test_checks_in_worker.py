@@ -91,3 +91,28 @@ def test_agreement_measures_a_check_like_a_rule(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "check:final_must_match" in done.stdout
+
+
+async def test_a_per_step_check_stops_the_run_on_the_step_that_breaks_it(tmp_path: Path) -> None:
+    path = tmp_path / "checks.toml"
+    path.write_text('[default]\nnever_call = ["refund"]\n\n[agents."other"]\non_step = "steer"\n')
+    w = memory_worker(checks_file=str(path))
+    events = refund_run("20.00")
+    for event in events[:3]:
+        await w.event(event)
+    assert w.channel("control").values() == []  # nothing broken yet
+    await w.event(events[3])  # the refund call
+    (told,) = w.channel("control").values()
+    assert (told["kind"], told["crossed"], told["action"], told["step_index"]) == (
+        "check",
+        "never_call",
+        "stop",
+        3,
+    )
+    await w.event({**events[4], "stopped_by": told["intervention_id"]})
+    (evaluation,) = w.channel("evaluations").values()
+    assert [(m["kind"], m["crossed"], m["stopped_after"]) for m in evaluation["interventions"]] == [
+        ("check", "never_call", True)
+    ]
+    assert not evaluation["passed"] and evaluation["incomplete"]
+    assert len(w.channel("control").values()) == 1  # once per check and run

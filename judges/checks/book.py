@@ -44,9 +44,8 @@ class ChecksError(ValueError):
 def check(
     *, version: str = "1", per_step: bool = False, action: str = "stop"
 ) -> Callable[[Callable[[Run], Any]], Callable[[Run], Any]]:
-    """Decorate a code check with its version. `per_step` and `action` (stop or steer) mark a
-    check meant to act while a run runs; the worker runs every check on the closed run only,
-    for now."""
+    """Decorate a code check with its version, and to run it on the run so far at each new step
+    (`per_step`; a failure then sends `action`, stop or steer, as a budget does)."""
     if action not in ("stop", "steer"):
         raise ValueError(f"action {action!r}: stop or steer")
 
@@ -97,6 +96,13 @@ class CheckBook:
             table = dict(self.default)
             table.update(self._table(agent))
             self._cache[key] = self.common + _checks(table, "checks file")
+        return self._cache[key]
+
+    def per_step(self, agent: str | None) -> tuple[Check, ...]:
+        """The agent's checks marked to run on each new step (cached: asked on every step)."""
+        key = "\x00" + (agent or "")
+        if key not in self._cache:
+            self._cache[key] = tuple(c for c in self.for_agent(agent) if c.per_step)
         return self._cache[key]
 
     def _table(self, agent: str | None) -> dict[str, Any]:

@@ -8,8 +8,8 @@
   contain.
 Each fails the run (severity fail) and points at the step that broke it. The step-wise ones
 (`never_call`, `call_before`, `needs_confirmation`, `max_calls`) hold on a run cut at any step
-too: they are marked `per_step`, for acting while a run runs (the worker runs every check on
-the closed run only, for now).
+too: they are marked `per_step`, and the worker runs them at each new step, stopping (or
+steering) the run on the step that breaks them.
 """
 
 from __future__ import annotations

@@ -259,6 +259,7 @@ def _intervener(
 ) -> Intervener | None:
     if not settings.interventions_enabled:
         return None
+    checks = settings.check_book()
     return Intervener(
         settings.loop_rules(),
         settings.budget_book(),
@@ -267,6 +268,8 @@ def _intervener(
         store,
         metrics,
         keys=settings.control_key_set(),
+        checks=None if checks.empty else checks,
+        check_runner=None if checks.empty else CheckRunner(settings.check_timeout_s, metrics),
     )
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tracejudge.judges.checks.book import CheckBook
+from tracejudge.judges.checks.view import run_of
 from tracejudge.judges.inflight.budgets import Budget, BudgetBook
 from tracejudge.judges.inflight.escalation import next_action, normal_of
 from tracejudge.judges.inflight.loops import LoopFound, LoopRules, LoopWatch
@@ -23,12 +25,14 @@ from tracejudge.judges.inflight.spend import BudgetWatch, Crossing
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.agent_norms import Norms, group_of
 from tracejudge.judges.verdict.encoded import encode
+from tracejudge.judges.windows.records import window_of
 from tracejudge.models.events import (
     Event,
     FinalResponse,
     Iteration,
     ReasoningStep,
     ToolCall,
+    UserMessage,
     usage_of,
 )
 from tracejudge.models.ids import intervention_id
@@ -36,6 +40,7 @@ from tracejudge.models.outputs import Intervention
 from tracejudge.models.signing import ControlKeys, signed
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel, deliver
+from tracejudge.streams.worker.checks import CheckRunner
 from tracejudge.streams.worker.windows import WindowStore
 
 MAX_RUNS = 100_000  # open requests followed at once; past it the oldest is dropped
@@ -71,6 +76,9 @@ class Intervener:
     metrics: Metrics = field(default_factory=Metrics)
     runs: dict[str, _Run] = field(default_factory=dict)
     keys: ControlKeys | None = None  # what signs the interventions; None: unsigned
+    # a team's checks marked per step, run on the run so far at each new step (None: none)
+    checks: CheckBook | None = None
+    check_runner: CheckRunner | None = None
 
     async def observe(self, event: Event) -> list[Intervention]:
         """Count one new event of an open request; send what it crosses."""
@@ -98,6 +106,8 @@ class Intervener:
             # whose message says most (a failure repeated before a result repeated)
             found = sorted(found, key=lambda f: LOOP_ORDER.index(f.kind))
             made += [m for m in (self._loop(rid, run, found, event),) if m]
+        if self.checks is not None and isinstance(event, (*STEPS, UserMessage)):
+            made += await self._checks(rid, run, event)
         if run.budget is not None:
             usage = usage_of(event)
             tokens = 0 if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
@@ -128,6 +138,8 @@ class Intervener:
             sent.append(intervention)
             if intervention.kind == "budget":
                 run.budget = None
+            elif intervention.kind == "check":
+                pass  # one per check and run: what was sent says which
             elif intervention.action == "stop":
                 run.loops = None
             elif run.loops is not None:  # told: the loop has to form again after the steer
@@ -173,6 +185,47 @@ class Intervener:
             step_index=event.step_index,
             ts=self.clock(),
         )
+
+    async def _checks(self, rid: str, run: _Run, event: Event) -> list[Intervention]:
+        """The agent's per-step checks not yet sent, on the run up to this step: each that
+        fails the run is sent once, with its action. The view is rebuilt from the window at
+        each step, a cost only agents with per-step checks pay (docs/checks.md)."""
+        assert self.checks is not None and self.check_runner is not None
+        wanted = self.checks.per_step(run.agent)
+        if not wanted:
+            return []
+        sent = {c for k, c, _ in self.store.sent(rid) if k == "check"}
+        due = tuple(c for c in wanted if c.name not in sent)
+        if not due or not self.store.is_open(rid):
+            return []
+        meta, records = self.store.stored(rid)
+        window = window_of(
+            rid,
+            records,
+            closed_by="idle_timeout",  # not closed: read as far as it goes
+            step_count=meta.step_count,
+            steps_dropped=meta.steps_dropped,
+            early_stops=[],
+        )
+        checked = await self.check_runner.run(due, run_of(window))
+        made: dict[str, Intervention] = {}
+        for check, failure in checked.found:
+            if failure.severity != "fail" or check.name in made:
+                continue
+            made[check.name] = Intervention(
+                intervention_id=intervention_id(rid, "check", check.action, check.name),
+                request_id=rid,
+                agent_name=run.agent,
+                kind="check",
+                crossed=check.name,
+                evidence=mask(failure.message),
+                action=check.action,
+                message=mask(failure.message)
+                + (": stop." if check.action == "stop" else ": change course."),
+                step_index=getattr(event, "step_index", None),
+                ts=self.clock(),
+            )
+        return list(made.values())
 
     def _norms(self, agent: str | None) -> Norms | None:
         book = self.store.baselines
