@@ -158,6 +158,11 @@ class JudgeCall(_Output):
         default=None, description="The answer's `model` (a snapshot of the alias, often)."
     )
     prompt_version: str = Field(description="A hash of the system prompt and answer schema.")
+    criteria_version: str | None = Field(
+        default=None,
+        description="The version of the agent's team's criteria given to the judge "
+        "(TRACEJUDGE_LLM_CRITERIA_FILE); None: none.",
+    )
     cached: bool = Field(description="The answer came from the verdict cache: no call made.")
     attempts: int = Field(ge=0, description="Calls sent to the server, retries included.")
     latency_s: float | None = Field(

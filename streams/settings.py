@@ -28,6 +28,7 @@ from tracejudge.judges.inflight.budgets import BudgetBook
 from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
 from tracejudge.judges.inflight.loops import LoopRules
 from tracejudge.judges.llm.client import LLMConfig
+from tracejudge.judges.llm.criteria import CriteriaBook
 from tracejudge.judges.llm.prompt import input_token_budget
 from tracejudge.judges.llm.sampling import parse_rates
 from tracejudge.judges.masking.redact import mask
@@ -627,6 +628,25 @@ class JudgeSettings(BaseModel):
         "before it goes out, corrected to the usage the server reports; a call finding the "
         "minute spent waits for the next (within TRACEJUDGE_LLM_QUEUE_WAIT_S). 0: no limit.",
     )
+    llm_criteria_file: str = Field(
+        "",
+        description="A TOML file of a team's own criteria for the LLM judge: [default] and "
+        '[agents."NAME"] tables of criteria, version, good_example, bad_example '
+        "(judges/llm/criteria.py), given to the judge as the operator's instructions and named "
+        "in the evaluation's judge provenance; checked at start.",
+    )
+    _criteria_book: CriteriaBook = PrivateAttr(default_factory=CriteriaBook)
+
+    @model_validator(mode="after")
+    def _criteria_readable(self) -> Self:
+        # read once, at start: a bad criteria file stops every command naming what is wrong
+        try:
+            path = self.llm_criteria_file
+            self._criteria_book = CriteriaBook.read(Path(path)) if path else CriteriaBook()
+        except ValueError as exc:
+            raise SettingProblem(str(exc), "llm_criteria_file") from None
+        return self
+
     llm_sample_rate: float = Field(
         1.0,
         ge=0,
@@ -924,6 +944,10 @@ class Settings(
     def budget_book(self) -> BudgetBook:
         """The budgets file as read and checked at start (BudgetsError named what was wrong)."""
         return self._budget_book
+
+    def criteria_book(self) -> CriteriaBook:
+        """The teams' criteria for the LLM judge, as read and checked at start."""
+        return self._criteria_book
 
     def check_book(self) -> CheckBook:
         """The team's checks as read and checked at start."""

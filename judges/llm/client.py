@@ -8,6 +8,7 @@ httpx errors are translated here into JudgeError with one of the documented code
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import json
 import logging
@@ -48,6 +49,12 @@ MAX_PUSHBACKS = 50
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _CONTEXT_TEXT = re.compile(
     r"context[ _](length|size|window)|maximum (context )?length|too many tokens", re.IGNORECASE
+)
+
+
+# the prompt of the call in progress in this task, when not the client's own (judge_recorded)
+_PROMPT: contextvars.ContextVar[JudgePrompt | None] = contextvars.ContextVar(
+    "tracejudge_judge_prompt", default=None
 )
 
 
@@ -191,7 +198,7 @@ class LLMClient:
         return answer
 
     async def judge_recorded(
-        self, content: str, record: CallRecord | None = None
+        self, content: str, record: CallRecord | None = None, prompt: JudgePrompt | None = None
     ) -> tuple[JudgeAnswer, CallRecord]:
         """One judged answer for the content and what it took (filled into `record` when
         given, whatever the outcome), or JudgeError carrying what it took as `call`. The wait
@@ -199,11 +206,16 @@ class LLMClient:
         deadline, `timeout_s`, starts when the call goes out: time queued behind other calls
         is not the server's."""
         record = CallRecord() if record is None else record
+        # `prompt`: this call's (an agent's criteria added); every body of the call is made
+        # with it, retries and smaller inputs too, and no other task sees it
+        token = _PROMPT.set(prompt)
         try:
             return await self._judge(content, record), record
         except JudgeError as exc:
             exc.call = record
             raise
+        finally:
+            _PROMPT.reset(token)
 
     async def _judge(self, content: str, record: CallRecord) -> JudgeAnswer:
         loop = asyncio.get_running_loop()
@@ -273,7 +285,7 @@ class LLMClient:
     def _body(self, content: str, max_tokens: int | None = None) -> dict[str, Any]:
         return request_body(
             content,
-            self.prompt,
+            _PROMPT.get() or self.prompt,
             self.config.model,
             tool_choice=self.config.tool_choice,
             output_mode=self.config.output_mode,

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 
 from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import CallRecord, JudgeError, LLMClient, LLMConfig
+from tracejudge.judges.llm.criteria import with_criteria
 from tracejudge.judges.llm.monitor import FallbackMonitor
 from tracejudge.judges.llm.prompt import cache_key
 from tracejudge.judges.llm.usage import Prices
@@ -84,6 +85,7 @@ class JudgeStage:
         self.policy = policy
         self.version = version
         self.prompt = final_judge_prompt()
+        self.criteria = settings.criteria_book()  # a team's own, per agent
         self.limiter = SharedRateLimiter(redis, settings.llm_rpm)
         self.tokens = SharedTokenLimiter(redis, settings.llm_tpm)
         self.cache = JudgeCache(redis, settings.llm_cache_ttl_s)
@@ -132,7 +134,8 @@ class JudgeStage:
         return self.client.limit.slots + JOB_HEADROOM - unfinished
 
     async def outcome(self, job: JudgeJob) -> JudgeOutcome:
-        key = cache_key(job.content, self.prompt, self.settings.llm_model)
+        prompt = with_criteria(self.prompt, self.criteria.for_agent(job.facts.agent_name))
+        key = cache_key(job.content, prompt, self.settings.llm_model)
         cached = await self.cache.get(key)
         if cached is not None:  # costs nothing: served past a spent budget too
             call = self._provenance(CallRecord(), job, cached=True)
@@ -152,7 +155,7 @@ class JudgeStage:
         started = time.monotonic()
         record = CallRecord()
         try:
-            answer, _ = await self.client.judge_recorded(job.content, record)
+            answer, _ = await self.client.judge_recorded(job.content, record, prompt)
         except JudgeError as exc:
             log.info("judge fallback for %s: %s", job.facts.request_id, exc.code)
             error = exc.code
@@ -188,10 +191,12 @@ class JudgeStage:
 
     def _provenance(self, record: CallRecord, job: JudgeJob, *, cached: bool) -> JudgeCall:
         tokens = record.tokens
+        criteria = self.criteria.for_agent(job.facts.agent_name)
         return JudgeCall(
             requested_model=self.settings.llm_model,
             returned_model=record.returned_model,
-            prompt_version=self.prompt.version,
+            prompt_version=with_criteria(self.prompt, criteria).version,
+            criteria_version=None if criteria is None else criteria.version,
             cached=cached,
             attempts=record.attempts,
             latency_s=record.latency_s,
