@@ -163,7 +163,7 @@ def _orders(judged: Tracer, worker: ReflectionWorker, orders: int, bootstrap: st
             print(f"no evaluation for order {n} within 60 s: is a worker running?", file=sys.stderr)
             return 1
         incomplete += evaluation.incomplete
-        left = ", ".join(evaluation.remaining_steps) or "nothing"
+        left = ", ".join(r.step for r in evaluation.remaining) or "nothing"
         print(
             f"order {n}: score {evaluation.overall_score}, incomplete {evaluation.incomplete}"
             f" (left: {left})"
