@@ -101,3 +101,38 @@ def test_a_check_says_its_version_and_a_wrong_answer_is_refused() -> None:
         broken.failures(run)
     with pytest.raises(ValueError, match="needs a message"):
         Failure("")
+
+
+def test_the_shipped_example_checks_load_and_find_what_they_say() -> None:
+    root = Path(__file__).resolve().parents[1]
+    airline = CheckBook.read("", str(root / "examples" / "checks" / "airline.toml"), False)
+    unconfirmed = run_of(window_of(refund_run("20.00", confirmed=False)))
+    assert run_all(airline.for_agent("any"), unconfirmed) == []  # no airline tools in it
+    booking: list[dict[str, Any]] = [
+        {"type": "task_started", "request_id": "b", "goal": "book it"},
+        {"type": "tool_call", "request_id": "b", "step_index": 1, "tool": "book_reservation",
+         "args_summary": '{"passengers": [1, 2, 3, 4, 5, 6]}', "success": True},
+        {"type": "final_response", "request_id": "b", "output": "Booked."},
+    ]  # fmt: skip
+    found = {
+        c.name: f.step for c, f in run_all(airline.for_agent("any"), run_of(window_of(booking)))
+    }
+    assert found == {
+        "examples.checks.airline:at_most_five_passengers": 1,
+        "needs_confirmation": 1,
+        "call_before": 1,
+    }
+    coding = CheckBook.read(
+        "examples.checks.coding:ran_before_submit,"
+        "examples.checks.coding:no_edits_outside_the_repository",
+        entry_points_on=False,
+    )
+    submitted: list[dict[str, Any]] = [
+        {"type": "task_started", "request_id": "s", "goal": "fix it"},
+        {"type": "tool_call", "request_id": "s", "step_index": 1, "tool": "create",
+         "args_summary": "create /etc/hosts", "success": True},
+        {"type": "tool_call", "request_id": "s", "step_index": 2, "tool": "submit",
+         "args_summary": "submit", "success": True},
+    ]  # fmt: skip
+    found_coding = run_all(coding.for_agent(None), run_of(window_of(submitted)))
+    assert [(f.step, f.severity) for _, f in found_coding] == [(2, "note"), (1, "fail")]
