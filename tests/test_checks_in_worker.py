@@ -4,6 +4,7 @@ evaluated in time, counted in /metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -53,13 +54,17 @@ async def test_a_check_that_raises_or_hangs_leaves_every_request_evaluated_in_ti
         checks=f"{TEAM}:broken,{TEAM}:slow,{TEAM}:refund_within_total",
         check_timeout_s=0.5,
     )
-    assert time.monotonic() - started < 5  # not the slow check's 10 s
+    assert time.monotonic() - started < 1.9  # not the slow check's 2 s
     assert any("check tests.team_checks:broken raised" in r for r in evaluation["reasons"])
     assert any("tests.team_checks:slow timed out" in r for r in evaluation["reasons"])
     assert not evaluation["passed"]  # the check that answered still counts
     value = w.ctx.metrics.registry.get_sample_value
     assert value("tracejudge_check_errors_total", {"check": f"{TEAM}:broken", "kind": "raised"})
     assert value("tracejudge_check_errors_total", {"check": f"{TEAM}:slow", "kind": "timeout"})
+    # the abandoned check finishes on its thread while this test's loop still runs
+    runner = w.ctx.events.closer.check_runner
+    assert runner is not None
+    await asyncio.to_thread(runner.pool.shutdown, True)
 
 
 async def test_checks_from_the_file_apply_per_agent(tmp_path: Path) -> None:
