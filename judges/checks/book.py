@@ -18,10 +18,8 @@ cannot be imported is one error naming the table and the key.
 
 from __future__ import annotations
 
-import fnmatch
 import importlib
 import re
-import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -31,6 +29,7 @@ from typing import Any
 from tracejudge.judges.checks.api import Check, Failure
 from tracejudge.judges.checks.declarative import FINAL, PER_STEP, declared
 from tracejudge.judges.checks.view import Run
+from tracejudge.models.agent_tables import for_agent, read_toml, split_tables
 
 ENTRY_POINTS = "tracejudge.checks"
 KEYS = ("code", "on_step", *PER_STEP, *FINAL)
@@ -94,7 +93,7 @@ class CheckBook:
         key = agent or ""
         if key not in self._cache:
             table = dict(self.default)
-            table.update(self._table(agent))
+            table.update(for_agent(agent, self.agents) or {})
             self._cache[key] = self.common + _checks(table, "checks file")
         return self._cache[key]
 
@@ -104,16 +103,6 @@ class CheckBook:
         if key not in self._cache:
             self._cache[key] = tuple(c for c in self.for_agent(agent) if c.per_step)
         return self._cache[key]
-
-    def _table(self, agent: str | None) -> dict[str, Any]:
-        if agent:
-            for name, table in self.agents:
-                if name == agent:
-                    return table
-            for name, table in self.agents:
-                if fnmatch.fnmatchcase(agent, name):
-                    return table
-        return {}
 
     @classmethod
     def read(cls, names: str = "", path: str = "", entry_points_on: bool = True) -> CheckBook:
@@ -130,25 +119,10 @@ class CheckBook:
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], tuple[tuple[str, dict[str, Any]], ...]]:
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ChecksError(f"checks file {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ChecksError(f"checks file {path}: not TOML: {exc}") from exc
-    unknown = set(raw) - {"default", "agents"}
-    if unknown:
-        raise ChecksError(
-            f"checks file {path}: unknown table(s) {', '.join(sorted(unknown))}; "
-            'expected [default] and [agents."NAME"]'
-        )
-    default = _valid(raw.get("default", {}), f"checks file {path} [default]")
-    agents = raw.get("agents", {})
-    if not isinstance(agents, dict):
-        raise ChecksError(f'checks file {path}: agents must be tables: [agents."NAME"]')
-    return default, tuple(
-        (name, _valid(table, f'checks file {path} [agents."{name}"]'))
-        for name, table in agents.items()
+    where = f"checks file {path}"
+    default, agents = split_tables(read_toml(path, "checks file", ChecksError), where, ChecksError)
+    return _valid(default or {}, f"{where} [default]"), tuple(
+        (name, _valid(table, f'{where} [agents."{name}"]')) for name, table in agents.items()
     )
 
 

@@ -28,14 +28,13 @@ limit, or a pattern that is not a string is one clear error naming the table and
 
 from __future__ import annotations
 
-import fnmatch
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tracejudge.judges.inflight.escalation import DEFAULT_LOOP_ACTION, LOOP_ACTIONS, LoopAction
 from tracejudge.judges.inflight.loops import KINDS, LoopRules
+from tracejudge.models.agent_tables import for_agent, read_toml, split_tables
 
 LIMITS = ("steps", "tool_calls", "tokens", "cost_usd", "wall_s")
 INTEGER_LIMITS = ("steps", "tool_calls", "tokens")
@@ -94,39 +93,18 @@ class BudgetBook:
     agents: tuple[tuple[str, Budget], ...] = ()  # in file order
 
     def for_agent(self, agent: str | None) -> Budget:
-        if agent:
-            for name, budget in self.agents:
-                if name == agent:
-                    return budget.over(self.default)
-            for name, budget in self.agents:
-                if fnmatch.fnmatchcase(agent, name):
-                    return budget.over(self.default)
-        return self.default
+        own = for_agent(agent, self.agents)
+        return self.default if own is None else own.over(self.default)
 
     @classmethod
     def read(cls, path: Path) -> BudgetBook:
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise BudgetsError(f"budgets file {path}: {exc.strerror or exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise BudgetsError(f"budgets file {path}: not TOML: {exc}") from exc
-        return cls.of(raw, str(path))
+        return cls.of(read_toml(path, "budgets file", BudgetsError), str(path))
 
     @classmethod
     def of(cls, raw: dict[str, Any], where: str = "budgets") -> BudgetBook:
-        unknown = set(raw) - {"default", "agents"}
-        if unknown:
-            raise BudgetsError(
-                f"{where}: unknown table(s) {', '.join(sorted(unknown))}; "
-                'expected [default] and [agents."NAME"]'
-            )
-        default = _budget(raw.get("default", {}), f"{where} [default]")
-        agents = raw.get("agents", {})
-        if not isinstance(agents, dict):
-            raise BudgetsError(f'{where}: agents must be tables: [agents."NAME"]')
+        default, agents = split_tables(raw, where, BudgetsError)
         return cls(
-            default,
+            _budget(default or {}, f"{where} [default]"),
             tuple(
                 (name, _budget(table, f'{where} [agents."{name}"]'))
                 for name, table in agents.items()

@@ -17,13 +17,12 @@ fenced run data that the run's own text can never leave: a trace cannot write cr
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tracejudge.models.agent_tables import for_agent, read_toml, split_tables
 from tracejudge.prompts import JudgePrompt
 
 KEYS = ("criteria", "version", "good_example", "bad_example")
@@ -76,37 +75,18 @@ class CriteriaBook:
     agents: tuple[tuple[str, Criteria], ...] = ()
 
     def for_agent(self, agent: str | None) -> Criteria | None:
-        if agent:
-            for name, criteria in self.agents:
-                if name == agent:
-                    return criteria
-            for name, criteria in self.agents:
-                if fnmatch.fnmatchcase(agent, name):
-                    return criteria
-        return self.default
+        own = for_agent(agent, self.agents)
+        return self.default if own is None else own
 
     @classmethod
     def read(cls, path: Path) -> CriteriaBook:
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise CriteriaError(f"criteria file {path}: {exc.strerror or exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise CriteriaError(f"criteria file {path}: not TOML: {exc}") from exc
-        unknown = set(raw) - {"default", "agents"}
-        if unknown:
-            raise CriteriaError(
-                f"criteria file {path}: unknown table(s) {', '.join(sorted(unknown))}; "
-                'expected [default] and [agents."NAME"]'
-            )
-        default = raw.get("default")
-        agents = raw.get("agents", {})
-        if not isinstance(agents, dict):
-            raise CriteriaError(f'criteria file {path}: agents must be tables: [agents."NAME"]')
+        where = f"criteria file {path}"
+        raw = read_toml(path, "criteria file", CriteriaError)
+        default, agents = split_tables(raw, where, CriteriaError)
         return cls(
-            None if default is None else _criteria(default, f"criteria file {path} [default]"),
+            None if default is None else _criteria(default, f"{where} [default]"),
             tuple(
-                (name, _criteria(table, f'criteria file {path} [agents."{name}"]'))
+                (name, _criteria(table, f'{where} [agents."{name}"]'))
                 for name, table in agents.items()
             ),
         )
