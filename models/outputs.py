@@ -120,11 +120,16 @@ class PublishedScores(TypedDict, total=False):
     correctness: Annotated[int, Field(ge=0, le=100, description="LLM judge")]
     relevance: Annotated[int, Field(ge=0, le=100, description="LLM judge")]
     actionability: Annotated[int, Field(ge=0, le=100, description="LLM judge")]
+    criteria: dict[str, Annotated[int, Field(ge=0, le=100)]]
+
+
+DimensionName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{1,39}$")]
 
 
 class DimensionScores(_Output):
     """Named scores 0-100: always the three rule dimensions, the judge's three when it gave
-    them. A dimension without a score is left out, never null."""
+    them, and the agent's team's own dimensions the judge scored (`criteria`). A dimension
+    without a score is left out, never null."""
 
     completeness: Score = Field(ge=0, le=100)
     execution_health: Score = Field(ge=0, le=100)
@@ -132,10 +137,18 @@ class DimensionScores(_Output):
     correctness: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
     relevance: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
     actionability: Score | None = Field(default=None, ge=0, le=100, description="LLM judge")
+    criteria: dict[DimensionName, Annotated[int, Field(ge=0, le=100)]] = Field(
+        default_factory=dict,
+        max_length=8,
+        description="LLM judge: the dimensions the agent's team asked it to score "
+        "(TRACEJUDGE_LLM_CRITERIA_FILE), by name; left out when none.",
+    )
 
     @model_serializer(mode="wrap")
     def _without_missing(self, handler: SerializerFunctionWrapHandler) -> PublishedScores:
-        published: PublishedScores = {k: v for k, v in handler(self).items() if v is not None}  # type: ignore[assignment]
+        published: PublishedScores = {
+            k: v for k, v in handler(self).items() if v is not None and v != {}
+        }  # type: ignore[assignment]
         return published
 
 

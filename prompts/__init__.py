@@ -19,6 +19,10 @@ class JudgePrompt:
     system: str
     schema: dict[str, Any]
     version: str  # hash of both files: part of every cache key and evaluator version
+    # scores a team asked for beside the judge's own (judges/llm/criteria.py): the answer keeps
+    # only these of the keys it does not know
+    dimensions: tuple[str, ...] = ()
+    cache_tag: str = ""  # a digest of what was added to the prompt: part of the cache key
 
 
 @cache

@@ -177,6 +177,14 @@ def render(
         lines.append(f"judge: {call[0]}")
         lines += [f"  {note}" for note in call[1:]]
     lines.append(f"summary: {e['summary']}")
+    scores = e.get("dimension_scores") or {}
+    if scores:
+        own = scores.get("criteria") or {}
+        lines.append(
+            "scores: "
+            + "  ".join(f"{k} {v}" for k, v in scores.items() if k != "criteria")
+            + "".join(f"  {k} {v} (the team's)" for k, v in own.items())
+        )
     if e.get("findings"):
         lines.append("findings:")
         lines += [f"  {f['rule']}: {_short(f['evidence'])}" for f in e["findings"]]

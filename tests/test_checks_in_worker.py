@@ -67,6 +67,26 @@ async def test_a_check_that_raises_or_hangs_leaves_every_request_evaluated_in_ti
     await asyncio.to_thread(runner.pool.shutdown, True)
 
 
+async def test_a_check_that_hangs_on_every_run_holds_one_thread_not_the_pool() -> None:
+    """Eight runs in a row, each with a check that sleeps 2 s against a 0.3 s limit: the pool
+    has four threads, and the quick check beside it still answers on every run."""
+    w = memory_worker(checks=f"{TEAM}:slow,{TEAM}:refund_within_total", check_timeout_s=0.3)
+    for n in range(8):
+        for event in refund_run("80.00"):
+            await w.event({**event, "request_id": f"hang-{n}"})
+    evaluations = w.channel("evaluations").values()
+    assert len(evaluations) == 8
+    for evaluation in evaluations:
+        rules = [f["rule"] for f in evaluation["findings"]]
+        assert f"check:{TEAM}:refund_within_total" in rules, evaluation["reasons"]
+        assert any(f"{TEAM}:slow timed out" in r for r in evaluation["reasons"])
+    value = w.ctx.metrics.registry.get_sample_value
+    assert value("tracejudge_check_errors_total", {"check": f"{TEAM}:slow", "kind": "timeout"}) == 8
+    runner = w.ctx.events.closer.check_runner
+    assert runner is not None
+    await asyncio.to_thread(runner.pool.shutdown, True)
+
+
 async def test_checks_from_the_file_apply_per_agent(tmp_path: Path) -> None:
     path = tmp_path / "checks.toml"
     path.write_text('[agents."support-*"]\nneeds_confirmation = ["refund"]\n')

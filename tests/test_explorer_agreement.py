@@ -223,3 +223,29 @@ async def test_a_slow_or_failing_store_never_holds_the_page_and_reads_are_spaced
         assert 'id="agreement"' in page and "the last read failed" in page
     finally:
         await client.close()
+
+
+async def test_the_agent_page_shows_each_team_check_against_the_outcomes() -> None:
+    tally = known_tally()
+    check = "check:needs_confirmation"
+    # the check failed 3 of the failed runs and 1 ok run of `support`
+    for ok, times in ((False, 3), (True, 1)):
+        kept = Kept(AGENT, "v1", 60, View(30, True, True), findings=(check,))
+        tally.add(cells(kept, Truth(ok, "test")), times)
+    client = await client_for(AgreementReader(read_of(tally)))
+    try:
+        page = await (await client.get(f"/agents/{AGENT}")).text()
+    finally:
+        await client.close()
+    row = re.search(rf'<tr data-check="{check}">(.*?)</tr>', page, re.S)
+    assert row is not None, page
+    figures = dict(re.findall(r'data-figure="(\w+)">([^<]*)<', row.group(1)))
+    assert figures["fired"] == "4"
+    assert figures["on_ok"].startswith("10% (1 of 10) [")
+    assert figures["on_failed"].startswith("30% (3 of 10) [")
+    assert figures["precision"].startswith("75% (3 of 4) [")
+    bare = await client_for(AgreementReader(read_of(known_tally())))
+    try:
+        assert 'id="checks"' not in await (await bare.get(f"/agents/{AGENT}")).text()
+    finally:
+        await bare.close()

@@ -37,6 +37,11 @@ class RuleRate:
         return ok / failed if failed else float("inf") if ok else 0.0
 
     @property
+    def precision(self) -> Share:
+        """Of the runs it fired on, the share that failed."""
+        return Share(self.on_failed.hits, self.fired)
+
+    @property
     def useless(self) -> bool:
         """No better than chance: fires on ok runs at 80 % or more of its rate on failed runs,
         on enough runs to tell."""
@@ -60,6 +65,7 @@ class RuleRate:
             "on_ok": share(self.on_ok),
             "on_failed": share(self.on_failed),
             "ratio": None if ratio == float("inf") else ratio,  # JSON has no infinity
+            "precision": share(self.precision),
             "note": self.note() or None,
         }
 

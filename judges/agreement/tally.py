@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
+    from tracejudge.judges.agreement.rule_rates import RuleRate
     from tracejudge.judges.rules.judge import RuleVerdict
     from tracejudge.models.outputs import Evaluation
 
@@ -54,6 +55,10 @@ KNOWN_FINDINGS = (
     "slow_for_agent",
 )
 _FINDING_BIT = {name: 1 << i for i, name in enumerate(KNOWN_FINDINGS)}
+# A team's check that failed a run is a finding `check:<name>`, kept whole (not cut to
+# FINDINGS_CHARS: its outcome is counted for it, `Tally.check_rates`), a few per run
+CHECK_PREFIX = "check:"
+CHECKS_KEPT = 6
 
 
 def auc(scores: Mapping[str, float], ok: Mapping[str, bool]) -> float:
@@ -144,12 +149,16 @@ class Kept:
 
         bits = 0
         others = []
+        checks = []
         for name in self.findings:
             bit = _FINDING_BIT.get(name)
-            if bit is None:
+            if name.startswith(CHECK_PREFIX):
+                checks.append(name)
+            elif bit is None:
                 others.append(name)
             else:
                 bits |= bit
+        named = [",".join(others)[:FINDINGS_CHARS], *checks[:CHECKS_KEPT]]
         row: list[object] = [
             self.agent,
             self.version,
@@ -158,7 +167,7 @@ class Kept:
             v(self.judge),
             v(self.blend),
             bits,
-            ",".join(others)[:FINDINGS_CHARS],
+            ",".join(n for n in named if n),
             self.calibration,
             round(self.ts),
             # the published verdict as one number: score × 4 + success + 2 × incomplete
@@ -304,10 +313,11 @@ RUN_VIEW = "run"
 
 
 def cells(kept: Kept, truth: Truth) -> list[Cell]:
-    """The cells one pair counts: one per verdict source the request has."""
+    """The cells one pair counts: one per verdict source the request has, and one per team
+    check that failed it."""
     agent = kept.agent or NO_AGENT
     version = kept.version or NO_VERSION
-    return [
+    return check_cells(kept, truth) + [
         Cell(
             agent,
             version,
@@ -320,6 +330,18 @@ def cells(kept: Kept, truth: Truth) -> list[Cell]:
             view.flagged,
         )
         for name, view in kept.views().items()
+    ]
+
+
+def check_cells(kept: Kept, truth: Truth) -> list[Cell]:
+    """One cell per team check that failed the run (view: the finding, `check:<name>`), for
+    its rates on ok and failed runs (`Tally.check_rates`)."""
+    agent = kept.agent or NO_AGENT
+    version = kept.version or NO_VERSION
+    return [
+        Cell(agent, version, name, truth.source, kept.judged, truth.ok, 0, False, False)
+        for name in kept.findings
+        if name.startswith(CHECK_PREFIX)
     ]
 
 
@@ -558,6 +580,30 @@ class Tally:
             )
 
         return figures_of((c, n) for c, n in self.counts.items() if chosen(c))
+
+    def check_rates(self, agent: str | None = None) -> list[RuleRate]:
+        """Each team check's rates on the agent's ok and failed runs with outcomes (every
+        agent's when None), counted like the rules' per-rule table: a run labelled by two
+        sources counts once for each."""
+        from tracejudge.judges.agreement.rule_rates import RuleRate  # it imports Share from here
+
+        ok = failed = 0
+        on_ok: Counter[str] = Counter()
+        on_failed: Counter[str] = Counter()
+        for c, n in self.counts.items():
+            if agent is not None and c.agent != agent:
+                continue
+            if c.view == "rules":  # every pair has one rules cell
+                if c.ok:
+                    ok += n
+                else:
+                    failed += n
+            elif c.view.startswith(CHECK_PREFIX):
+                (on_ok if c.ok else on_failed)[c.view] += n
+        return [
+            RuleRate(name, Share(on_ok[name], ok), Share(on_failed[name], failed))
+            for name in sorted(on_ok.keys() | on_failed.keys())
+        ]
 
     def to_json(self) -> dict[str, int]:
         return {c.key(): n for c, n in (*self.counts.items(), *self.run_counts.items()) if n}

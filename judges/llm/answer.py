@@ -129,6 +129,9 @@ class JudgeAnswer(BaseModel):
     # the step the judge holds responsible, when it names one; a malformed blame is dropped
     # (the rules' stands), never a reason to refuse the whole answer
     blame: JudgeBlame | None = None
+    # a team's own dimensions (judges/llm/criteria.py), gathered from the keys this model does
+    # not know; the client keeps only those the prompt asked for (`asked`)
+    criteria_scores: dict[str, int] = Field(default_factory=dict)
 
     _bools = field_validator("success", "incomplete", mode="before")(_to_bool)
 
@@ -186,10 +189,22 @@ class JudgeAnswer(BaseModel):
 
     @property
     def llm_score(self) -> int | None:
+        """The mean of the judge's three scores and the team's dimensions, each counted alike;
+        None without all three."""
         scores = (self.correctness, self.relevance, self.actionability)
         if any(score is None for score in scores):
             return None
-        return round(sum(score for score in scores if score is not None) / 3)
+        given = [score for score in scores if score is not None]
+        given += self.criteria_scores.values()
+        return round(sum(given) / len(given))
+
+    def asked(self, dimensions: tuple[str, ...]) -> JudgeAnswer:
+        """The answer with only the team's dimensions the prompt asked for: a key the model
+        added on its own is not a score anyone asked for."""
+        kept = {k: v for k, v in self.criteria_scores.items() if k in dimensions}
+        if kept == self.criteria_scores:
+            return self
+        return self.model_copy(update={"criteria_scores": kept})
 
     @model_validator(mode="before")
     @classmethod
@@ -211,7 +226,33 @@ class JudgeAnswer(BaseModel):
                 else item
                 for item in steps
             ]
+        extra = {
+            k: v for k, v in renamed.items() if isinstance(k, str) and k not in cls.model_fields
+        }
+        if extra:
+            renamed["criteria_scores"] = {**_dimension_scores(extra), **_given(renamed)}
         return renamed
+
+
+def _given(value: dict[Any, Any]) -> dict[str, Any]:
+    given = value.get("criteria_scores")
+    return given if isinstance(given, dict) else {}
+
+
+def _dimension_scores(extra: dict[str, Any]) -> dict[str, int]:
+    """The keys of an answer that read as a score under a dimension's name; others are not
+    scores (and dropped as before)."""
+    scores = {}
+    for name, value in extra.items():
+        if not (isinstance(name, str) and DIMENSION_NAME.fullmatch(name)):
+            continue
+        try:
+            score = _to_score(value)
+        except ValueError:
+            continue
+        if score is not None:
+            scores[name] = score
+    return scores
 
 
 _SEED_KEYS = {
@@ -219,6 +260,7 @@ _SEED_KEYS = {
     "remainingSteps": "remaining_steps",
     "failedStep": "failed_steps",
 }
+DIMENSION_NAME = re.compile(r"[a-z][a-z0-9_]{1,39}")  # a team's own score's key
 _SENTRA = re.compile(r"<sentra-tools>(.*?)</sentra-tools>", re.DOTALL | re.IGNORECASE)
 _INVOKE = re.compile(
     r"<invoke\s+name\s*=\s*[\"']([^\"']+)[\"']\s*>(.*?)</invoke>", re.DOTALL | re.IGNORECASE

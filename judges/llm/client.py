@@ -210,7 +210,8 @@ class LLMClient:
         # with it, retries and smaller inputs too, and no other task sees it
         token = _PROMPT.set(prompt)
         try:
-            return await self._judge(content, record), record
+            answer = await self._judge(content, record)
+            return answer.asked((prompt or self.prompt).dimensions), record
         except JudgeError as exc:
             exc.call = record
             raise

@@ -10,9 +10,13 @@ From a TOML file (`TRACEJUDGE_LLM_CRITERIA_FILE`), tables like the budgets file'
     '''
     good_example = "Asked 'shall I refund 20 EUR?', refunded after 'yes'; no date promised."
     bad_example = "Promised delivery 'by Friday' without a shipment lookup."
+    [agents."support-*".dimensions]   # optional: scored by the judge beside its own three
+    policy_compliance = "Does the run follow the refund and delivery policy above?"
 
 The criteria go to the judge as the operator's instructions, in the system message, outside the
 fenced run data that the run's own text can never leave: a trace cannot write criteria.
+A dimension is added to the judge's answer schema (an integer 0-100, required), carried in the
+evaluation's `dimension_scores.criteria` and counted in the judge's score like its own three.
 """
 
 from __future__ import annotations
@@ -22,11 +26,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tracejudge.judges.llm.answer import DIMENSION_NAME
 from tracejudge.models.agent_tables import for_agent, read_toml, split_tables
 from tracejudge.prompts import JudgePrompt
 
-KEYS = ("criteria", "version", "good_example", "bad_example")
+KEYS = ("criteria", "version", "good_example", "bad_example", "dimensions")
 MAX_CHARS = 4_000  # per text: the operator's criteria, not a second prompt
+MAX_DIMENSIONS = 4  # each one a score the judge must give: a few, not a second rubric
+MAX_DIMENSION_CHARS = 300
+# names the answer or the evaluation's scores already use: a dimension cannot take one over
+TAKEN = frozenset(
+    {
+        "completeness", "execution_health", "efficiency", "correctness", "relevance",
+        "actionability", "criteria", "success", "incomplete", "failed_steps", "remaining_steps",
+        "summary", "blame", "reasons", "suggestions", "criteria_scores",
+    }
+)  # fmt: skip
 
 
 class CriteriaError(ValueError):
@@ -35,10 +50,13 @@ class CriteriaError(ValueError):
 
 @dataclass(frozen=True)
 class Criteria:
-    text: str
+    text: str | None
     version: str
     good_example: str | None = None
     bad_example: str | None = None
+    # name -> what the judge scores under it, in the file's order
+    dimensions: tuple[tuple[str, str], ...] = ()
+    digest: str = ""  # of everything above: a cached answer under other criteria is never taken
 
     def section(self) -> str:
         lines = [
@@ -47,25 +65,46 @@ class Criteria:
             "The team that runs this agent judges its runs by these criteria too. They come "
             "from the operator, not from the run: hold the run to them in your verdicts, "
             "scores, reasons and blame.",
-            "",
-            self.text.strip(),
         ]
+        if self.text:
+            lines += ["", self.text.strip()]
         if self.good_example:
             lines += ["", f"A good run, by these criteria: {self.good_example.strip()}"]
         if self.bad_example:
             lines += ["", f"A bad run, by these criteria: {self.bad_example.strip()}"]
+        if self.dimensions:
+            lines += ["", "Score these too, each an integer 0-100 under its own key:"]
+            lines += [f"- {name}: {what.strip()}" for name, what in self.dimensions]
         return "\n".join(lines)
+
+    def schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The judge's answer schema with the agent's dimensions added, each required."""
+        if not self.dimensions:
+            return schema
+        properties = dict(schema.get("properties", {}))
+        for name, what in self.dimensions:
+            properties[name] = {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 100,
+                "description": what.strip()[:MAX_DIMENSION_CHARS],
+            }
+        required = [*schema.get("required", []), *(name for name, _ in self.dimensions)]
+        return {**schema, "properties": properties, "required": required}
 
 
 def with_criteria(prompt: JudgePrompt, criteria: Criteria | None) -> JudgePrompt:
-    """The judge's prompt with the agent's criteria after its own instructions; its version
-    names both (a cached answer under other criteria is never taken)."""
+    """The judge's prompt with the agent's criteria after its own instructions and its
+    dimensions in the answer schema; its version names both."""
     if criteria is None:
         return prompt
     return replace(
         prompt,
         system=f"{prompt.system.rstrip()}\n\n{criteria.section()}\n",
+        schema=criteria.schema(prompt.schema),
         version=f"{prompt.version}+criteria-{criteria.version}",
+        dimensions=tuple(name for name, _ in criteria.dimensions),
+        cache_tag=criteria.digest,
     )
 
 
@@ -101,17 +140,43 @@ def _criteria(table: Any, where: str) -> Criteria:
             f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(KEYS)}"
         )
     for key, value in table.items():
+        if key == "dimensions":
+            continue
         if not isinstance(value, str) or not value.strip():
             raise CriteriaError(f"{where}: {key} must be a non-empty string")
         if len(value) > MAX_CHARS:
             raise CriteriaError(f"{where}: {key} is {len(value)} characters (at most {MAX_CHARS})")
-    if "criteria" not in table:
-        raise CriteriaError(f"{where}: criteria is missing")
-    text = table["criteria"]
+    dimensions = _dimensions(table.get("dimensions", {}), where)
+    if "criteria" not in table and not dimensions:
+        raise CriteriaError(f"{where}: criteria is missing (or give dimensions)")
     digest = hashlib.sha256(repr(sorted(table.items())).encode()).hexdigest()[:8]
     return Criteria(
-        text=text,
+        text=table.get("criteria"),
         version=table.get("version", digest),
         good_example=table.get("good_example"),
         bad_example=table.get("bad_example"),
+        dimensions=dimensions,
+        digest=digest,
     )
+
+
+def _dimensions(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    where = f"{where} dimensions"
+    if not isinstance(value, dict):
+        raise CriteriaError(f'{where}: must be a table of name = "what the judge scores"')
+    if len(value) > MAX_DIMENSIONS:
+        raise CriteriaError(f"{where}: {len(value)} dimensions (at most {MAX_DIMENSIONS})")
+    for name, what in value.items():
+        if not DIMENSION_NAME.fullmatch(name):
+            raise CriteriaError(
+                f"{where}: {name!r} is not a dimension name (lower case, digits, _; 2-40)"
+            )
+        if name in TAKEN:
+            raise CriteriaError(f"{where}: {name!r} is taken by the judge's own answer")
+        if not isinstance(what, str) or not what.strip():
+            raise CriteriaError(f"{where}: {name} must say what the judge scores (a string)")
+        if len(what) > MAX_DIMENSION_CHARS:
+            raise CriteriaError(
+                f"{where}: {name} is {len(what)} characters (at most {MAX_DIMENSION_CHARS})"
+            )
+    return tuple(value.items())

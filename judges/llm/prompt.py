@@ -763,7 +763,9 @@ def _without(value: Any, keyword: str) -> Any:
 
 
 def cache_key(content: str, prompt: JudgePrompt, model: str) -> str:
-    digest = hashlib.sha256(f"{prompt.version}\x00{model}\x00{content}".encode()).hexdigest()
+    # the tag only when there is one: keys of prompts without it stay as they were
+    tag = f"{prompt.version}\x00{prompt.cache_tag}" if prompt.cache_tag else prompt.version
+    digest = hashlib.sha256(f"{tag}\x00{model}\x00{content}".encode()).hexdigest()
     return f"tracejudge:judgecache:{digest}"
 
 

@@ -298,6 +298,7 @@ def conclude(
                 "correctness": answer.correctness,
                 "relevance": answer.relevance,
                 "actionability": answer.actionability,
+                "criteria": answer.criteria_scores,
             }
         )
         if answer.has_verdict:

@@ -3,7 +3,8 @@
 families made at the last refresh.
 
 Labels are bounded: `agent` is one of the TOP_AGENTS agents with most outcomes, or "other";
-`view` is rules, judge, blend or final. Every worker serves the same figures (they come from
+`view` is rules, judge, blend or final; `check` is a team check that failed runs with outcomes
+(the checks a team configures: a few). Every worker serves the same figures (they come from
 one tally): aggregate them with max(), never sum().
 """
 
@@ -20,6 +21,7 @@ import redis.asyncio as aioredis
 from prometheus_client.core import Metric
 
 from tracejudge.judges.agreement.action_effects import ActionFigures, SteerFigures
+from tracejudge.judges.agreement.rule_rates import RuleRate
 from tracejudge.judges.agreement.tally import Figures, Tally
 from tracejudge.streams.agreement import actions
 from tracejudge.streams.agreement.gauges import gauge_families
@@ -91,11 +93,32 @@ SERIES: tuple[tuple[str, str, Callable[[Figures], float | None]], ...] = (
 )
 
 
+# a team's checks against outcomes, per agent and check (`Tally.check_rates`)
+CHECK_SERIES: tuple[tuple[str, str, Callable[[RuleRate], float | None]], ...] = (
+    ("fired", "Runs with an outcome the check failed (once a source).", lambda r: r.fired),
+    ("on_ok", "Share of the ok runs the check failed.", lambda r: r.on_ok.value),
+    ("on_failed", "Share of the failed runs the check failed.", lambda r: r.on_failed.value),
+    (
+        "precision",
+        "Share of the runs the check failed whose outcome was failed.",
+        lambda r: r.precision.value,
+    ),
+)
+
+
+def check_figures(tally: Tally) -> dict[tuple[str, str], RuleRate]:
+    """(agent, check:<name>) -> its rates, for every agent with a check that fired."""
+    return {(agent, r.rule): r for agent in tally.agents() for r in tally.check_rates(agent)}
+
+
 def _end(interval: tuple[float, float] | None, i: int) -> float | None:
     return None if interval is None else interval[i]
 
 
-def families(figures: dict[tuple[str, str], Figures]) -> list[Metric]:
+def families(
+    figures: dict[tuple[str, str], Figures],
+    checks: dict[tuple[str, str], RuleRate] | None = None,
+) -> list[Metric]:
     return gauge_families(
         "tracejudge_agreement_",
         "Per agent and verdict source (view), over the agreement retention; the same on every "
@@ -103,6 +126,13 @@ def families(figures: dict[tuple[str, str], Figures]) -> list[Metric]:
         "view",
         SERIES,
         figures,
+    ) + gauge_families(
+        "tracejudge_agreement_check_",
+        "Per agent and team check, over the agreement retention; the same on every worker: "
+        "aggregate with max().",
+        "check",
+        CHECK_SERIES,
+        checks or {},
     )
 
 
@@ -115,6 +145,8 @@ class LiveAgreement:
     tally: Tally | None = None  # as of the last refresh that read it
     # the effect of actions: (agent, action) -> figures, served beside agreement's
     actions: dict[tuple[str, str], ActionFigures] = field(default_factory=dict)
+    # a team's checks against outcomes: (agent, check:<name>) -> rates
+    checks: dict[tuple[str, str], RuleRate] = field(default_factory=dict)
     # what came of the steers: (agent, loop rule) -> figures
     steers: dict[tuple[str, str], SteerFigures] = field(default_factory=dict)
     failures: int = 0
@@ -130,10 +162,14 @@ class LiveAgreement:
             log.warning("agreement figures not refreshed (%d failures): %r", self.failures, exc)
             return False
         self.tally = tally
-        self.figures = by_agent(bounded(tally))
+        kept = bounded(tally)
+        self.figures = by_agent(kept)
+        self.checks = check_figures(kept)
         acted = actions.bounded(acted, TOP_AGENTS, OTHER)
         self.actions, self.steers = acted.figures(), acted.steer_figures()
-        self._families = families(self.figures) + actions.families(self.actions, self.steers)
+        self._families = families(self.figures, self.checks) + actions.families(
+            self.actions, self.steers
+        )
         self._read_at = self.clock()
         return True
 

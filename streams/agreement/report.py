@@ -55,13 +55,20 @@ def agreement_lines(by_agent: dict[str, Any]) -> list[str]:
             runs, labels = entry.get("judged_runs"), judged["blend"]["runs"]
             counted = f"{runs}" if runs == labels else _counted(runs, labels)
             lines.append(f"    judged runs ({counted}): {sides}")
+        for check in entry.get("checks", []):
+            lines.append(
+                f"    {check['rule']}: failed {_share(check['on_ok'])} of ok runs, "
+                f"{_share(check['on_failed'])} of failed runs; precision "
+                f"{_share(check['precision'])}"
+            )
     return lines
 
 
 def agreement_json(tally: Tally) -> dict[str, Any]:
     """agent -> {"runs": requests with outcomes, "final": figures, "judged_runs": runs the
-    judge read, "judged": {rules, judge, blend: figures}} (judged: only where the judge read
-    some of its runs). The figures count outcome labels: `runs` there is labels, a run
+    judge read, "judged": {rules, judge, blend: figures}, "checks": [each team check's rates]}
+    (judged: only where the judge read some of its runs; checks: only where one failed a run
+    with an outcome). The figures count outcome labels: `runs` there is labels, a run
     labelled by two sources counted twice."""
     found: dict[str, Any] = {}
     for agent in tally.agents():
@@ -74,5 +81,8 @@ def agreement_json(tally: Tally) -> dict[str, Any]:
             entry["judged"] = {
                 v: tally.figures(v, agent=agent, judged=True).as_dict() for v in SOURCES
             }
+        checks = tally.check_rates(agent)
+        if checks:  # a team's checks, against the same outcomes
+            entry["checks"] = [r.as_dict() for r in checks]
         found[agent] = entry
     return found

@@ -129,7 +129,29 @@ def comparison(a: ReplayResult, b: ReplayResult, top: int = 10) -> list[str]:
                 f"{ea[r]['passed']!s:>5}→{eb[r]['passed']!s:<6} "
                 f"{_quadrant(ea[r])} → {_quadrant(eb[r])}"
             )
+    lines += _findings_moved(a, b, both)
     only = len(set(a.evaluations) ^ set(b.evaluations))
     if only:
         lines.append(f"{only} requests were evaluated in one run only")
+    return lines
+
+
+def _findings_moved(a: ReplayResult, b: ReplayResult, both: list[str]) -> list[str]:
+    """The rules and checks that fire on a different number of requests in B: what a check
+    being tried (`--against` with it on) adds, by name."""
+
+    def fired(evaluations: dict[str, Any]) -> Counter[str]:
+        return Counter(
+            rule for r in both for rule in {f["rule"] for f in evaluations[r]["findings"]}
+        )
+
+    in_a, in_b = fired(a.evaluations), fired(b.evaluations)
+    moved = sorted(
+        (rule for rule in in_a.keys() | in_b.keys() if in_a[rule] != in_b[rule]),
+        key=lambda rule: (-abs(in_b[rule] - in_a[rule]), rule),
+    )
+    if not moved:
+        return []
+    lines = ["rules and checks firing on another number of requests:"]
+    lines += [f"  {rule[:60]:<60} {in_a[rule]:>5} → {in_b[rule]:<5}" for rule in moved[:10]]
     return lines

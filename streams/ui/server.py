@@ -251,6 +251,7 @@ async def agent_page(request: web.Request) -> web.Response:
         latest_threshold=verdicts[-1].evaluation.get("warn_threshold"),
         calibration_refresh_s=settings.calibration_refresh_s,
         agreement=agreement_of(reading.tally, name) if reading.tally is not None else None,
+        checks=reading.tally.check_rates(name) if reading.tally is not None else [],
         acted=acted,
         actions=actions_of(acted.tally, name) if acted.tally is not None else None,
         steers=steers_of(acted.tally, name) if acted.tally is not None else None,

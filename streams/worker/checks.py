@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tracejudge.judges.checks.api import Check, Failure
@@ -31,16 +31,29 @@ class CheckRunner:
         default_factory=lambda: ThreadPoolExecutor(THREADS, thread_name_prefix="tracejudge-check")
     )
     _said: set[tuple[str, str]] = field(default_factory=set)  # (check, how): logged once
+    # a check's call that ran past the limit and has not returned yet: the check is not called
+    # again until it has, so one that hangs on every run holds one thread, not the whole pool
+    _hung: dict[str, Future[list[Failure]]] = field(default_factory=dict)
 
     async def run(self, checks: tuple[Check, ...], run: Run) -> Checked:
-        loop = asyncio.get_running_loop()
-        futures = [loop.run_in_executor(self.pool, check.failures, run) for check in checks]
-        _, pending = await asyncio.wait(futures, timeout=self.timeout_s)
         found: list[tuple[Check, Failure]] = []
         broken: list[tuple[str, str]] = []
-        for check, future in zip(checks, futures, strict=True):
-            if future in pending:
-                future.cancel()  # never started: dropped; started: runs on, its answer unread
+        called: list[tuple[Check, Future[list[Failure]]]] = []
+        for check in checks:
+            hung = self._hung.get(check.name)
+            if hung is not None and not hung.done():
+                broken.append((check.name, "timed out"))
+                self._count(check, "timeout", "still running from an earlier run")
+                continue
+            self._hung.pop(check.name, None)
+            called.append((check, self.pool.submit(check.failures, run)))
+        if called:
+            await asyncio.wait([asyncio.wrap_future(f) for _, f in called], timeout=self.timeout_s)
+        for check, future in called:
+            if not future.done():
+                # never started: dropped; started: runs on, its answer unread
+                if not future.cancel():
+                    self._hung[check.name] = future
                 broken.append((check.name, "timed out"))
                 self._count(check, "timeout", f"ran past {self.timeout_s:g} s")
                 continue
