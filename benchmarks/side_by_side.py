@@ -265,10 +265,19 @@ class System:
 
 
 async def tracejudge_system(
-    name: str, kafka: str, redis: str, workdir: Path, workers: int
+    name: str,
+    kafka: str,
+    redis: str,
+    workdir: Path,
+    workers: int,
+    env: dict[str, str] | None = None,
 ) -> System:
+    """`env`: more environment for its processes (settings, or PYTHONPATH for another tree)."""
     slug = f"side{workers}"  # topic and group names: no spaces
-    base = worker_env(kafka, redis, workdir, slug, partitions=PARTITIONS, log_level="warning")
+    base = {
+        **worker_env(kafka, redis, workdir, slug, partitions=PARTITIONS, log_level="warning"),
+        **(env or {}),
+    }
     subprocess.run(  # noqa: ASYNC221 (a benchmark: one short command before timing starts)
         [sys.executable, "-m", "tracejudge.streams.cli", "topics"],
         cwd=ROOT,

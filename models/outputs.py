@@ -52,6 +52,9 @@ class Finding(_Output):
     rule: str
     evidence: str
     version: str | None = Field(default=None, description="A team's check: its version.")
+    step: int | None = Field(
+        default=None, description="A team's check: the step_index its failure points at."
+    )
 
 
 RemainingKind = Literal[

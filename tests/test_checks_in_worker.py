@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.memory import memory_worker
 from tests.test_checks import refund_run
+from tracejudge.streams.ui.locate import locate
 
 TEAM = "tests.team_checks"
 
@@ -30,7 +31,16 @@ async def test_a_failing_check_fails_the_run_names_its_step_and_is_blamed() -> N
         "rule": f"check:{TEAM}:refund_within_total",
         "evidence": "refund of 80.00 over the order total 54.9 (step 3)",
         "version": "1",
+        "step": 3,
     }
+    # the explorer marks the step the check points at, not every step its words appear in
+    timeline = [
+        {"type": "task_started", "step": None, "text": "refund order 7"},
+        {"type": "tool_call", "step": 1, "tool": "get_order", "result": "order total 54.9"},
+        {"type": "tool_call", "step": 3, "tool": "refund"},
+    ]
+    marks = locate(evaluation, timeline)
+    assert [i for i, m in marks.by_entry.items() if finding["rule"] in m] == [2]
     assert not evaluation["passed"] and evaluation["overall_score"] < evaluation["warn_threshold"]
     assert evaluation["blame"]["step_index"] == 3 and "check" in evaluation["blame"]["reason"]
     value = w.ctx.metrics.registry.get_sample_value

@@ -42,6 +42,10 @@ class Check:
     version: str = "1"
     per_step: bool = False
     action: Literal["steer", "stop"] = "stop"
+    # ours, bounded by the run's length, reading no pattern a file gave (the tool-name checks
+    # without code): run where they are asked, without a thread's round trip; a team's code,
+    # or a team's regular expression on the run's text, may hang, and runs on the pool
+    inline: bool = False
 
     def failures(self, run: Run) -> list[Failure]:
         """What the check found; raises what the check raises, or TypeError for an answer that

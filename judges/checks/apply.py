@@ -9,6 +9,7 @@ is said in the reasons and decides nothing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tracejudge.judges.checks.api import Check, Failure
@@ -26,6 +27,15 @@ class Checked:
 
     found: tuple[tuple[Check, Failure], ...] = ()
     broken: tuple[tuple[str, str], ...] = ()  # (check name, "raised" or "timed out")
+
+
+_AT_STEP = re.compile(r" \(step (\d+)\)$")
+
+
+def step_of(evidence: str) -> int | None:
+    """The step a check's finding points at, as `with_checks` wrote it after its message."""
+    found = _AT_STEP.search(evidence)
+    return None if found is None else int(found.group(1))
 
 
 def with_checks(verdict: RuleVerdict, checked: Checked) -> RuleVerdict:

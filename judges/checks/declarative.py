@@ -119,4 +119,5 @@ def declared(name: str, key: str, value: object, per_step_action: str = "stop") 
         version=hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8],
         per_step=key in PER_STEP,
         action="steer" if per_step_action == "steer" else "stop",
+        inline=key in PER_STEP,  # tool names and the go-ahead words: no pattern of the file's
     )

@@ -2,8 +2,8 @@
 
 A failed step names its step index. A finding names its rule and the (masked) text it read: it is
 placed on every step whose (equally masked) text holds a piece of that evidence, a finding about
-the answer on the final response; one that concerns no single step (a planned step never
-attempted, the run as a whole) stays with the request.
+the answer on the final response, a team's check's on the step it names; one that concerns no
+single step (a planned step never attempted, the run as a whole) stays with the request.
 """
 
 from __future__ import annotations
@@ -70,7 +70,14 @@ def locate(evaluation: dict[str, Any], timeline: list[dict[str, Any]]) -> Marks:
     for finding in evaluation.get("findings") or []:
         rule = str(finding.get("rule", ""))
         places: list[int] = []
-        if rule in ANSWER_RULES or rule.endswith("_answer"):
+        step = finding.get("step")  # a team's check that names the step it points at
+        if step is not None:
+            places = [
+                i
+                for i, e in enumerate(timeline)
+                if e.get("step") == step and e.get("type") != "task_started"
+            ]
+        elif rule in ANSWER_RULES or rule.endswith("_answer"):
             places = final
         if not places:
             pieces = _pieces(str(finding.get("evidence", "")))

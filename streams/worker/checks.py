@@ -1,8 +1,9 @@
 """A closed run's team checks, run off the event loop within their time limit.
 
 Checks are the team's code: any of them may raise, or hang. Each runs on a thread of a small
-pool; together they get `TRACEJUDGE_CHECK_TIMEOUT_S`, after which the verdict is made without
-those still running (Python cannot stop a thread: one that hangs keeps its pool thread, and is
+pool (the tool-name checks without code, ours and bounded, run in place: `Check.inline`);
+together they get `TRACEJUDGE_CHECK_TIMEOUT_S`, after which the verdict is made without those
+still running (Python cannot stop a thread: one that hangs keeps its pool thread, and is
 counted). A check that raises or runs late is counted in /metrics and logged once by name; it
 never stops the worker, and no verdict waits longer than the limit for it.
 """
@@ -40,6 +41,15 @@ class CheckRunner:
         broken: list[tuple[str, str]] = []
         called: list[tuple[Check, Future[list[Failure]]]] = []
         for check in checks:
+            if check.inline:
+                try:
+                    failures = check.failures(run)
+                except Exception as exc:  # a bug of ours must not cost the verdict either
+                    broken.append((check.name, "raised"))
+                    self._count(check, "raised", repr(exc))
+                    continue
+                self._found(check, failures, found)
+                continue
             hung = self._hung.get(check.name)
             if hung is not None and not hung.done():
                 broken.append((check.name, "timed out"))
@@ -62,11 +72,15 @@ class CheckRunner:
                 broken.append((check.name, "raised"))
                 self._count(check, "raised", repr(error))
                 continue
-            failures = future.result()
-            found += [(check, f) for f in failures]
-            for failure in failures:
-                self.metrics.check_failures.labels(check.name, failure.severity).inc()
+            self._found(check, future.result(), found)
         return Checked(tuple(found), tuple(broken))
+
+    def _found(
+        self, check: Check, failures: list[Failure], into: list[tuple[Check, Failure]]
+    ) -> None:
+        into += [(check, f) for f in failures]
+        for failure in failures:
+            self.metrics.check_failures.labels(check.name, failure.severity).inc()
 
     def _count(self, check: Check, how: str, detail: str) -> None:
         self.metrics.check_errors.labels(check.name, how).inc()
