@@ -34,7 +34,7 @@ async def test_a_failing_check_fails_the_run_names_its_step_and_is_blamed() -> N
         "step": 3,
     }
     # the explorer marks the step the check points at, not every step its words appear in
-    timeline = [
+    timeline: list[dict[str, Any]] = [
         {"type": "task_started", "step": None, "text": "refund order 7"},
         {"type": "tool_call", "step": 1, "tool": "get_order", "result": "order total 54.9"},
         {"type": "tool_call", "step": 3, "tool": "refund"},
