@@ -1,13 +1,13 @@
 """What a team's checks cost the worker per event, side by side in one run.
 
-    python -m benchmarks.checks_cost [--base TREE] [--rounds 5] [--requests 3000]
+    python -m benchmarks.checks_cost [--base TREE ...] [--rounds 5] [--requests 3000]
 
 Starts the real Kafka and Redis, then drains the side-by-side backlog (`side_by_side.backlog`:
 task, 4 x (reasoning step, tool call), final; 10 events a request) with each system in turn,
 `--rounds` times after a warm-up round, all on the same broker:
 - bare Faust forwarding each event (the yardstick every ratio is taken against);
-- the worker of `--base`, a checkout of the code before checks existed (run from that tree,
-  with this tree's Python environment), when given;
+- the worker of each `--base`, a checkout of earlier code (run from that tree, with this tree's
+  Python environment; the tree needs `pkg/tracejudge`, links to its package folders);
 - this worker with no checks configured (the default);
 - this worker with the shipped airline checks on (`examples/checks/airline.toml`, in its
   `[default]` table, so for every agent): five per-step checks run on the run so far at every
@@ -34,10 +34,10 @@ from tests.realservices import ROOT, launch_kafka, start_redis
 CHECKS = ROOT / "examples" / "checks" / "airline.toml"
 
 
-def systems(base: Path | None) -> list[tuple[str, dict[str, str] | None]]:
+def systems(bases: list[Path]) -> list[tuple[str, dict[str, str] | None]]:
     """(name, worker environment); None: bare Faust."""
     found: list[tuple[str, dict[str, str] | None]] = [("bare Faust", None)]
-    if base is not None:
+    for base in bases:
         # the base tree first on the path: its tracejudge package (pkg/tracejudge, links to its
         # folders) and its own tests and examples
         path = os.pathsep.join([str(base / "pkg"), str(base)])
@@ -52,15 +52,15 @@ def systems(base: Path | None) -> list[tuple[str, dict[str, str] | None]]:
     return found
 
 
-async def measure(rounds: int, requests: int, base: Path | None) -> dict[str, list[float]]:
+async def measure(rounds: int, requests: int, bases: list[Path]) -> dict[str, list[float]]:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     workdir = Path(tempfile.mkdtemp(prefix="tracejudge-checks-cost-"))
     kafka = launch_kafka(workdir / "kafka", KAFKA_FOR_GROUPS)
     redis = start_redis(workdir / "redis")
-    found: dict[str, list[float]] = {name: [] for name, _ in systems(base)}
+    found: dict[str, list[float]] = {name: [] for name, _ in systems(bases)}
     try:
         for n in range(rounds + 1):  # round 0 warms the broker's JVM up: not counted
-            for i, (name, env) in enumerate(systems(base)):
+            for i, (name, env) in enumerate(systems(bases)):
                 if env is None:
                     system = await faust_system(kafka.address, workdir)
                 else:
@@ -85,22 +85,25 @@ async def measure(rounds: int, requests: int, base: Path | None) -> dict[str, li
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--base", type=Path, help="a checkout of the code before checks")
+    parser.add_argument(
+        "--base", type=Path, action="append", default=[], help="a checkout of earlier code"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=3000)
     args = parser.parse_args()
-    base = None if args.base is None else args.base.resolve()
-    if base is not None and not (base / "pkg" / "tracejudge").is_dir():
-        parser.error(
-            f"{base}/pkg/tracejudge is missing: link the tree's models, judges, streams, "
-            "prompts and client folders there (and entry/__main__.py as __main__.py)"
-        )
+    bases = [b.resolve() for b in args.base]
+    for base in bases:
+        if not (base / "pkg" / "tracejudge").is_dir():
+            parser.error(
+                f"{base}/pkg/tracejudge is missing: link the tree's models, judges, streams, "
+                "prompts and client folders there (and entry/__main__.py as __main__.py)"
+            )
     print(
         f"{args.rounds} rounds (after a warm-up) of {args.requests} requests x 10 events, each "
         "system in turn on one broker",
         flush=True,
     )
-    found = asyncio.run(measure(args.rounds, args.requests, base))
+    found = asyncio.run(measure(args.rounds, args.requests, bases))
     faust = min(found["bare Faust"])
     print(f"\n{'system':<30} {'lowest':>8} {'median':>8}  vs bare Faust (lowest)")
     for name, cpu in found.items():
@@ -109,7 +112,7 @@ def main() -> int:
         )
     plain, checked = min(found["worker, no checks"]), min(found["worker, airline checks"])
     print(f"\nthe airline checks add {1000 * (checked - plain):+.1f} µs an event (lowest rounds)")
-    if base is not None:
+    for base in bases:
         then = min(found[f"worker at {base.name}"])
         print(f"no checks against {base.name}: {1000 * (plain - then):+.1f} µs an event")
     return 0
