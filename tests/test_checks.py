@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 from tests.test_rules import window_of
 from tracejudge.judges.checks import Failure
 from tracejudge.judges.checks.book import CheckBook, ChecksError, run_all
-from tracejudge.judges.checks.view import run_of
+from tracejudge.judges.checks.view import RunView, run_of
+from tracejudge.models.events import parse_event
 
 
 def refund_run(amount: str, *, confirmed: bool = True) -> list[dict[str, Any]]:
@@ -136,3 +138,25 @@ def test_the_shipped_example_checks_load_and_find_what_they_say() -> None:
     ]  # fmt: skip
     found_coding = run_all(coding.for_agent(None), run_of(window_of(submitted)))
     assert [(f.step, f.severity) for _, f in found_coding] == [(2, "note"), (1, "fail")]
+
+
+def test_the_view_kept_from_events_is_the_view_of_the_stored_window() -> None:
+    """What the per-step checks read, kept from the events as they arrive (out of order
+    too), is what a check reads from the stored window; its texts masked like it."""
+    events = refund_run("20.00")
+    late = {**events[1], "step_index": 4, "tool": "notify", "args_summary": "mail a@b.example"}
+    arriving = [events[0], events[2], events[3], late, events[1]]  # step 1 comes last
+    kept = RunView(request_id="c1")
+    for event in arriving:
+        kept.add(parse_event(event))
+    whole = run_of(window_of(arriving))
+    assert kept.run() == replace(whole, final_answer=None)
+    assert [s.index for s in kept.run().steps] == [1, 2, 3, 4]
+    (notify,) = kept.run().calls("notify")
+    assert "a@b.example" not in (notify.args or "") and "a@b.example" not in repr(notify)
+
+
+def test_a_step_view_is_read_only() -> None:
+    (step,) = run_of(window_of(refund_run("20.00"))).calls("refund")
+    with pytest.raises(AttributeError):
+        step.tool = "other"  # type: ignore[misc]

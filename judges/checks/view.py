@@ -3,12 +3,21 @@ output, so a check sees what the worker holds and nothing a log line could not s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_right
+from dataclasses import dataclass, field
 from typing import Literal
 
 from tracejudge.judges.masking.clipping import clip_whole
 from tracejudge.judges.masking.redact import mask
-from tracejudge.models.events import FinalResponse, Iteration, ReasoningStep, ToolCall, UserMessage
+from tracejudge.models.events import (
+    Event,
+    FinalResponse,
+    Iteration,
+    ReasoningStep,
+    TaskStarted,
+    ToolCall,
+    UserMessage,
+)
 from tracejudge.models.window import Window
 
 TEXT_LIMIT = 2_000  # per text of a step, as the contract's summaries
@@ -22,20 +31,78 @@ def _text(value: object) -> str | None:
     return mask(clip_whole(str(value), TEXT_LIMIT))
 
 
-@dataclass(frozen=True)
 class StepView:
     """One step: `index` (its step_index), `type`, `tool` (tool calls), `args` and `result`
     (text), `ok` (True/False for a tool call or an iteration, else None), `text` (what a
-    reasoning step or a user message says), `actor` (who took it, in a multi-agent run)."""
+    reasoning step or a user message says), `actor` (who took it, in a multi-agent run).
 
+    Read-only. Its texts are clipped and masked when first read: a check that reads only tools
+    and outcomes (most checks that run on every step) costs no masking."""
+
+    __slots__ = ("_masked", "_raw", "actor", "index", "ok", "tool", "type")
     index: int
     type: StepType
-    tool: str | None = None
-    args: str | None = None
-    result: str | None = None
-    ok: bool | None = None
-    text: str | None = None
-    actor: str | None = None
+    tool: str | None
+    ok: bool | None
+    actor: str | None
+
+    def __init__(
+        self,
+        index: int,
+        type: StepType,  # the documented name of the field
+        tool: str | None = None,
+        args: object = None,
+        result: object = None,
+        ok: bool | None = None,
+        text: object = None,
+        actor: str | None = None,
+    ) -> None:
+        for name, value in (
+            ("index", index), ("type", type), ("tool", tool), ("ok", ok), ("actor", actor),
+            ("_raw", {"args": args, "result": result, "text": text}), ("_masked", {}),
+        ):  # fmt: skip
+            object.__setattr__(self, name, value)
+
+    def _read(self, name: str) -> str | None:
+        masked: dict[str, str | None] = self._masked
+        if name not in masked:
+            masked[name] = _text(self._raw[name])
+        return masked[name]
+
+    @property
+    def args(self) -> str | None:
+        return self._read("args")
+
+    @property
+    def result(self) -> str | None:
+        return self._read("result")
+
+    @property
+    def text(self) -> str | None:
+        return self._read("text")
+
+    def _public(self) -> tuple[object, ...]:
+        return (
+            self.index, self.type, self.tool, self.args, self.result, self.ok, self.text,
+            self.actor,
+        )  # fmt: skip
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a StepView is read-only: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StepView) and self._public() == other._public()
+
+    def __hash__(self) -> int:
+        return hash(self._public())
+
+    def __repr__(self) -> str:  # the masked texts, as every output shows them
+        names = ("index", "type", "tool", "args", "result", "ok", "text", "actor")
+        return (
+            "StepView("
+            + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._public(), strict=True))
+            + ")"
+        )
 
 
 @dataclass(frozen=True)
@@ -61,22 +128,22 @@ def step_view(step: object) -> StepView | None:
             step.step_index,
             "tool_call",
             tool=step.tool,
-            args=_text(step.args_summary),
-            result=_text(step.error if not step.success and step.error else step.result_preview),
+            args=step.args_summary,
+            result=step.error if not step.success and step.error else step.result_preview,
             ok=step.success,
             actor=step.actor,
         )
     if isinstance(step, ReasoningStep):
         said = step.intent_summary or step.observation_summary or step.action
-        return StepView(step.step_index, "reasoning_step", text=_text(said), actor=step.actor)
+        return StepView(step.step_index, "reasoning_step", text=said, actor=step.actor)
     if isinstance(step, UserMessage):
-        return StepView(step.step_index, "user_message", text=_text(step.text), actor=step.actor)
+        return StepView(step.step_index, "user_message", text=step.text, actor=step.actor)
     if isinstance(step, Iteration):
         return StepView(
             step.step_index,
             "iteration",
-            text=_text(step.response),
-            result=_text(step.observation),
+            text=step.response,
+            result=step.observation,
             ok=step.exec_success,
             actor=step.actor,
         )
@@ -95,3 +162,47 @@ def run_of(window: Window) -> Run:
         final_answer=None if final is None else _text(final.output),
         steps=steps,
     )
+
+
+@dataclass
+class RunView:
+    """A run's view kept up to date as its events arrive, for the checks that run on each new
+    step: each step is made into a StepView once, where `run_of` would read every stored step
+    again at every step. The steps are in `run_of`'s order (by step_index, then arrival)."""
+
+    request_id: str
+    goal: str | None = None
+    agent_name: str | None = None
+    agent_version: str | None = None
+    steps: list[StepView] = field(default_factory=list)
+    _indexes: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of_window(cls, window: Window) -> RunView:
+        run = run_of(window)
+        return cls(
+            run.request_id,
+            run.goal,
+            run.agent_name,
+            run.agent_version,
+            list(run.steps),
+            [s.index for s in run.steps],
+        )
+
+    def add(self, event: Event) -> None:
+        """One new event of the run (the worker gives each once)."""
+        if isinstance(event, TaskStarted) and self.goal is None:
+            self.goal = _text(event.goal)
+        self.agent_name = self.agent_name or event.agent_name
+        self.agent_version = self.agent_version or event.agent_version
+        view = step_view(event)
+        if view is not None:
+            at = bisect_right(self._indexes, view.index)
+            self._indexes.insert(at, view.index)
+            self.steps.insert(at, view)
+
+    def run(self) -> Run:
+        """The run so far (no final answer yet)."""
+        return Run(
+            self.request_id, self.goal, self.agent_name, self.agent_version, None, tuple(self.steps)
+        )

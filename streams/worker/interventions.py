@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.judges.checks.book import CheckBook
-from tracejudge.judges.checks.view import run_of
+from tracejudge.judges.checks.view import RunView
 from tracejudge.judges.inflight.budgets import Budget, BudgetBook
 from tracejudge.judges.inflight.escalation import next_action, normal_of
 from tracejudge.judges.inflight.loops import LoopFound, LoopRules, LoopWatch
@@ -64,6 +64,9 @@ class _Run:
     agent: str | None
     limits: Budget = field(default_factory=Budget)  # the agent's budget and loop policy
     calls: int = 0  # tool calls seen: the run's length against its agent's normal
+    # the run as its per-step checks read it, kept up to date from the events (None: not
+    # needed yet; made from the stored window the first time, after a rebalance too)
+    view: RunView | None = None
 
 
 @dataclass
@@ -106,6 +109,8 @@ class Intervener:
             # whose message says most (a failure repeated before a result repeated)
             found = sorted(found, key=lambda f: LOOP_ORDER.index(f.kind))
             made += [m for m in (self._loop(rid, run, found, event),) if m]
+        if run.view is not None:
+            run.view.add(event)
         if self.checks is not None and isinstance(event, (*STEPS, UserMessage)):
             made += await self._checks(rid, run, event)
         if run.budget is not None:
@@ -188,8 +193,9 @@ class Intervener:
 
     async def _checks(self, rid: str, run: _Run, event: Event) -> list[Intervention]:
         """The agent's per-step checks not yet sent, on the run up to this step: each that
-        fails the run is sent once, with its action. The view is rebuilt from the window at
-        each step, a cost only agents with per-step checks pay (docs/checks.md)."""
+        fails the run is sent once, with its action. The view is read from the stored window
+        once, then kept up to date from the events: a cost only agents with per-step checks
+        pay (docs/checks.md)."""
         assert self.checks is not None and self.check_runner is not None
         wanted = self.checks.per_step(run.agent)
         if not wanted:
@@ -198,16 +204,18 @@ class Intervener:
         due = tuple(c for c in wanted if c.name not in sent)
         if not due or not self.store.is_open(rid):
             return []
-        meta, records = self.store.stored(rid)
-        window = window_of(
-            rid,
-            records,
-            closed_by="idle_timeout",  # not closed: read as far as it goes
-            step_count=meta.step_count,
-            steps_dropped=meta.steps_dropped,
-            early_stops=[],
-        )
-        checked = await self.check_runner.run(due, run_of(window))
+        if run.view is None:  # the stored window holds this event already
+            meta, records = self.store.stored(rid)
+            window = window_of(
+                rid,
+                records,
+                closed_by="idle_timeout",  # not closed: read as far as it goes
+                step_count=meta.step_count,
+                steps_dropped=meta.steps_dropped,
+                early_stops=[],
+            )
+            run.view = RunView.of_window(window)
+        checked = await self.check_runner.run(due, run.view.run())
         made: dict[str, Intervention] = {}
         for check, failure in checked.found:
             if failure.severity != "fail" or check.name in made:
