@@ -151,3 +151,42 @@ async def test_a_per_step_check_stops_the_run_on_the_step_that_breaks_it(tmp_pat
     ]
     assert not evaluation["passed"] and evaluation["incomplete"]
     assert len(w.channel("control").values()) == 1  # once per check and run
+
+
+def test_a_check_that_hangs_never_keeps_the_worker_from_exiting() -> None:
+    """A check stuck for good (here 60 s) is left behind when the process exits: the worker
+    stops on SIGTERM instead of waiting for it."""
+    import subprocess
+    import sys
+
+    script = """
+import asyncio, time
+from tracejudge.judges.checks.api import Check
+from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.worker.checks import CheckRunner
+from tests.test_checks import refund_run
+from tests.test_rules import window_of
+from tracejudge.judges.checks.view import run_of
+
+def stuck(run):
+    time.sleep(60)
+
+async def main():
+    runner = CheckRunner(0.2, Metrics())
+    checked = await runner.run((Check("stuck", stuck),), run_of(window_of(refund_run("1"))))
+    assert checked.broken == (("stuck", "timed out"),), checked
+    runner.close()
+
+asyncio.run(main())
+print("done")
+"""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
+    assert time.monotonic() - started < 20  # not the stuck check's 60 s

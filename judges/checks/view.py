@@ -45,6 +45,8 @@ class StepView:
     tool: str | None
     ok: bool | None
     actor: str | None
+    _raw: dict[str, object]  # the texts as given
+    _masked: dict[str, str | None]  # each text clipped and masked, once it was read
 
     def __init__(
         self,

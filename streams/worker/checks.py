@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from tracejudge.judges.checks.api import Check, Failure
@@ -24,13 +27,64 @@ log = logging.getLogger(__name__)
 THREADS = 4  # checks of different runs at once; a hung check holds one
 
 
+_Job = tuple["Future[list[Failure]]", "Callable[[Run], list[Failure]]", Run]
+
+
+class DaemonPool:
+    """A few threads for the team's checks that never hold the process at exit: the standard
+    ThreadPoolExecutor's threads are joined when the interpreter exits, so a check that hangs
+    would keep a worker from stopping on SIGTERM (a rolling restart waiting for a kill -9)."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[[Run], list[Failure]], run: Run) -> Future[list[Failure]]:
+        future: Future[list[Failure]] = Future()
+        self._jobs.put((future, fn, run))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn, run = job
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled before it started
+            try:
+                future.set_result(fn(run))
+            except BaseException as exc:  # the check's, handed to the caller
+                future.set_exception(exc)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop taking jobs; `cancel_futures`: drop those not started; `wait`: until the
+        threads are done (a hung check's never is: not waited for at exit)."""
+        if cancel_futures:
+            while True:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not None:
+                    job[0].cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+
 @dataclass
 class CheckRunner:
     timeout_s: float
     metrics: Metrics
-    pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(THREADS, thread_name_prefix="tracejudge-check")
-    )
+    pool: DaemonPool = field(default_factory=lambda: DaemonPool(THREADS, "tracejudge-check"))
     _said: set[tuple[str, str]] = field(default_factory=set)  # (check, how): logged once
     # a check's call that ran past the limit and has not returned yet: the check is not called
     # again until it has, so one that hangs on every run holds one thread, not the whole pool
