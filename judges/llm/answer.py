@@ -244,7 +244,7 @@ def _dimension_scores(extra: dict[str, Any]) -> dict[str, int]:
     scores (and dropped as before)."""
     scores = {}
     for name, value in extra.items():
-        if not (isinstance(name, str) and DIMENSION_NAME.fullmatch(name)):
+        if not DIMENSION_NAME.fullmatch(name):
             continue
         try:
             score = _to_score(value)

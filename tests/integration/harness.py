@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.realservices import ROOT, free_port, stop_process
+from tracejudge.client import Tracer
 from tracejudge.streams.settings import Settings
 
 Headers = list[tuple[str, bytes]]
@@ -128,6 +129,18 @@ def worker_env(
     }
     env.update({f"TRACEJUDGE_{k.upper()}": str(v) for k, v in overrides.items()})
     return env
+
+
+def tracer_for(worker: WorkerProcess, control_keys: str | None = None) -> Tracer:
+    """An agent's tracer on the worker's broker, Redis and topics; `control_keys`: the keys its
+    interventions are signed with, when the worker signs them."""
+    s = worker.settings
+    return Tracer(
+        s.kafka_bootstrap,
+        redis_url=s.redis_url,
+        topic_prefix=s.topic_prefix,
+        control_keys=control_keys,
+    )
 
 
 def refund_request(rid: str) -> list[dict[str, Any]]:

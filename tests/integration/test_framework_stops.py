@@ -27,7 +27,7 @@ from openai.types.responses import ResponseFunctionToolCall
 from examples import loop_steer
 from examples.langgraph_agent import ScriptedChatModel
 from examples.openai_agents_agent import ScriptedModel, say
-from tests.integration.harness import WorkerProcess, consume, values, worker_env
+from tests.integration.harness import WorkerProcess, consume, tracer_for, values, worker_env
 from tracejudge.client import Tracer
 from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
 from tracejudge.client.integrations.openai_agents import (
@@ -78,13 +78,7 @@ def stopping_worker(
 
 @pytest.fixture
 def tracer(stopping_worker: WorkerProcess) -> Iterator[Tracer]:
-    s = stopping_worker.settings
-    tracer = Tracer(
-        s.kafka_bootstrap,
-        redis_url=s.redis_url,
-        topic_prefix=s.topic_prefix,
-        control_keys=CONTROL_KEY,
-    )
+    tracer = tracer_for(stopping_worker, CONTROL_KEY)
     yield tracer
     tracer.close()
 

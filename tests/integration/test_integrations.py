@@ -36,9 +36,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from examples.langgraph_agent import ScriptedChatModel
 from examples.openai_agents_agent import ScriptedModel, call, say
-from tests.integration.harness import WorkerProcess, consume, produce, values
+from tests.integration.harness import WorkerProcess, consume, produce, tracer_for, values
 from tests.realservices import ROOT
-from tracejudge.client import Tracer
 from tracejudge.client.events import Recorder
 from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
 from tracejudge.client.integrations.openai_agents import (
@@ -50,11 +49,6 @@ from tracejudge.client.reflections import Reflection, ReflectionWorker, follow_u
 from tracejudge.models.outputs import ReflectionRequest
 
 pytestmark = pytest.mark.integration
-
-
-def tracer_for(worker: WorkerProcess) -> Tracer:
-    s = worker.settings
-    return Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix)
 
 
 async def events_of_request(worker: WorkerProcess, rid: str, count: int) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ from tests.integration.harness import (
     consume,
     produce_events,
     refund_request,
+    tracer_for,
     values,
     worker_env,
 )
@@ -111,13 +112,7 @@ async def test_the_pages_checks_change_the_live_verdicts(docs_worker: WorkerProc
 
 @pytest.fixture
 def tracer(docs_worker: WorkerProcess) -> Iterator[Tracer]:
-    s = docs_worker.settings
-    tracer = Tracer(
-        s.kafka_bootstrap,
-        redis_url=s.redis_url,
-        topic_prefix=s.topic_prefix,
-        control_keys=CONTROL_KEY,
-    )
+    tracer = tracer_for(docs_worker, CONTROL_KEY)
     yield tracer
     tracer.close()
 
