@@ -200,14 +200,18 @@ class Recorder:
         usage: Usage | None = None,
         stopped_by: str | None = None,
         actor: str | None = None,
+        error: str | None = None,
     ) -> None:
         """The answer: ends the request, which is judged at once. `stopped_by`: the
-        intervention_id the run stopped for, when it did (its evaluation says so)."""
+        intervention_id the run stopped for, when it did (its evaluation says so). `error`:
+        the run ended by an error (an exception out of the agent): it failed, whatever
+        `output` says."""
         self._send(
             "final_response",
             output=clip(output, LONG_TEXT_LIMIT),
             usage=usage,
             stopped_by=stopped_by,
+            error=None if error is None else clip(error, SUMMARY_LIMIT),
             actor=_actor(actor),
         )
         self.finished = True

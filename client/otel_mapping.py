@@ -1,33 +1,68 @@
-"""OpenTelemetry GenAI spans to contract events, one span at a time (no buffering).
+"""OpenTelemetry spans to contract events, as the instrumentations teams use write them.
 
 A trace is one request (`otel-<trace id>`). Its local root span (no parent, or a parent in
-another process: an agent behind an instrumented gateway; `invoke_agent` in the GenAI semantic
-conventions) gives the task and, as it ends last here, the final response that ends the
-request (with `request_end="root"`, only a span with no parent does). `execute_tool` spans are
-tool calls; model calls (`chat`, `text_completion`, `generate_content`) and nested agents are
-reasoning steps, a model call's usage (`gen_ai.usage.*_tokens`, the model) kept on its step.
-Steps are ordered by their start time (the step index is the start in microseconds), so spans
-may arrive in any order. Message content is read only when `capture_content` is set, as the
-conventions make it opt-in. OpenInference's span kinds (AGENT, TOOL, LLM, CHAIN) and attribute
-names are read too.
+another process: an agent behind an instrumented gateway) ends it: it gives the task and, as it
+ends last, the final response. What each span is comes from whichever convention wrote it
+(client/otel_conventions.py: the GenAI conventions, OpenInference, OpenLLMetry):
+- a tool span is a tool call (failed when its span ended in ERROR or its result says so, with
+  the error's text from the status, the `exception` event or `error.type`); a framework's
+  final-answer pseudo-tool (smolagents' `final_answer`) is the answer, not a call;
+- a model call is a reasoning step with its usage; when the trace has no tool spans (an
+  instrumented model client in a hand-written loop), the tool calls are read from the model
+  calls' messages: each call's input answers the calls of the one before, so only the tool
+  answers after its last assistant message are new;
+- a nested agent is a reasoning step; a framework's wrapper spans (chains, graph nodes, steps)
+  and spans that are not the agent's (HTTP, database) are no steps.
+The root's task, answer and agent are its own where it has them, else what the trace said
+below it (`TraceNotes`): the outermost agent span's, the first model call's request and the
+last model call's words, the resource's `service.name`. A root that ended in ERROR is a run
+that crashed: its final response carries the error, and the run is judged failed.
 
-A step's `actor` (who took it, in a multi-agent run) is the span's own `gen_ai.agent.name`, or
-its nearest ancestor's that has one (the agent span a tool or model call runs under), when the
-spans above it were noted in `AgentNames`: the span processor notes each span as it starts, the
-receiver a whole export batch before mapping it. A child span ends, and is exported, before its
-parent: an ancestor that comes in a later batch is not known yet, and the step then has no
-actor unless it names its own agent. `agent_name` is the span's own attribute alone.
+Message content is read only when `capture_content` is set (OpenTelemetry keeps it opt-in);
+without it, or when the trace carries none, the final response says which. Steps are ordered
+by their start time (the step index is the start in microseconds), so spans may arrive in any
+order.
+
+A step's `actor` is its span's own agent, or its nearest noted ancestor's: the span processor
+notes each span as it starts, the receiver a whole export batch before mapping it. A child span
+ends, and is exported, before its parent: an ancestor that comes in a later batch is not known
+yet, and the step then has no actor unless it names its own agent.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from tracejudge.client.otel_conventions import (
+    AGENT,
+    FINAL_ANSWER_TOOLS,
+    MODEL,
+    TOOL,
+    agent_name_of,
+    answer_of,
+    arguments_text,
+    final_of,
+    first_of,
+    goal_of,
+    has_content,
+    own_agent_name,
+    raw_input,
+    result_text,
+    role_of,
+    root_name_as_agent,
+    service_name,
+    task_text,
+)
+from tracejudge.client.otel_messages import (
+    answer_text,
+    last_user_text,
+    messages,
+    new_tool_calls,
+)
 from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, clip
 
 HEX_TRACE = re.compile(r"[0-9a-f]{32}")
@@ -48,18 +83,28 @@ class SpanInfo:
     status_code: int
     status_message: str
     parent_remote: bool = False  # the SDK said the parent span is in another process
+    # (name, attributes) of the span's events: an `exception` event holds a failure's text
+    events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    resource: Mapping[str, Any] = field(default_factory=dict)
+    scope: str = ""  # the instrumentation scope's name
 
     def ends_request(self, request_end: str) -> bool:
         return not self.parent_span_id or (request_end == "local_root" and self.parent_remote)
 
     @property
+    def role(self) -> str:
+        return role_of(self.attributes, self.name, self.status_code == STATUS_ERROR)
+
+    @property
     def operation(self) -> str:
+        """The GenAI operation this span is (`invoke_agent`, `execute_tool`, `chat`), from
+        whichever convention wrote it."""
         op = self.attributes.get("gen_ai.operation.name")
         if isinstance(op, str) and op:
             return op
-        kind = str(self.attributes.get("openinference.span.kind", "")).upper()
-        by_kind = {"AGENT": "invoke_agent", "TOOL": "execute_tool", "LLM": "chat"}
-        return by_kind.get(kind, self.name.split(" ", 1)[0])
+        return {AGENT: "invoke_agent", TOOL: "execute_tool", MODEL: "chat"}.get(
+            self.role, self.name.split(" ", 1)[0]
+        )
 
     @property
     def failed(self) -> bool:
@@ -67,136 +112,214 @@ class SpanInfo:
 
     @property
     def error(self) -> str | None:
+        """The failure's text: the `exception` event's type and message (the status message
+        of some instrumentations is a repr and a traceback), else the status message's first
+        line, else `error.type`."""
         if not self.failed:
             return None
-        return self.status_message or str(self.attributes.get("error.type") or "error")
+        for name, attributes in reversed(self.events):
+            if name == "exception":
+                kind = str(attributes.get("exception.type") or "").rsplit(".", 1)[-1]
+                said = str(attributes.get("exception.message") or "")
+                if kind or said:
+                    return f"{kind}: {said}" if kind and said else kind or said
+        first = self.status_message.strip().split("\n", 1)[0].strip()
+        return first or str(self.attributes.get("error.type") or "error")
 
 
 def request_id(trace_id: str) -> str:
     return f"otel-{trace_id}"
 
 
-def agent_name_of(attributes: Mapping[str, Any]) -> str | None:
-    name = attributes.get("gen_ai.agent.name")
-    return name[:256] if isinstance(name, str) and name else None
+def agent_name_of_span(span: SpanInfo) -> str | None:
+    return agent_name_of(span.attributes, span.name, span.role)
 
 
-# a span's agent name, or the attributes of an open span, read when asked (set after its start)
-_Agent = str | Mapping[str, Any] | None
+@dataclass
+class _Said:
+    """A text the trace said, and the start of the span that said it."""
+
+    at: int
+    text: str
 
 
-class AgentNames:
-    """Which agent each span belongs to: its own `gen_ai.agent.name`, or its nearest noted
-    ancestor's. Spans are noted with their parent as they are seen; a trace is forgotten when
-    its request ends, and the oldest traces beyond `limit` spans. Thread-safe (a span
-    processor is called on the threads that end spans)."""
+@dataclass
+class _Trace:
+    # span -> (parent, its agent's name, or an open span's handle read when asked)
+    spans: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    tools: bool = False  # a tool span was seen: tool calls are not read from messages
+    content: bool = False  # some span carried message content (read or not)
+    # the outermost agent span: its start, name, goal and answer
+    agent: tuple[int, str | None, str | None, str | None] | None = None
+    asked: _Said | None = None  # the first model call's request
+    said: _Said | None = None  # the last model call's words
+    handed: _Said | None = None  # a final-answer pseudo-tool's answer
+
+
+class TraceNotes:
+    """What each open trace said so far that its root needs or a step's actor is: the spans
+    with their parents and agents, the outermost agent, the model's first request and last
+    words. A trace is forgotten when its request ends, the oldest traces beyond `limit` spans.
+    Thread-safe (a span processor is called on the threads that end spans)."""
 
     def __init__(self, limit: int = 100_000) -> None:
         self.limit = limit
-        self._traces: dict[str, dict[str, tuple[str, _Agent]]] = {}  # span -> parent, agent
+        self._traces: dict[str, _Trace] = {}
         self._count = 0
         self._lock = threading.Lock()
 
-    @classmethod
-    def of(cls, spans: Iterable[SpanInfo]) -> AgentNames:
-        """The names of a batch of spans (the receiver's: one export request)."""
-        names = cls()
-        for span in spans:
-            names.note(span.trace_id, span.span_id, span.parent_span_id, span.attributes)
-        return names
+    def _trace(self, trace_id: str) -> _Trace:
+        trace = self._traces.get(trace_id)
+        if trace is None:
+            trace = self._traces[trace_id] = _Trace()
+        return trace
 
-    def note(
-        self,
-        trace_id: str,
-        span_id: str,
-        parent_span_id: str,
-        attributes: Mapping[str, Any],
-        live: bool = False,
-    ) -> None:
-        """`live`: `attributes` are an open span's, still being written: read when a step
-        below asks (kept until the span is noted again), not now."""
-        agent = attributes if live else agent_name_of(attributes)
+    def note_all(self, spans: Iterable[SpanInfo]) -> None:
+        """The spans of a batch (the receiver's: one export request), before any is mapped."""
+        for span in spans:
+            self.note_span(span)
+
+    def note_span(self, span: SpanInfo) -> None:
+        """A finished span: its agent (as it ended), and whether it is a tool or has content."""
+        role = span.role
         with self._lock:
-            spans = self._traces.setdefault(trace_id, {})
+            trace = self._trace(span.trace_id)
+            trace.tools = trace.tools or role == TOOL
+            trace.content = trace.content or has_content(span.attributes)
+        self.note(span.trace_id, span.span_id, span.parent_span_id, agent_name_of_span(span))
+
+    def note(self, trace_id: str, span_id: str, parent_span_id: str, agent: Any) -> None:
+        """`agent`: the span's agent name, or a callable giving it when asked (an open span's
+        name may be set after its start)."""
+        with self._lock:
+            spans = self._trace(trace_id).spans
             if span_id not in spans:
                 self._count += 1
             spans[span_id] = (parent_span_id, agent)
             while self._count > self.limit and len(self._traces) > 1:
                 oldest = next(t for t in self._traces if t != trace_id)
-                self._count -= len(self._traces.pop(oldest))
+                self._count -= len(self._traces.pop(oldest).spans)
 
     def forget(self, trace_id: str) -> None:
         with self._lock:
-            self._count -= len(self._traces.pop(trace_id, {}))
+            trace = self._traces.pop(trace_id, None)
+            if trace is not None:
+                self._count -= len(trace.spans)
 
     def actor_of(self, span: SpanInfo) -> str | None:
-        own = agent_name_of(span.attributes)
+        own = own_agent_name(span.attributes)
         if own is not None:
             return own
         with self._lock:
-            spans = self._traces.get(span.trace_id, {})
+            trace = self._traces.get(span.trace_id)
+            spans = trace.spans if trace is not None else {}
             above = span.parent_span_id
             for _ in range(64):  # a cycle or a deep chain ends the search
                 if not above or above not in spans:
                     return None
                 above, agent = spans[above]
-                name = agent if agent is None or isinstance(agent, str) else agent_name_of(agent)
+                name = agent() if callable(agent) else agent
                 if name is not None:
-                    return name
+                    return str(name)
         return None
+
+    def has_tools(self, trace_id: str) -> bool:
+        with self._lock:
+            trace = self._traces.get(trace_id)
+            return trace is not None and trace.tools
+
+    def heard(self, trace_id: str) -> _Trace:
+        """A copy of what the trace said (for its root)."""
+        with self._lock:
+            trace = self._traces.get(trace_id)
+            if trace is None:
+                return _Trace()
+            return _Trace(
+                tools=trace.tools,
+                content=trace.content,
+                agent=trace.agent,
+                asked=trace.asked,
+                said=trace.said,
+                handed=trace.handed,
+            )
+
+    def agent_ended(self, span: SpanInfo, goal: str | None, answer: str | None) -> None:
+        name = agent_name_of_span(span)
+        with self._lock:
+            trace = self._trace(span.trace_id)
+            if trace.agent is None or span.start_ns < trace.agent[0]:
+                trace.agent = (span.start_ns, name, goal, answer)
+
+    def model_ended(self, span: SpanInfo, asked: str | None, said: str | None) -> None:
+        with self._lock:
+            trace = self._trace(span.trace_id)
+            if asked and (trace.asked is None or span.start_ns < trace.asked.at):
+                trace.asked = _Said(span.start_ns, asked)
+            if said and (trace.said is None or span.start_ns >= trace.said.at):
+                trace.said = _Said(span.start_ns, said)
+
+    def handed_over(self, span: SpanInfo, answer: str | None) -> None:
+        if not answer:
+            return
+        with self._lock:
+            trace = self._trace(span.trace_id)
+            if trace.handed is None or span.start_ns >= trace.handed.at:
+                trace.handed = _Said(span.start_ns, answer)
+
+
+# the receiver's and the processor's name for it before it kept more than agents
+AgentNames = TraceNotes
 
 
 def events_of(
     span: SpanInfo,
     capture_content: bool,
     request_end: str = "local_root",
-    agents: AgentNames | None = None,
+    notes: TraceNotes | None = None,
 ) -> list[dict[str, Any]]:
-    """The contract events one finished span stands for. `agents`: the spans seen so far, to
-    find a step's actor above it (without: the span's own agent name only)."""
+    """The contract events one finished span stands for. `notes`: what the trace said so far
+    (the spans above a step, for its actor; the run's request and answer, for its root):
+    without them, each span is read alone."""
+    notes = notes if notes is not None else TraceNotes()
     rid = request_id(span.trace_id)
     a = span.attributes
     common: dict[str, Any] = {"request_id": rid, "ts": span.end_ns / 1e9}
-    for key, name in (
-        ("gen_ai.conversation.id", "session_key"),
-        ("gen_ai.agent.name", "agent_name"),
-        ("gen_ai.agent.version", "agent_version"),
-    ):
-        if isinstance(a.get(key), str) and a[key]:
-            common[name] = a[key][: 128 if name == "agent_version" else 256]
-    step = span.start_ns // 1000
-    op = span.operation
-    actor = agent_name_of(a) if agents is None else agents.actor_of(span)
-    if span.ends_request(request_end):
-        return _root(span, common, capture_content, actor)
-    if op == "execute_tool":
-        return [
-            {
-                **common,
-                "actor": actor,
-                "type": "tool_call",
-                "event_id": f"{rid}:{span.span_id}",
-                "step_index": step,
-                "tool": str(a.get("gen_ai.tool.name") or a.get("tool.name") or span.name)[:256],
-                "success": not span.failed,
-                "error": _clip(span.error),
-                "latency_ms": max(0.0, (span.end_ns - span.start_ns) / 1e6),
-                "args_summary": _clip(_content(a, ("gen_ai.tool.call.arguments", "input.value")))
-                if capture_content
-                else None,
-                "result_preview": _clip(_content(a, ("gen_ai.tool.call.result", "output.value")))
-                if capture_content
-                else None,
-            }
-        ]
-    if op in MODEL_CALLS or op in ("invoke_agent", "create_agent"):
-        model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or ""
-        what = (
-            f"{op} {model}".strip()
-            if op in MODEL_CALLS
-            else f"{op} {a.get('gen_ai.agent.name', '')}"
-        )
-        said = _content(a, ("gen_ai.output.messages", "output.value")) if capture_content else None
+    session = first_of(a, ("gen_ai.conversation.id", "session.id"))
+    if isinstance(session, str):
+        common["session_key"] = session[:256]
+    if isinstance(a.get("gen_ai.agent.version"), str) and a["gen_ai.agent.version"]:
+        common["agent_version"] = a["gen_ai.agent.version"][:128]
+    role = span.role
+    actor = notes.actor_of(span)
+    is_root = span.ends_request(request_end)
+    steps = _steps(span, role, rid, common, actor, capture_content, notes, is_root)
+    if is_root:
+        return steps + _root(span, role, common, capture_content, actor, notes)
+    return steps
+
+
+def _steps(
+    span: SpanInfo,
+    role: str,
+    rid: str,
+    common: dict[str, Any],
+    actor: str | None,
+    capture_content: bool,
+    notes: TraceNotes,
+    is_root: bool,
+) -> list[dict[str, Any]]:
+    a, step = span.attributes, span.start_ns // 1000
+    if role == TOOL:
+        return _tool(span, rid, common, actor, capture_content, notes)
+    if role == MODEL:
+        return _model(span, rid, common, actor, capture_content, notes)
+    if role == AGENT:
+        goal = goal_of(a) if capture_content else None
+        answer = final_of(a) if capture_content else None
+        notes.agent_ended(span, goal, answer)
+        if is_root:
+            return []  # the run itself: its root's events say it
+        name = agent_name_of_span(span) or span.name
         return [
             {
                 **common,
@@ -204,28 +327,234 @@ def events_of(
                 "type": "reasoning_step",
                 "event_id": f"{rid}:{span.span_id}",
                 "step_index": step,
-                "phase": "synthesis" if op in MODEL_CALLS else "plan",
-                "intent_summary": _clip(said) or what.strip(),
+                "phase": "plan",
+                "intent_summary": _clip(answer) or f"invoke_agent {name}",
                 "error": _clip(span.error),
-                "usage": _usage(span) if op in MODEL_CALLS else None,
             }
         ]
-    return []  # other spans (HTTP, database) are not steps of the agent
+    return []  # chains, graph nodes and spans that are not the agent's are not steps
+
+
+def _tool(
+    span: SpanInfo,
+    rid: str,
+    common: dict[str, Any],
+    actor: str | None,
+    capture_content: bool,
+    notes: TraceNotes,
+) -> list[dict[str, Any]]:
+    a = span.attributes
+    tool = str(
+        first_of(a, ("gen_ai.tool.name", "tool.name"))
+        or (a.get("traceloop.entity.name") if a.get("traceloop.span.kind") == "tool" else None)
+        or _tool_from_name(span.name)
+    )[:256]
+    openinference = "openinference.span.kind" in a
+    # OpenInference's own `input.value` first: with its GenAI attributes on, some of its
+    # instrumentors write the tool's schema as `gen_ai.tool.call.arguments`
+    arg_keys = ("input.value",) if openinference else ()
+    raw_args = first_of(
+        a,
+        (
+            *arg_keys,
+            "gen_ai.tool.call.arguments",
+            "tool_arguments",
+            "traceloop.entity.input",
+            "input.value",
+        ),
+    )
+    raw_result = first_of(
+        a,
+        ("gen_ai.tool.call.result", "tool_response", "traceloop.entity.output", "output.value"),
+    )
+    result, says_failed = result_text(raw_result)
+    if tool.lower().replace("_", "") in {t.replace("_", "") for t in FINAL_ANSWER_TOOLS}:
+        if capture_content:
+            handed = result or _answer_in(arguments_text(raw_args))
+            notes.handed_over(span, handed)
+        return []
+    failed = span.failed or says_failed
+    error = span.error if span.failed else (_clip(result) if says_failed else None)
+    return [
+        {
+            **common,
+            "actor": actor,
+            "type": "tool_call",
+            "event_id": f"{rid}:{span.span_id}",
+            "step_index": span.start_ns // 1000,
+            "tool": tool or "tool",
+            "success": not failed,
+            "error": _clip(error or ("error" if failed else None)),
+            "latency_ms": max(0.0, (span.end_ns - span.start_ns) / 1e6),
+            "args_summary": _clip(arguments_text(raw_args)) if capture_content else None,
+            "result_preview": _clip(result) if capture_content else None,
+        }
+    ]
+
+
+def _tool_from_name(name: str) -> str:
+    if name.startswith("execute_tool "):
+        return name[len("execute_tool ") :]
+    if name.endswith(".run"):  # CrewAI's `get_order.run`
+        return name[: -len(".run")]
+    return name
+
+
+def _answer_in(arguments: str | None) -> str | None:
+    """The answer handed to a final-answer tool: its `answer` argument, else the arguments."""
+    if not arguments:
+        return None
+    return answer_of(arguments) or task_text(arguments) or arguments
+
+
+# a tool answer that reads as a failure, where the answer is all a hand-written loop gives:
+# an error type or word first ("Error: ...", "RuntimeError: ...", "Traceback ..."), or a JSON
+# object with an error
+_FAILED_ANSWER = re.compile(
+    r"\s*(?:[\"']?\{\s*\"error\"\s*:\s*(?!null|\"\"|false)|(?:\w+(?:Error|Exception)|error|"
+    r"exception|traceback|failed|failure)\b)",
+    re.IGNORECASE,
+)
+
+
+def _model(
+    span: SpanInfo,
+    rid: str,
+    common: dict[str, Any],
+    actor: str | None,
+    capture_content: bool,
+    notes: TraceNotes,
+) -> list[dict[str, Any]]:
+    a, step = span.attributes, span.start_ns // 1000
+    op = span.operation if span.operation in MODEL_CALLS else "chat"
+    model = first_of(a, ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name"))
+    what = f"{op} {model or ''}".strip()
+    events: list[dict[str, Any]] = []
+    said = None
+    if capture_content:
+        asked_in = messages(a, output=False) or []
+        answered = messages(a, output=True) or []
+        said = answer_text(answered) if answered else None
+        notes.model_ended(span, last_user_text(asked_in) if asked_in else None, said)
+        calls = [c.name for m in answered for c in m.calls]
+        if not said and calls:
+            said = "asks for " + ", ".join(calls[:8])
+        if asked_in and not notes.has_tools(span.trace_id):
+            events = _calls_in_messages(span, rid, common, actor, asked_in)
+    events.append(
+        {
+            **common,
+            "actor": actor,
+            "type": "reasoning_step",
+            "event_id": f"{rid}:{span.span_id}",
+            "step_index": step,
+            "phase": "synthesis",
+            "intent_summary": _clip(said) or what,
+            "error": _clip(span.error),
+            "usage": _usage(span),
+        }
+    )
+    return events
+
+
+def _calls_in_messages(
+    span: SpanInfo, rid: str, common: dict[str, Any], actor: str | None, asked_in: list[Any]
+) -> list[dict[str, Any]]:
+    """The tool calls a model call's input answers for the first time, as steps just before
+    it (a hand-written loop runs them between the model calls)."""
+    answered = new_tool_calls(asked_in)
+    start = span.start_ns // 1000
+    found = []
+    for i, done in enumerate(answered):
+        failed = bool(done.response) and _FAILED_ANSWER.match(done.response or "") is not None
+        found.append(
+            {
+                **common,
+                "actor": actor,
+                "type": "tool_call",
+                # the model call that first read the answer, and its place there: unique
+                # whatever ids the model gave its calls
+                "event_id": f"{rid}:{span.span_id}:{i}",
+                "step_index": max(0, start - len(answered) + i),
+                "tool": done.call.name[:256] or "tool",
+                "success": not failed,
+                "error": _clip(done.response) if failed else None,
+                "args_summary": _clip(done.call.arguments),
+                "result_preview": _clip(done.response),
+            }
+        )
+    return found
 
 
 def _root(
-    span: SpanInfo, common: dict[str, Any], capture_content: bool, actor: str | None
+    span: SpanInfo,
+    role: str,
+    common: dict[str, Any],
+    capture_content: bool,
+    actor: str | None,
+    notes: TraceNotes,
 ) -> list[dict[str, Any]]:
     rid, a = common["request_id"], span.attributes
-    agent = str(a.get("gen_ai.agent.name") or span.name)
-    asked = _content(a, ("gen_ai.input.messages", "input.value")) if capture_content else None
-    answer = _content(a, ("gen_ai.output.messages", "output.value")) if capture_content else None
-    goal = asked or str(a.get("gen_ai.agent.description") or f"run of {agent}")
-    if span.failed:
-        output = f"{agent} failed: {span.error}"
+    heard = notes.heard(span.trace_id)
+    outer = heard.agent  # (start, name, goal, answer) of the outermost agent span
+    agent = (
+        agent_name_of_span(span)
+        or (outer[1] if outer else None)
+        or (root_name_as_agent(span.name) if role not in (TOOL, MODEL) else None)
+        or service_name(span.resource)
+        or span.name[:256]
+    )
+    goal = answer = None
+    if capture_content:
+        goal = (
+            goal_of(a)
+            or (outer[2] if outer else None)
+            or (heard.asked.text if heard.asked else None)
+            or raw_input(a)
+        )
+        answer = (
+            final_of(a)
+            or (heard.handed.text if heard.handed else None)
+            or (outer[3] if outer else None)
+            or (heard.said.text if heard.said and role != MODEL else None)
+        )
+        if answer is None and role == MODEL:  # a model call alone: what it asked for
+            calls = [c.name for m in messages(a, output=True) or [] for c in m.calls]
+            answer = "asks for " + ", ".join(calls[:8]) if calls else None
+    goal = goal or str(a.get("gen_ai.agent.description") or f"run of {agent}")
+    error = span.error
+    content = heard.content or has_content(a)
+    if error is not None:
+        output = answer or f"{agent} failed: {error}"
+    elif answer:
+        output = answer
+    elif not capture_content and content:
+        output = (
+            f"{agent} finished its run (answer not read: the trace carries message content, "
+            "and TRACEJUDGE_OTEL_CAPTURE_CONTENT is off)"
+        )
+    elif not content:
+        output = (
+            f"{agent} finished its run (no answer in the trace: the instrumentation did not "
+            "capture message content; turn its content capture on, docs/instrumentations.md)"
+        )
     else:
-        # without content capture the answer itself is not known: say what ended, not "done"
-        output = answer or f"{agent} finished its run (answer not captured: content is opt-in)"
+        output = (
+            f"{agent} finished its run (no answer found in its spans' content: "
+            f"root span {span.name!r} of {span.scope or 'an unknown instrumentation'})"
+        )
+    notes.forget(span.trace_id)
+    common = {**common, "agent_name": agent[:256]}
+    final: dict[str, Any] = {
+        **common,
+        "actor": actor,
+        "type": "final_response",
+        "event_id": f"{rid}:final",
+        "step_index": span.end_ns // 1000,
+        "output": clip(output, LONG_TEXT_LIMIT),
+    }
+    if error is not None:
+        final["error"] = _clip(error)
     return [
         {
             **common,
@@ -236,25 +565,26 @@ def _root(
             "trace_id": span.trace_id if HEX_TRACE.fullmatch(span.trace_id) else None,
             "span_id": span.span_id if HEX_SPAN.fullmatch(span.span_id) else None,
         },
-        {
-            **common,
-            "actor": actor,
-            "type": "final_response",
-            "event_id": f"{rid}:final",
-            "step_index": span.end_ns // 1000,
-            "output": clip(output, LONG_TEXT_LIMIT),
-        },
+        final,
     ]
 
 
 def _usage(span: SpanInfo) -> dict[str, Any] | None:
-    """A model call's usage from the GenAI attributes (OpenInference's names too)."""
+    """A model call's usage from the GenAI attributes (OpenInference's and OpenLLMetry's
+    older names too)."""
     a = span.attributes
-    tokens_in = a.get("gen_ai.usage.input_tokens", a.get("llm.token_count.prompt"))
-    tokens_out = a.get("gen_ai.usage.output_tokens", a.get("llm.token_count.completion"))
-    model = (
-        a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or a.get("llm.model_name")
+    tokens_in = first_of(
+        a, ("gen_ai.usage.input_tokens", "llm.token_count.prompt", "gen_ai.usage.prompt_tokens")
     )
+    tokens_out = first_of(
+        a,
+        (
+            "gen_ai.usage.output_tokens",
+            "llm.token_count.completion",
+            "gen_ai.usage.completion_tokens",
+        ),
+    )
+    model = first_of(a, ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name"))
     usage = {
         "model": str(model)[:256] if model else None,
         "input_tokens": tokens_in if isinstance(tokens_in, int) and tokens_in >= 0 else None,
@@ -262,35 +592,6 @@ def _usage(span: SpanInfo) -> dict[str, Any] | None:
         "latency_ms": max(0.0, (span.end_ns - span.start_ns) / 1e6),
     }
     return {k: v for k, v in usage.items() if v is not None}
-
-
-def _content(attributes: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
-    """Text of the first content attribute present: GenAI messages (JSON: parts with text)
-    or OpenInference's input/output values."""
-    for key in keys:
-        value = attributes.get(key)
-        if value in (None, ""):
-            continue
-        if isinstance(value, str):
-            try:
-                parsed = json.loads(value)
-            except (ValueError, RecursionError):
-                return value
-            return _texts(parsed) or value
-        return _texts(value) or str(value)
-    return None
-
-
-def _texts(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        if isinstance(value.get("content"), str):
-            return str(value["content"])
-        return " ".join(_texts(v) for k, v in value.items() if k in ("parts", "content", "text"))
-    if isinstance(value, list):
-        return " ".join(t for t in (_texts(v) for v in value) if t)
-    return ""
 
 
 def _clip(text: str | None) -> str | None:

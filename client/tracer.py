@@ -48,7 +48,8 @@ def _final_for(recorder: Recorder, exc: Exception) -> None:
     if isinstance(exc, InterventionStop):
         recorder.final(f"stopped: {exc}", stopped_by=exc.intervention.intervention_id)
     else:
-        recorder.final(f"failed: {type(exc).__name__}: {exc}")
+        error = f"{type(exc).__name__}: {exc}"
+        recorder.final(f"failed: {error}", error=error)
 
 
 class _Tracing:

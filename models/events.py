@@ -244,7 +244,7 @@ class Validation(BaseModel):
 
 
 class FinalResponse(_Event):
-    TEXT_LIMITS: ClassVar[dict[str, int]] = {"output": LONG_TEXT_LIMIT}
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {"output": LONG_TEXT_LIMIT, "error": SUMMARY_LIMIT}
     type: Literal["final_response"]
     step_index: int | None = Field(default=None, ge=0)
     # required: without it a final_response that named its answer otherwise (`text`, `answer`:
@@ -257,6 +257,12 @@ class FinalResponse(_Event):
         default=None,
         max_length=128,
         description="The intervention_id the run stopped for, when an intervention ended it.",
+    )
+    error: str | None = Field(
+        default=None,
+        description="Set when the run ended by an error (an exception out of the agent, a "
+        "root span ended in ERROR): its text. Such a run failed and is incomplete, whatever "
+        "`output` says.",
     )
 
 

@@ -228,7 +228,8 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
             told = stop.intervention
             run.recorder.final(f"stopped: {told.message}", stopped_by=told.intervention_id)
         else:
-            run.recorder.final(f"failed: {type(error).__name__}: {error}")
+            said = f"{type(error).__name__}: {error}"
+            run.recorder.final(f"failed: {said}", error=said)
 
     # -- model calls -----------------------------------------------------------------------
 

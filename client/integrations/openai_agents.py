@@ -282,7 +282,7 @@ class TracejudgeProcessor(TracingProcessor):
                 told = request.stopped
                 recorder.final(f"stopped: {told.message}", stopped_by=told.intervention_id)
             elif request.errors and not request.last_output:
-                recorder.final(f"failed: {request.errors[-1]}")
+                recorder.final(f"failed: {request.errors[-1]}", error=request.errors[-1])
             else:
                 recorder.final(request.last_output or "(no answer)", actor=request.last_actor)
         except Exception:

@@ -20,12 +20,12 @@ never raises into it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from tracejudge.client.otel_mapping import AgentNames, SpanInfo, events_of
+from tracejudge.client.otel_conventions import agent_name_of, role_of
+from tracejudge.client.otel_mapping import SpanInfo, TraceNotes, events_of
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -49,18 +49,18 @@ class TracejudgeSpanProcessor(SpanProcessor):
         self.tracer = tracer
         self.capture_content = capture_content
         self.request_end = request_end
-        self.agents = AgentNames()  # the open spans of each trace: where a step's actor is
+        # the open spans of each trace (where a step's actor is) and what the trace said
+        self.notes = TraceNotes()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             context, parent = span.context, span.parent
             if context is not None:
-                self.agents.note(
+                self.notes.note(
                     format(context.trace_id, "032x"),
                     format(context.span_id, "016x"),
                     format(parent.span_id, "016x") if parent else "",
-                    _Attributes(span),
-                    live=True,  # an agent's name may be set after its span started
+                    _LiveAgent(span),  # an agent's name may be set after its span started
                 )
         except Exception:  # a span we cannot read: the agent goes on
             log.exception("tracejudge: could not read span %r", getattr(span, "name", "?"))
@@ -69,11 +69,9 @@ class TracejudgeSpanProcessor(SpanProcessor):
         try:
             info = span_info(span)
             # its agent name as it ended, in place of the open span
-            self.agents.note(info.trace_id, info.span_id, info.parent_span_id, info.attributes)
-            for event in events_of(info, self.capture_content, self.request_end, self.agents):
+            self.notes.note_span(info)
+            for event in events_of(info, self.capture_content, self.request_end, self.notes):
                 self.tracer.emit(event)
-            if info.ends_request(self.request_end):
-                self.agents.forget(info.trace_id)
         except Exception:  # a span we cannot read: the agent goes on
             log.exception("tracejudge: could not read span %r", getattr(span, "name", "?"))
 
@@ -85,20 +83,15 @@ class TracejudgeSpanProcessor(SpanProcessor):
         return self.tracer._sender.flush(timeout_millis / 1000)
 
 
-class _Attributes(Mapping[str, Any]):
-    """An open span's attributes as they are when read."""
+class _LiveAgent:
+    """The agent an open span stands for, read from its attributes when asked."""
 
     def __init__(self, span: ReadableSpan) -> None:
         self.span = span
 
-    def __getitem__(self, key: str) -> Any:
-        return (self.span.attributes or {})[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.span.attributes or {})
-
-    def __len__(self) -> int:
-        return len(self.span.attributes or {})
+    def __call__(self) -> str | None:
+        attributes = self.span.attributes or {}
+        return agent_name_of(attributes, self.span.name, role_of(attributes, self.span.name))
 
 
 def span_info(span: ReadableSpan) -> SpanInfo:
@@ -115,4 +108,9 @@ def span_info(span: ReadableSpan) -> SpanInfo:
         status_code=span.status.status_code.value if span.status else 0,
         status_message=(span.status.description or "") if span.status else "",
         parent_remote=bool(parent and parent.is_remote),
+        events=tuple(
+            (e.name, dict(e.attributes or {})) for e in span.events if e.name == "exception"
+        ),
+        resource=dict(span.resource.attributes) if span.resource else {},
+        scope=span.instrumentation_scope.name if span.instrumentation_scope else "",
     )

@@ -94,6 +94,13 @@ def _strong(window: Window, failed: list[FailedStep], rules: set[str]) -> list[_
         for f in failed[:1]
         if f.index in calls
     ]
+    steps = {s.step_index: s for s in window.steps}
+    for f in failed:
+        if f.tool is None and f.index not in calls:  # the run ended by an error, at this step
+            step = steps.get(f.index) if f.index is not None else None
+            where = step if step is not None else window.final
+            index = f.index if step is not None else _final_index(window)
+            found.append(_Candidate(where, index, quote_whole(f.reason, 160), STRONG))
     if "identical_call_loop" in rules:
         start = _loop_start(window)
         if start is not None:

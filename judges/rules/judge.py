@@ -46,6 +46,10 @@ TROUBLE_COST = 6
 # below an agent's calibrated threshold too)
 STOPPED_CAP = 55
 STOPPED_COST = 50  # completeness: the answer, if any, is what the run had when it was stopped
+# A run that ended by an error (its final response carries `error`: an exception out of the
+# agent, a root span ended in ERROR) failed and did not reach its goal, whatever its output says
+CRASHED_CAP = 55
+CRASHED_COST = 50  # execution health
 UNCONFIRMED_COST = 20
 UNCONFIRMED_COST_MAX = 40
 SHORT_OUTPUT = 15
@@ -88,6 +92,9 @@ class RuleVerdict(BaseModel):
     # the stop intervention that ended the run before its answer, in words (None: none did):
     # the run is incomplete and does not pass whatever the judge says (judges/rules/stops.py)
     stopped: str | None = None
+    # the error the run ended by (its final response's `error`): a fact of the trace, so the
+    # judge's verdict does not take it back (judges/verdict/conclude.py)
+    crashed: str | None = None
 
 
 def _clamp(value: float) -> int:
@@ -145,6 +152,9 @@ class RuleJudge:
         suggestions: list[str] = []
         findings: list[tuple[str, str]] = []
         failed = self._unrecovered_failures(window)
+        crash = _crash(window)
+        if crash is not None:
+            failed.append(crash)
         missing = self._missing_planned(window, stats)
         remaining = [planned_not_attempted(m) for m in missing]
         if missing:
@@ -165,6 +175,13 @@ class RuleJudge:
             )
             suggestions.append("find what made the run reach its limit (a loop, a dead end)")
         health = self._health(window, stats, failed, limit, reasons, suggestions, findings)
+        if crash is not None:
+            health = _clamp(health - CRASHED_COST)
+            said = window.final.error if window.final is not None else None
+            error = quote_whole(said or "", 200)
+            findings.append(("run_error", error))
+            reasons.append(f"the run ended with an error, not an answer ({error})")
+            suggestions.append("find what raised, and let the agent answer or retry instead")
         unconfirmed = unconfirmed_changes(window)
         if unconfirmed:
             # acting on a choice or a question instead of a yes: how agents act on a wrong
@@ -187,8 +204,10 @@ class RuleJudge:
             and (window.final.validation.verdict == "block")
         )
         success = not failed and not blocked and not limit
-        incomplete = window.final is None or bool(remaining) or stop is not None
-        left = work_left(window, failed, remaining, _pending(stop))
+        incomplete = (
+            window.final is None or bool(remaining) or stop is not None or crash is not None
+        )
+        left = work_left(window, failed, remaining, _pending(stop, crash))
         if failed:
             findings.append(("unrecovered_failure", "; ".join(f.reason for f in failed[:3])))
         for kind, evidence in relative:
@@ -197,6 +216,8 @@ class RuleJudge:
             rule_score = min(rule_score, FLAGGED_CAP)
         troubles = trouble_kinds(unconfirmed, failed, relative)
         rule_score = _bound(rule_score - TROUBLE_COST * len(troubles))
+        if crash is not None:
+            rule_score = min(rule_score, CRASHED_CAP)
         if len(troubles) >= TROUBLE_KINDS_TO_FAIL:
             findings.append(("compound_trouble", "; ".join(troubles)))
             reasons.append("several kinds of trouble in one run: " + "; ".join(troubles))
@@ -222,6 +243,7 @@ class RuleJudge:
             blame=blame_of(window, failed, findings),
             actors=_actors(window),
             stopped=None if stop is None else stop.words(),
+            crashed=None if crash is None else crash.reason,
         )
 
     @staticmethod
@@ -501,8 +523,11 @@ class RuleJudge:
         parts = [f"{stats.tool_calls} tool call(s)"]
         if stop is not None:
             parts.append(stop.words())
-        if failed:
-            parts.append(f"ended on a failed call ({failed[0].tool})")
+        calls = [f for f in failed if f.tool is not None]
+        if calls:
+            parts.append(f"ended on a failed call ({calls[0].tool})")
+        if window.final is not None and window.final.error:
+            parts.append("ended with an error")
         if blocked:
             parts.append("output blocked by validator")
         if window.final is None:
@@ -527,11 +552,33 @@ def _stopped(
     )
 
 
-def _pending(stop: Stop | None) -> RemainingStep | None:
-    """The request left pending by a stop, the stop as the why."""
-    if stop is None:
+def _pending(stop: Stop | None, crash: FailedStep | None = None) -> RemainingStep | None:
+    """The request left pending by a stop (the stop as the why), or by an error that ended
+    the run."""
+    if stop is not None:
+        return pending("finish the user's request", f"the run was {stop.words()}")
+    if crash is not None:
+        return pending("finish the user's request", crash.reason)
+    return None
+
+
+def _crash(window: Window) -> FailedStep | None:
+    """The error the run ended by (its final response's `error`), as a failed step: the step
+    that raised when one says so (the last step with an error), else the final response."""
+    final = window.final
+    if final is None or not final.error:
         return None
-    return pending("finish the user's request", f"the run was {stop.words()}")
+    index = final.step_index
+    for step in reversed(window.steps):
+        if getattr(step, "error", None) and (index is None or step.step_index <= index):
+            index = step.step_index
+            break
+    tool = None  # the run raised, not a tool: a failed call is counted by the call itself
+    return FailedStep(
+        index=index,
+        tool=tool,
+        reason=f"the run ended with an error: {quote_whole(final.error, 120)}",
+    )
 
 
 def _actors(window: Window) -> dict[int, str]:

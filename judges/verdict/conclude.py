@@ -331,6 +331,10 @@ def conclude(
         # the judge's verdict does not take it back; below the threshold in use, like the rules
         incomplete = True
         exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
+    if rules.crashed is not None:
+        # the run ended by an error: failed and short of its goal whatever the judge read
+        success, incomplete = False, True
+        exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
     if rules.failed_checks:  # the team's own rule failed it: below the threshold in use
         exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
     overall = round(exact)

@@ -24,7 +24,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from tracejudge.client.otel_mapping import AgentNames, SpanInfo, events_of
+from tracejudge.client.otel_conventions import convention_of
+from tracejudge.client.otel_mapping import SpanInfo, TraceNotes, events_of
 from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
@@ -54,6 +55,7 @@ REMOTE_KNOWN_AND_SET = (
 def spans_of(request: Any) -> list[SpanInfo]:
     found = []
     for resource in request.resource_spans:
+        described = {a.key: value_of(a.value) for a in resource.resource.attributes}
         for scope in resource.scope_spans:
             for span in scope.spans:
                 found.append(
@@ -68,9 +70,57 @@ def spans_of(request: Any) -> list[SpanInfo]:
                         status_code=span.status.code,
                         status_message=span.status.message,
                         parent_remote=span.flags & REMOTE_KNOWN_AND_SET == REMOTE_KNOWN_AND_SET,
+                        events=tuple(
+                            (e.name, {a.key: value_of(a.value) for a in e.attributes})
+                            for e in span.events
+                            if e.name == "exception"  # the only event read: a failure's text
+                        ),
+                        resource=described,
+                        scope=scope.scope.name,
                     )
                 )
     return found
+
+
+class BatchMapper:
+    """Export batches to contract events, with what each open trace said so far kept across
+    batches (client/otel_mapping.py): one per receiver."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.notes = TraceNotes()
+        self.sources: set[tuple[str, str, str]] = set()  # instrumentations logged once
+
+    def events_of(self, spans: list[SpanInfo]) -> list[dict[str, Any]]:
+        """The events of a batch: its spans noted first (a step's actor is found among them),
+        the spans that end a request mapped last (a collector may have reordered them)."""
+        self.notes.note_all(spans)
+        ending = self.settings.otel_request_end
+        found: list[dict[str, Any]] = []
+        for span in sorted(spans, key=lambda s: s.ends_request(ending)):
+            self._recognise(span)
+            found.extend(events_of(span, self.settings.otel_capture_content, ending, self.notes))
+        return found
+
+    def _recognise(self, span: SpanInfo) -> None:
+        """Log once per instrumentation what sent it and which conventions are read."""
+        sdk = " ".join(
+            str(span.resource.get(key, ""))
+            for key in ("telemetry.sdk.name", "telemetry.sdk.version")
+        )
+        source = (span.scope, sdk.strip(), convention_of(span.attributes) or "none")
+        if source in self.sources or len(self.sources) >= 1000:
+            return
+        self.sources.add(source)
+        log.info(
+            "spans from %s (sdk %s): conventions read: %s%s",
+            source[0] or "an unnamed instrumentation",
+            source[1],
+            source[2],
+            ""
+            if self.settings.otel_capture_content
+            else "; content not read (TRACEJUDGE_OTEL_CAPTURE_CONTENT=false)",
+        )
 
 
 class Receiver:
@@ -85,26 +135,22 @@ class Receiver:
         self.token = settings.otel_token.get_secret_value()
         self.spans = 0
         self.events = 0
+        self.mapper = BatchMapper(settings)
 
     async def accept(self, request: Any) -> None:
-        """Publish the events of every span in the batch and wait for the broker. A step's actor
-        is found among the batch's spans (client/otel_mapping.py)."""
+        """Publish the events of every span in the batch and wait for the broker."""
         pending = []
         spans = spans_of(request)
-        agents = AgentNames.of(spans)
-        for span in spans:
-            self.spans += 1
-            for event in events_of(
-                span, self.settings.otel_capture_content, self.settings.otel_request_end, agents
-            ):
-                clean = {k: v for k, v in event.items() if v is not None}
-                pending.append(
-                    await self.producer.send(
-                        self.topic,
-                        json.dumps(clean).encode(),
-                        key=clean["request_id"].encode(),
-                    )
+        self.spans += len(spans)
+        for event in self.mapper.events_of(spans):
+            clean = {k: v for k, v in event.items() if v is not None}
+            pending.append(
+                await self.producer.send(
+                    self.topic,
+                    json.dumps(clean).encode(),
+                    key=clean["request_id"].encode(),
                 )
+            )
         await asyncio.gather(*pending)
         self.events += len(pending)
 
