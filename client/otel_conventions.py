@@ -23,7 +23,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tracejudge.client.otel_messages import answer_text, as_text, last_user_text, messages
+from tracejudge.client.otel_messages import (
+    Answered,
+    Message,
+    answer_text,
+    as_text,
+    genai_messages,
+    last_user_text,
+    messages,
+    run_calls,
+)
 
 MAX_VALUE = 1_000_000  # characters of one attribute parsed as JSON
 UNKNOWN_SERVICE = "unknown_service"  # the SDK's default service.name, e.g. unknown_service:python
@@ -168,6 +177,21 @@ def agent_name_of(attributes: Mapping[str, Any], name: str, role: str) -> str | 
     return _short(name.split(".", 1)[0]) if "." in name else _short(name)
 
 
+# LlamaIndex's agent workflows name the agent only inside the events their steps record
+_CURRENT_AGENT = re.compile(r"current_agent_name='([^'\n]{1,256})'")
+
+
+def wrapped_agent_name(attributes: Mapping[str, Any]) -> str | None:
+    """The agent a framework's wrapper span names inside its recorded input or output."""
+    for key in ("input.value", "output.value"):
+        value = attributes.get(key)
+        if isinstance(value, str) and "current_agent_name=" in value:
+            found = _CURRENT_AGENT.search(value[:MAX_VALUE])
+            if found:
+                return found.group(1)
+    return None
+
+
 _GENERIC_ROOTS = frozenset({"LangGraph", "RunnableSequence", "AgentExecutor", "Workflow"})
 _PLAIN_NAME = re.compile(r"[A-Za-z][\w-]{0,127}")
 
@@ -295,14 +319,14 @@ def answer_of(value: Any) -> str | None:
     if isinstance(parsed, list):
         return _from_messages(parsed, _AI_ROLES)
     if isinstance(parsed, Mapping):
-        if "messages" in parsed:
-            found = _from_messages(parsed["messages"], _AI_ROLES)
-            if found:
-                return found
         for key in _ANSWER_KEYS:
             inner = parsed.get(key)
             if isinstance(inner, str) and inner.strip() and not _REPR.match(inner):
                 return inner
+        if "messages" in parsed:
+            found = _from_messages(parsed["messages"], _AI_ROLES)
+            if found:
+                return found
         if isinstance(parsed.get("data"), Mapping):  # one LangChain message
             message = _lc_message(parsed)
             return message[1] if message and message[1].strip() else None
@@ -335,7 +359,56 @@ def goal_of(attributes: Mapping[str, Any]) -> str | None:
             text = task_text(attributes[key])
             if text:
                 return text
+    tasks = _parsed(attributes.get("crew_tasks"))  # CrewAI's crew: the tasks it was given
+    if isinstance(tasks, list):
+        said = [
+            str(t["description"])
+            for t in tasks[:20]
+            if isinstance(t, Mapping) and t.get("description")
+        ]
+        return "\n".join(said) or None
     return None
+
+
+def run_steps(attributes: Mapping[str, Any]) -> list[Answered]:
+    """The tool calls an agent span's own output lists, for instrumentations that give a
+    run's messages there and no span per tool (OpenInference's CrewAI: the task's output
+    holds its messages, ReAct turns in text or tool calls, and `tool_failures`)."""
+    output = _parsed(attributes.get("output.value"))
+    if not isinstance(output, Mapping):
+        return []
+    found: list[Message] = genai_messages(output.get("messages")) or []
+    done = run_calls(found)
+    failures = output.get("tool_failures")
+    failed: dict[str, list[str]] = {}  # tool -> its failures' texts, in order
+    for failure in failures[:100] if isinstance(failures, list) else []:
+        if not isinstance(failure, Mapping):
+            continue
+        said = failure.get("failure") if isinstance(failure.get("failure"), Mapping) else {}
+        assert isinstance(said, Mapping)
+        text = ": ".join(str(p) for p in (said.get("code"), said.get("message")) if p)
+        failed.setdefault(str(failure.get("tool_name") or ""), []).append(text or "error")
+    for step in done:
+        texts = failed.get(step.call.name)
+        if texts and step.failure is None and failed_answer(step.response):
+            step.failure = texts[0] if len(texts) == 1 else texts.pop(0)
+    return done
+
+
+# a tool answer that reads as a failure, where the answer is all a trace gives (a hand-written
+# loop's tool message, a ReAct observation): an error type or word first ("Error: ...",
+# "RuntimeError: ...", "Traceback ..."), a JSON object with an error, or what agent frameworks
+# write in the observation when a tool raised or a call was refused
+_FAILED_ANSWER = re.compile(
+    r"\s*(?:\{\s*\"error\"\s*:\s*(?!null|\"\"|false)|(?:\w+(?:Error|Exception)|error|exception|"
+    r"traceback|failed|failure)\b|I encountered an error while trying to use the tool|"
+    r"I tried reusing the same input)",
+    re.IGNORECASE,
+)
+
+
+def failed_answer(text: str | None) -> bool:
+    return bool(text) and _FAILED_ANSWER.match(text or "") is not None
 
 
 def final_of(attributes: Mapping[str, Any]) -> str | None:

@@ -39,12 +39,14 @@ from typing import Any
 
 from tracejudge.client.otel_conventions import (
     AGENT,
+    CHAIN,
     FINAL_ANSWER_TOOLS,
     MODEL,
     TOOL,
     agent_name_of,
     answer_of,
     arguments_text,
+    failed_answer,
     final_of,
     first_of,
     goal_of,
@@ -54,8 +56,10 @@ from tracejudge.client.otel_conventions import (
     result_text,
     role_of,
     root_name_as_agent,
+    run_steps,
     service_name,
     task_text,
+    wrapped_agent_name,
 )
 from tracejudge.client.otel_messages import (
     answer_text,
@@ -154,6 +158,7 @@ class _Trace:
     asked: _Said | None = None  # the first model call's request
     said: _Said | None = None  # the last model call's words
     handed: _Said | None = None  # a final-answer pseudo-tool's answer
+    named: str | None = None  # the agent a framework's wrapper spans name (LlamaIndex)
 
 
 class TraceNotes:
@@ -182,10 +187,12 @@ class TraceNotes:
     def note_span(self, span: SpanInfo) -> None:
         """A finished span: its agent (as it ended), and whether it is a tool or has content."""
         role = span.role
+        named = wrapped_agent_name(span.attributes) if role == CHAIN else None
         with self._lock:
             trace = self._trace(span.trace_id)
             trace.tools = trace.tools or role == TOOL
             trace.content = trace.content or has_content(span.attributes)
+            trace.named = trace.named or named
         self.note(span.trace_id, span.span_id, span.parent_span_id, agent_name_of_span(span))
 
     def note(self, trace_id: str, span_id: str, parent_span_id: str, agent: Any) -> None:
@@ -241,6 +248,7 @@ class TraceNotes:
                 asked=trace.asked,
                 said=trace.said,
                 handed=trace.handed,
+                named=trace.named,
             )
 
     def agent_ended(self, span: SpanInfo, goal: str | None, answer: str | None) -> None:
@@ -317,10 +325,14 @@ def _steps(
         goal = goal_of(a) if capture_content else None
         answer = final_of(a) if capture_content else None
         notes.agent_ended(span, goal, answer)
+        calls = []
+        if capture_content and not notes.has_tools(span.trace_id):
+            calls = _calls_in_run(span, rid, common, actor)
         if is_root:
-            return []  # the run itself: its root's events say it
+            return calls  # the run itself: its root's events say it
         name = agent_name_of_span(span) or span.name
         return [
+            *calls,
             {
                 **common,
                 "actor": actor,
@@ -330,7 +342,7 @@ def _steps(
                 "phase": "plan",
                 "intent_summary": _clip(answer) or f"invoke_agent {name}",
                 "error": _clip(span.error),
-            }
+            },
         ]
     return []  # chains, graph nodes and spans that are not the agent's are not steps
 
@@ -407,16 +419,6 @@ def _answer_in(arguments: str | None) -> str | None:
     return answer_of(arguments) or task_text(arguments) or arguments
 
 
-# a tool answer that reads as a failure, where the answer is all a hand-written loop gives:
-# an error type or word first ("Error: ...", "RuntimeError: ...", "Traceback ..."), or a JSON
-# object with an error
-_FAILED_ANSWER = re.compile(
-    r"\s*(?:[\"']?\{\s*\"error\"\s*:\s*(?!null|\"\"|false)|(?:\w+(?:Error|Exception)|error|"
-    r"exception|traceback|failed|failure)\b)",
-    re.IGNORECASE,
-)
-
-
 def _model(
     span: SpanInfo,
     rid: str,
@@ -466,7 +468,7 @@ def _calls_in_messages(
     start = span.start_ns // 1000
     found = []
     for i, done in enumerate(answered):
-        failed = bool(done.response) and _FAILED_ANSWER.match(done.response or "") is not None
+        failed = failed_answer(done.response)
         found.append(
             {
                 **common,
@@ -479,7 +481,34 @@ def _calls_in_messages(
                 "tool": done.call.name[:256] or "tool",
                 "success": not failed,
                 "error": _clip(done.response) if failed else None,
-                "args_summary": _clip(done.call.arguments),
+                "args_summary": _clip(arguments_text(done.call.arguments)),
+                "result_preview": _clip(done.response),
+            }
+        )
+    return found
+
+
+def _calls_in_run(
+    span: SpanInfo, rid: str, common: dict[str, Any], actor: str | None
+) -> list[dict[str, Any]]:
+    """The tool calls an agent span's output lists (client/otel_conventions.py: run_steps),
+    as steps inside it, in order."""
+    found = []
+    start = span.start_ns // 1000
+    actor = agent_name_of_span(span) or actor  # the calls the agent span itself lists
+    for i, done in enumerate(run_steps(span.attributes)[:1000]):
+        failure = done.failure or (done.response if failed_answer(done.response) else None)
+        found.append(
+            {
+                **common,
+                "actor": actor,
+                "type": "tool_call",
+                "event_id": f"{rid}:{span.span_id}:run{i}",
+                "step_index": start + 1 + i,
+                "tool": done.call.name or "tool",
+                "success": failure is None,
+                "error": _clip(failure),
+                "args_summary": _clip(arguments_text(done.call.arguments)),
                 "result_preview": _clip(done.response),
             }
         )
@@ -500,6 +529,7 @@ def _root(
     agent = (
         agent_name_of_span(span)
         or (outer[1] if outer else None)
+        or heard.named
         or (root_name_as_agent(span.name) if role not in (TOOL, MODEL) else None)
         or service_name(span.resource)
         or span.name[:256]

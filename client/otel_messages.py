@@ -245,6 +245,7 @@ class Answered:
 
     call: Call
     response: str | None
+    failure: str | None = None  # the failure's text, when the trace says the call failed
 
 
 def new_tool_calls(found: list[Message]) -> list[Answered]:
@@ -271,4 +272,51 @@ def new_tool_calls(found: list[Message]) -> list[Answered]:
         if call in unmatched:
             unmatched.remove(call)
         done.append(Answered(call, answer.text))
+    return done
+
+
+# A ReAct turn as agents write it in text (CrewAI, LangChain's and LlamaIndex's ReAct agents):
+# the action, its input, and the observation the framework appended
+_REACT = re.compile(
+    r"Action:[ \t]*([^\n]{1,256})\n[ \t]*Action Input:[ \t]*"
+    r"([^\n]*(?:\n(?!Observation:)[^\n]*){0,40})\n?[ \t]*Observation:[ \t]*(.*)",
+    re.DOTALL,
+)
+REACT_TEXT_LIMIT = 20_000  # characters of one message searched for a ReAct turn
+
+
+def react_call(text: str) -> Answered | None:
+    """The tool call and observation of one ReAct turn written in text, if it is one."""
+    found = _REACT.search(text[:REACT_TEXT_LIMIT])
+    if found is None:
+        return None
+    name, arguments, observed = (g.strip() for g in found.groups())
+    # the observation's first paragraph: frameworks append their instructions after it
+    observed = observed.split("\n\n\n", 1)[0].strip()
+    return Answered(Call(None, name.strip("'\"`")[:256], arguments or None), observed)
+
+
+def run_calls(found: list[Message]) -> list[Answered]:
+    """Every tool call a run's whole message list holds, in order, each with its tool's
+    answer: calls answered by tool messages (by id, else in order), and ReAct turns written
+    in an assistant's text."""
+    done: list[Answered] = []
+    waiting: list[Call] = []
+    for message in found:
+        if message.is_assistant:
+            waiting = list(message.calls)
+            turn = react_call(message.text) if not message.calls and message.text else None
+            if turn is not None:
+                done.append(turn)
+        elif message.is_response:
+            call = next((c for c in waiting if c.id and c.id == message.answers), None)
+            if call is None and waiting and message.answers is None:
+                call = waiting[0]
+            if call is None and message.answered_tool:
+                call = Call(message.answers, message.answered_tool, None)
+            if call is None:
+                continue
+            if call in waiting:
+                waiting.remove(call)
+            done.append(Answered(call, message.text))
     return done
