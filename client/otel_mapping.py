@@ -62,6 +62,9 @@ from tracejudge.client.otel_conventions import (
     wrapped_agent_name,
 )
 from tracejudge.client.otel_messages import (
+    Answered,
+    Call,
+    Message,
     answer_text,
     last_user_text,
     messages,
@@ -71,6 +74,7 @@ from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, clip
 
 HEX_TRACE = re.compile(r"[0-9a-f]{32}")
 HEX_SPAN = re.compile(r"[0-9a-f]{16}")
+MAX_CALLS_NOTED = 10_000  # tool call ids kept per open trace
 STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
 MODEL_CALLS = ("chat", "text_completion", "generate_content", "embeddings")
 
@@ -128,7 +132,19 @@ class SpanInfo:
                 if kind or said:
                     return f"{kind}: {said}" if kind and said else kind or said
         first = self.status_message.strip().split("\n", 1)[0].strip()
-        return first or str(self.attributes.get("error.type") or "error")
+        named = _error_type(self.attributes.get("error.type"))
+        if first and named and named not in first:
+            return f"{named}: {first}"
+        return first or named or "error"
+
+
+def _error_type(value: Any) -> str | None:
+    """`error.type` as a name: some instrumentations write a class's repr
+    ("<class 'openai.InternalServerError'>")."""
+    if not isinstance(value, str) or not value:
+        return None
+    found = re.fullmatch(r"<class '([\w.]+)'>", value)
+    return (found.group(1) if found else value).rsplit(".", 1)[-1][:128]
 
 
 def request_id(trace_id: str) -> str:
@@ -159,6 +175,10 @@ class _Trace:
     said: _Said | None = None  # the last model call's words
     handed: _Said | None = None  # a final-answer pseudo-tool's answer
     named: str | None = None  # the agent a framework's wrapper spans name (LlamaIndex)
+    # tool calls the model asked for, by id, and the ids whose answers became steps: for
+    # writers that leave the asking message out of the next call's input (openlit)
+    calls: dict[str, Call] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
 
 
 class TraceNotes:
@@ -265,6 +285,30 @@ class TraceNotes:
                 trace.asked = _Said(span.start_ns, asked)
             if said and (trace.said is None or span.start_ns >= trace.said.at):
                 trace.said = _Said(span.start_ns, said)
+
+    def asked_for(self, trace_id: str, calls: list[Call]) -> None:
+        with self._lock:
+            trace = self._trace(trace_id)
+            for call in calls:
+                if call.id and len(trace.calls) < MAX_CALLS_NOTED:
+                    trace.calls[call.id] = call
+
+    def new_answers(self, trace_id: str, answers: list[Message]) -> list[Answered]:
+        """The tool answers not made steps yet, each with the call it answers (by id, from
+        what the model asked for before)."""
+        found = []
+        with self._lock:
+            trace = self._trace(trace_id)
+            for answer in answers:
+                if not answer.answers or answer.answers in trace.answered:
+                    continue
+                if len(trace.answered) < MAX_CALLS_NOTED:
+                    trace.answered.add(answer.answers)
+                call = trace.calls.get(answer.answers) or Call(
+                    answer.answers, answer.answered_tool or "tool", None
+                )
+                found.append(Answered(call, answer.text))
+        return found
 
     def handed_over(self, span: SpanInfo, answer: str | None) -> None:
         if not answer:
@@ -438,11 +482,12 @@ def _model(
         answered = messages(a, output=True) or []
         said = answer_text(answered) if answered else None
         notes.model_ended(span, last_user_text(asked_in) if asked_in else None, said)
+        notes.asked_for(span.trace_id, [c for m in answered for c in m.calls])
         calls = [c.name for m in answered for c in m.calls]
         if not said and calls:
             said = "asks for " + ", ".join(calls[:8])
         if asked_in and not notes.has_tools(span.trace_id):
-            events = _calls_in_messages(span, rid, common, actor, asked_in)
+            events = _calls_in_messages(span, rid, common, actor, asked_in, notes)
     events.append(
         {
             **common,
@@ -460,11 +505,21 @@ def _model(
 
 
 def _calls_in_messages(
-    span: SpanInfo, rid: str, common: dict[str, Any], actor: str | None, asked_in: list[Any]
+    span: SpanInfo,
+    rid: str,
+    common: dict[str, Any],
+    actor: str | None,
+    asked_in: list[Message],
+    notes: TraceNotes,
 ) -> list[dict[str, Any]]:
     """The tool calls a model call's input answers for the first time, as steps just before
-    it (a hand-written loop runs them between the model calls)."""
-    answered = new_tool_calls(asked_in)
+    it (a hand-written loop runs them between the model calls): the answers after its last
+    assistant message; where the input leaves the asking messages out (openlit), the answers
+    whose ids no earlier step had, with the calls the model's outputs asked for."""
+    if any(m.is_assistant and m.calls for m in asked_in):
+        answered = new_tool_calls(asked_in)
+    else:
+        answered = notes.new_answers(span.trace_id, [m for m in asked_in if m.is_response])
     start = span.start_ns // 1000
     found = []
     for i, done in enumerate(answered):

@@ -68,13 +68,13 @@ def judged(raw: list[bytes], capture_content: bool = True) -> Judged:
     return Judged(found, result.evaluations)
 
 
-def run_agent(family: str, scenario: str, out: Path, **env: str) -> Path:
+def run_agent(family: str, scenario: str, out: Path, script: str = "agent.py", **env: str) -> Path:
     """Run a family's scripted agent for one scenario, in the family's environment."""
     python = VENVS / family / "bin" / "python"
-    script = FOLDER / family / "agent.py"
+    path = FOLDER / family / script
     out.unlink(missing_ok=True)
     done = subprocess.run(
-        [str(python), str(script), scenario, str(out)],
+        [str(python), str(path), scenario, str(out)],
         env={**os.environ, **env, "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
         text=True,

@@ -55,11 +55,11 @@ socket.socket.connect = _no_connect  # type: ignore[method-assign]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import capture  # noqa: E402
-from crewai import Agent, Crew, Process, Task  # noqa: E402
-from crewai.llms.base_llm import BaseLLM, llm_call_context  # noqa: E402
-from crewai.tools import tool  # noqa: E402
-from openinference.instrumentation.crewai import CrewAIInstrumentor  # noqa: E402
+import capture
+from crewai import Agent, Crew, Process, Task
+from crewai.llms.base_llm import BaseLLM, llm_call_context
+from crewai.tools import tool
+from openinference.instrumentation.crewai import CrewAIInstrumentor
 
 NATIVE = os.environ.get("OI_CREWAI_NATIVE") == "1"
 EVENT_LISTENER = os.environ.get("OI_CREWAI_EVENT_LISTENER") == "1"

@@ -46,12 +46,12 @@ for _var in (
 os.environ["LANGSMITH_TRACING"] = "false"
 os.environ["LANGCHAIN_TRACING_V2"] = "false"
 
-import capture  # noqa: E402
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from openinference.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
+import capture
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from openinference.instrumentation.langchain import LangChainInstrumentor
 
 ANSWERS = {
     "ok": "Refunded 20 EUR for order 7.",
@@ -82,7 +82,7 @@ class ScriptedChatModel(GenericFakeChatModel):
 
     model_name: str = "scripted-model"
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:
         return self
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:

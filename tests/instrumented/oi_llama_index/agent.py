@@ -16,8 +16,9 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any
 
 # Content capture: OpenInference records everything unless told to hide it; state it anyway.
 for _var in (
@@ -45,28 +46,27 @@ socket.create_connection = _no_network  # type: ignore[assignment]
 socket.getaddrinfo = _no_network  # type: ignore[assignment]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import capture  # noqa: E402
-
-import llama_index.core  # noqa: E402
+import capture
+import llama_index.core
 
 # llama-index-core ships cl100k_base (tiktoken) and NLTK stopwords/punkt_tab under _static/
 _static = Path(llama_index.core.__file__).resolve().parent / "_static"
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(_static / "tiktoken_cache"))
 os.environ.setdefault("NLTK_DATA", str(_static / "nltk_cache"))
 
-from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
-from llama_index.core.base.llms.types import (  # noqa: E402
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
     CompletionResponse,
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback  # noqa: E402
-from llama_index.core.llms.function_calling import FunctionCallingLLM  # noqa: E402
-from llama_index.core.llms.llm import ToolSelection  # noqa: E402
-from llama_index.core.tools import FunctionTool  # noqa: E402
-from openinference.instrumentation.llama_index import LlamaIndexInstrumentor  # noqa: E402
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.tools import FunctionTool
+from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
 SCENARIO = sys.argv[1]
 OUTFILE = sys.argv[2]
@@ -142,8 +142,8 @@ class ScriptedLLM(FunctionCallingLLM):
     def _prepare_chat_with_tools(
         self,
         tools: Sequence[Any],
-        user_msg: Optional[Any] = None,
-        chat_history: Optional[List[ChatMessage]] = None,
+        user_msg: Any | None = None,
+        chat_history: list[ChatMessage] | None = None,
         verbose: bool = False,
         allow_parallel_tool_calls: bool = False,
         tool_required: bool = False,
@@ -164,7 +164,7 @@ class ScriptedLLM(FunctionCallingLLM):
 
     def get_tool_calls_from_response(
         self, response: ChatResponse, error_on_no_tool_call: bool = True, **kwargs: Any
-    ) -> List[ToolSelection]:
+    ) -> list[ToolSelection]:
         calls = response.message.additional_kwargs.get("tool_calls") or []
         if not calls and error_on_no_tool_call:
             raise ValueError("expected a tool call")
@@ -260,7 +260,7 @@ async def run_agent() -> Any:
 def main() -> int:
     provider = capture.tracer_provider(OUTFILE, service="support-service")
     LlamaIndexInstrumentor().instrument(tracer_provider=provider)
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
     try:
         result = asyncio.run(run_agent())
         print(str(result))

@@ -39,17 +39,17 @@ for _var in (
 os.environ.setdefault("OPENINFERENCE_ENABLE_GENAI_SEMCONV", "false")
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-import capture  # noqa: E402
-import smolagents  # noqa: E402
-from openinference.instrumentation.smolagents import SmolagentsInstrumentor  # noqa: E402
-from smolagents import Model, ToolCallingAgent, tool  # noqa: E402
-from smolagents.models import (  # noqa: E402
+import capture
+import smolagents
+from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+from smolagents import Model, ToolCallingAgent, tool
+from smolagents.models import (
     ChatMessage,
     ChatMessageToolCall,
     ChatMessageToolCallFunction,
     MessageRole,
 )
-from smolagents.monitoring import LogLevel, TokenUsage  # noqa: E402
+from smolagents.monitoring import LogLevel, TokenUsage
 
 AGENT_NAME = "support-bot"
 FALLBACK_NAME = "support_bot"  # smolagents requires a Python identifier

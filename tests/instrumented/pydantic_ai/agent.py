@@ -22,19 +22,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import capture  # noqa: E402
-
-from pydantic_ai import Agent, ModelRetry  # noqa: E402
-from pydantic_ai.messages import (  # noqa: E402
+import capture
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
     TextPart,
     ToolCallPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
-from pydantic_ai.models.instrumented import InstrumentationSettings  # noqa: E402
-from pydantic_ai.usage import RequestUsage  # noqa: E402
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.instrumented import InstrumentationSettings
+from pydantic_ai.usage import RequestUsage
 
 SCENARIOS = (*capture.SCENARIOS, "tool_raises")
 ANSWERS = {
