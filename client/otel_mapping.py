@@ -164,13 +164,24 @@ class _Said:
 
 
 @dataclass
+class _Agent:
+    """An agent span: its start, the name its attributes give (else None), the name read from
+    its span name, what it was asked and what it answered."""
+
+    at: int
+    named: str | None
+    called: str | None
+    goal: str | None
+    answer: str | None
+
+
+@dataclass
 class _Trace:
     # span -> (parent, its agent's name, or an open span's handle read when asked)
     spans: dict[str, tuple[str, Any]] = field(default_factory=dict)
     tools: bool = False  # a tool span was seen: tool calls are not read from messages
     content: bool = False  # some span carried message content (read or not)
-    # the outermost agent span: its start, name, goal and answer
-    agent: tuple[int, str | None, str | None, str | None] | None = None
+    agent: _Agent | None = None  # the outermost agent span
     asked: _Said | None = None  # the first model call's request
     said: _Said | None = None  # the last model call's words
     handed: _Said | None = None  # a final-answer pseudo-tool's answer
@@ -272,11 +283,13 @@ class TraceNotes:
             )
 
     def agent_ended(self, span: SpanInfo, goal: str | None, answer: str | None) -> None:
-        name = agent_name_of_span(span)
+        agent = _Agent(
+            span.start_ns, own_agent_name(span.attributes), agent_name_of_span(span), goal, answer
+        )
         with self._lock:
             trace = self._trace(span.trace_id)
-            if trace.agent is None or span.start_ns < trace.agent[0]:
-                trace.agent = (span.start_ns, name, goal, answer)
+            if trace.agent is None or span.start_ns < trace.agent.at:
+                trace.agent = agent
 
     def model_ended(self, span: SpanInfo, asked: str | None, said: str | None) -> None:
         with self._lock:
@@ -580,12 +593,17 @@ def _root(
 ) -> list[dict[str, Any]]:
     rid, a = common["request_id"], span.attributes
     heard = notes.heard(span.trace_id)
-    outer = heard.agent  # (start, name, goal, answer) of the outermost agent span
+    outer = heard.agent  # the outermost agent span below the root
+    # a name an attribute gives first; then the root's own name when it reads like an agent's
+    # (a team's span around its run, a named graph), before a name read from a framework's
+    # span name below it (LangGraph's node called "agent")
     agent = (
-        agent_name_of_span(span)
-        or (outer[1] if outer else None)
-        or heard.named
+        own_agent_name(a)
+        or (outer.named if outer else None)
+        or (agent_name_of_span(span) if role == AGENT else None)
         or (root_name_as_agent(span.name) if role not in (TOOL, MODEL) else None)
+        or (outer.called if outer else None)
+        or heard.named
         or service_name(span.resource)
         or span.name[:256]
     )
@@ -593,14 +611,14 @@ def _root(
     if capture_content:
         goal = (
             goal_of(a)
-            or (outer[2] if outer else None)
+            or (outer.goal if outer else None)
             or (heard.asked.text if heard.asked else None)
             or raw_input(a)
         )
         answer = (
             final_of(a)
             or (heard.handed.text if heard.handed else None)
-            or (outer[3] if outer else None)
+            or (outer.answer if outer else None)
             or (heard.said.text if heard.said and role != MODEL else None)
         )
         if answer is None and role == MODEL:  # a model call alone: what it asked for
