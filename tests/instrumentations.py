@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import os
 import subprocess
@@ -31,8 +32,12 @@ VENVS = ROOT / ".venv-instrumented"
 
 
 def batches(path: Path) -> list[bytes]:
-    """A capture file's export batches, the protobuf bytes an OTLP/HTTP exporter posts."""
-    return [base64.b64decode(line) for line in path.read_text("ascii").split()]
+    """A capture file's export batches, the protobuf bytes an OTLP/HTTP exporter posts (a
+    `.gz` file: the same, gzipped)."""
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        raw = gzip.decompress(raw)
+    return [base64.b64decode(line) for line in raw.decode("ascii").split()]
 
 
 def events(raw: list[bytes], capture_content: bool = True) -> list[dict[str, Any]]:
