@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
+import pytest
+
+from tests.instrumentations import batches
+from tests.instrumentations import events as events_from
 from tracejudge.client.otel_mapping import SpanInfo, events_of
 from tracejudge.models.events import parse_event
 
@@ -116,3 +122,41 @@ def test_a_model_call_keeps_its_usage() -> None:
         85,
     )
     assert event.usage.latency_ms == 1500.0
+
+
+def test_without_content_an_answer_says_which_side_left_it_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Content the receiver does not read, content the instrumentation never captured, and
+    the log line naming what sent the spans, once per instrumentation."""
+    recorded = batches(Path(__file__).parent / "data" / "otel" / "pydantic_ai-v6-ok.b64.gz")
+    caplog.set_level(logging.INFO, logger="tracejudge.streams.otel.receiver")
+    off = events_from(recorded, capture_content=False)
+    [final] = [e for e in off if e["type"] == "final_response"]
+    assert "TRACEJUDGE_OTEL_CAPTURE_CONTENT is off" in final["output"]
+    said = json.dumps(off)
+    assert "Refund order 7" not in said and "order_id" not in said  # no content left in
+    assert [c["tool"] for c in off if c["type"] == "tool_call"] == ["get_order", "refund"]
+    logged = [r.getMessage() for r in caplog.records if "conventions read" in r.getMessage()]
+    assert logged == [
+        "spans from pydantic-ai (sdk opentelemetry 1.45.2): conventions read: genai; "
+        "content not read (TRACEJUDGE_OTEL_CAPTURE_CONTENT=false)"
+    ]
+    bare = span("invoke_agent bot", {"gen_ai.operation.name": "invoke_agent"})
+    [_, final] = events_of(bare, capture_content=True)
+    assert "the instrumentation did not capture message content" in final["output"]
+
+
+def test_hostile_messages_are_read_in_bounded_time_and_never_raise() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    flat = {f"llm.input_messages.{i}.message.content": "x" for i in range(20_000)}
+    flat["llm.input_messages.99999999999.message.role"] = "user"
+    for attributes in (
+        {"gen_ai.operation.name": "chat", "gen_ai.input.messages": deep},
+        {"gen_ai.operation.name": "chat", "gen_ai.output.messages": "{" * 50_000},
+        {"openinference.span.kind": "LLM", **flat},
+        {"openinference.span.kind": "AGENT", "output.value": "Action: x\nAction Input: " * 9999},
+        {"openinference.span.kind": "TOOL", "input.value": deep, "output.value": deep},
+    ):
+        for event in events_of(span("x", attributes, parent="root"), capture_content=True):
+            parse_event(json.dumps({k: v for k, v in event.items() if v is not None}))

@@ -8,6 +8,7 @@ import contextlib
 import json
 import random
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -28,6 +29,7 @@ from opentelemetry.trace import (
 )
 from pydantic import SecretStr
 
+from tests.instrumentations import batches
 from tests.integration.harness import WorkerProcess, grouped
 from tests.realservices import free_port
 from tracejudge.models.errors import ConfigurationError
@@ -198,3 +200,30 @@ def test_the_receiver_off_loopback_needs_a_token_that_cannot_be_guessed() -> Non
     with pytest.raises(ConfigurationError, match="placeholder"):
         check_exposure(settings.model_copy(update={"otel_token": SecretStr("change-me")}))
     check_exposure(settings.model_copy(update={"otel_token": SecretStr(TOKEN)}))
+
+
+async def test_a_real_instrumentations_export_gets_its_verdict_from_a_live_worker(
+    pipeline_worker: WorkerProcess,
+) -> None:
+    """What pydantic-ai's instrumentation exported for a run whose refund failed (recorded from
+    the real package, tests/test_instrumentation_shapes.py), posted as its exporter posts it."""
+    recorded = batches(
+        Path(__file__).parent.parent / "data" / "otel" / "pydantic_ai-v6-tool_fails.b64.gz"
+    )
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(recorded[0])
+    rid = f"otel-{request.resource_spans[0].scope_spans[0].spans[0].trace_id.hex()}"
+    async with receiving(pipeline_worker, otel_capture_content=True) as settings:
+        url = f"http://127.0.0.1:{settings.otel_http_port}/v1/traces"
+        async with aiohttp.ClientSession() as session:
+            for body in recorded:
+                headers = {"Content-Type": "application/x-protobuf"}
+                async with session.post(url, data=body, headers=headers) as answer:
+                    assert answer.status == 200
+        evaluations = await grouped(pipeline_worker, "evaluations", {rid}, timeout_s=60)
+    [evaluation] = evaluations[rid]
+    assert evaluation["agent_name"] == "support-bot" and evaluation["closed_by"] == "final_response"
+    assert not evaluation["passed"] and not evaluation["success"]
+    assert evaluation["failed_steps"][0]["tool"] == "refund"
+    assert "payment gateway timeout" in evaluation["failed_steps"][0]["reason"]
+    assert evaluation["usage"]["model_calls"] == 3
