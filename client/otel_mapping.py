@@ -191,6 +191,11 @@ class _Trace:
     calls: dict[str, Call] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
 
+    @property
+    def size(self) -> int:
+        """What it holds, as `TraceNotes.limit` counts it."""
+        return len(self.spans) + len(self.calls) + len(self.answered)
+
 
 class TraceNotes:
     """What each open trace said so far that its root needs or a step's actor is: the spans
@@ -234,15 +239,19 @@ class TraceNotes:
             if span_id not in spans:
                 self._count += 1
             spans[span_id] = (parent_span_id, agent)
-            while self._count > self.limit and len(self._traces) > 1:
-                oldest = next(t for t in self._traces if t != trace_id)
-                self._count -= len(self._traces.pop(oldest).spans)
+            self._evict(trace_id)
+
+    def _evict(self, keep: str) -> None:
+        """Forget the oldest traces while more than `limit` spans and calls are noted."""
+        while self._count > self.limit and len(self._traces) > 1:
+            oldest = next(t for t in self._traces if t != keep)
+            self._count -= self._traces.pop(oldest).size
 
     def forget(self, trace_id: str) -> None:
         with self._lock:
             trace = self._traces.pop(trace_id, None)
             if trace is not None:
-                self._count -= len(trace.spans)
+                self._count -= trace.size
 
     def actor_of(self, span: SpanInfo) -> str | None:
         own = own_agent_name(span.attributes)
@@ -284,7 +293,11 @@ class TraceNotes:
 
     def agent_ended(self, span: SpanInfo, goal: str | None, answer: str | None) -> None:
         agent = _Agent(
-            span.start_ns, own_agent_name(span.attributes), agent_name_of_span(span), goal, answer
+            span.start_ns,
+            own_agent_name(span.attributes),
+            agent_name_of_span(span),
+            _kept(goal),
+            _kept(answer),
         )
         with self._lock:
             trace = self._trace(span.trace_id)
@@ -295,16 +308,18 @@ class TraceNotes:
         with self._lock:
             trace = self._trace(span.trace_id)
             if asked and (trace.asked is None or span.start_ns < trace.asked.at):
-                trace.asked = _Said(span.start_ns, asked)
+                trace.asked = _Said(span.start_ns, clip(asked, LONG_TEXT_LIMIT))
             if said and (trace.said is None or span.start_ns >= trace.said.at):
-                trace.said = _Said(span.start_ns, said)
+                trace.said = _Said(span.start_ns, clip(said, LONG_TEXT_LIMIT))
 
     def asked_for(self, trace_id: str, calls: list[Call]) -> None:
         with self._lock:
             trace = self._trace(trace_id)
             for call in calls:
-                if call.id and len(trace.calls) < MAX_CALLS_NOTED:
+                if call.id and call.id not in trace.calls and len(trace.calls) < MAX_CALLS_NOTED:
                     trace.calls[call.id] = call
+                    self._count += 1
+            self._evict(trace_id)
 
     def new_answers(self, trace_id: str, answers: list[Message]) -> list[Answered]:
         """The tool answers not made steps yet, each with the call it answers (by id, from
@@ -317,6 +332,7 @@ class TraceNotes:
                     continue
                 if len(trace.answered) < MAX_CALLS_NOTED:
                     trace.answered.add(answer.answers)
+                    self._count += 1
                 call = trace.calls.get(answer.answers) or Call(
                     answer.answers, answer.answered_tool or "tool", None
                 )
@@ -329,11 +345,12 @@ class TraceNotes:
         with self._lock:
             trace = self._trace(span.trace_id)
             if trace.handed is None or span.start_ns >= trace.handed.at:
-                trace.handed = _Said(span.start_ns, answer)
+                trace.handed = _Said(span.start_ns, clip(answer, LONG_TEXT_LIMIT))
 
 
-# the receiver's and the processor's name for it before it kept more than agents
-AgentNames = TraceNotes
+def _kept(text: str | None) -> str | None:
+    """A text kept for a trace's root: no more than its event can hold."""
+    return None if text is None else clip(text, LONG_TEXT_LIMIT)
 
 
 def events_of(

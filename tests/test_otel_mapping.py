@@ -10,7 +10,7 @@ import pytest
 
 from tests.instrumentations import batches
 from tests.instrumentations import events as events_from
-from tracejudge.client.otel_mapping import SpanInfo, events_of
+from tracejudge.client.otel_mapping import SpanInfo, TraceNotes, events_of
 from tracejudge.models.events import parse_event
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -160,3 +160,27 @@ def test_hostile_messages_are_read_in_bounded_time_and_never_raise() -> None:
     ):
         for event in events_of(span("x", attributes, parent="root"), capture_content=True):
             parse_event(json.dumps({k: v for k, v in event.items() if v is not None}))
+
+
+def test_what_open_traces_said_is_bounded_whatever_never_ends() -> None:
+    """Traces whose root never comes (an instrumentor that loses its run span) are forgotten,
+    oldest first, once the notes hold `limit` spans and calls."""
+    notes = TraceNotes(limit=1_000)
+    asks = json.dumps(
+        [
+            {
+                "role": "assistant",
+                "parts": [{"type": "tool_call", "id": f"c{i}", "name": "t"} for i in range(60)],
+            }
+        ]
+    )
+    for n in range(500):
+        trace = f"{n:032x}"
+        model = SpanInfo(
+            trace, f"{n:016x}", "parent", "chat", 1, 2,
+            {"gen_ai.operation.name": "chat", "gen_ai.output.messages": asks}, 0, "",
+        )  # fmt: skip
+        notes.note_span(model)
+        events_of(model, capture_content=True, notes=notes)
+    assert sum(t.size for t in notes._traces.values()) <= 1_000 + 64
+    assert f"{499:032x}" in notes._traces and f"{0:032x}" not in notes._traces
