@@ -35,6 +35,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from tracejudge.client.otel_conventions import (
@@ -99,7 +100,7 @@ class SpanInfo:
     def ends_request(self, request_end: str) -> bool:
         return not self.parent_span_id or (request_end == "local_root" and self.parent_remote)
 
-    @property
+    @cached_property  # read several times a span: its attributes do not change
     def role(self) -> str:
         return role_of(self.attributes, self.name, self.status_code == STATUS_ERROR)
 
