@@ -63,7 +63,8 @@ _MODEL_EVIDENCE = (
 )
 # the pseudo-tools by which a framework's agent hands over its answer (smolagents'
 # `final_answer`, pydantic-ai's output tool `final_result`): the answer, not a tool call
-FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "final_result", "finalresult"})
+# (compared without underscores, lower case: `FinalAnswer`, `final_answer`)
+FINAL_ANSWER_TOOLS = frozenset({"finalanswer", "finalresult"})
 # attributes that hold message content: present, the trace has content to read
 CONTENT_KEYS = (
     "gen_ai.input.messages",

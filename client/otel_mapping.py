@@ -455,13 +455,15 @@ def _tool(
         ("gen_ai.tool.call.result", "tool_response", "traceloop.entity.output", "output.value"),
     )
     result, says_failed = result_text(raw_result)
-    if tool.lower().replace("_", "") in {t.replace("_", "") for t in FINAL_ANSWER_TOOLS}:
+    if tool.lower().replace("_", "") in FINAL_ANSWER_TOOLS:
         if capture_content:
             handed = result or _answer_in(arguments_text(raw_args))
             notes.handed_over(span, handed)
         return []
     failed = span.failed or says_failed
-    error = span.error if span.failed else (_clip(result) if says_failed else None)
+    error = span.error
+    if error is None and says_failed:  # the result is content: quoted only when it is read
+        error = result if capture_content else "the tool's result says it failed"
     return [
         {
             **common,
