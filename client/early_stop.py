@@ -19,8 +19,6 @@ import json
 import logging
 from typing import Any
 
-from pydantic import ValidationError
-
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
 from tracejudge.models.signing import ControlKeys
@@ -92,7 +90,7 @@ def _read(
     try:
         record = json.loads(raw)
         decision = EarlyStopDecision.model_validate(record)
-    except (ValueError, RecursionError, ValidationError):
+    except Exception:  # never into the agent's loop: what cannot be read is not acted on
         log.warning("tracejudge client: an unreadable early-stop decision; ignored")
         return None, False
     if decision.request_id != request_id or (keys is not None and not keys.verify(record)):

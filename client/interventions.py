@@ -165,6 +165,8 @@ class InterventionReader:
         self.config.setdefault("client.id", "tracejudge-client-interventions")
         self.delivered = 0  # interventions handed to watched requests
         self.rejected = 0  # interventions for watched requests dropped: unsigned, forged, stale
+        self.unreadable = 0  # control messages that made reading them fail: skipped
+        self.restarts = 0  # times the reader's thread was found dead and started again
         self._watched: dict[str, RequestWatch] = {}
         # (monotonic time to forget it, request id), in that order: the grace is one value
         self._ending: deque[tuple[float, str]] = deque()
@@ -178,6 +180,8 @@ class InterventionReader:
 
     @property
     def running(self) -> bool:
+        """Whether the reader's thread is alive (a dead one is started again on the next
+        `watch`, and counted in `restarts`)."""
         return self._thread is not None and self._thread.is_alive()
 
     def watch(self, request_id: str, on_intervention: OnIntervention | None = None) -> RequestWatch:
@@ -213,11 +217,16 @@ class InterventionReader:
             self._ending.clear()
 
     def _ensure_started(self) -> None:
-        if self._thread is not None and self._pid == os.getpid():
+        if self.running and self._pid == os.getpid():
             return
         with self._lock:
-            if self._thread is not None and self._pid == os.getpid():
+            if self.running and self._pid == os.getpid():
                 return
+            if self._thread is not None and self._pid == os.getpid():
+                # it died (nothing should kill it): started again, said, counted
+                self.restarts += 1
+                log.warning("tracejudge client: the interventions reader had stopped; restarted")
+                self._stopping = threading.Event()
             if self._pid != os.getpid():  # a forked child: the parent's thread is not here
                 self._pid, self._stopping = os.getpid(), threading.Event()
             self._started_at = time.time()
@@ -261,7 +270,7 @@ class InterventionReader:
                     continue
                 for message in messages:
                     if message.error() is None:
-                        self._take(message.key(), message.value())
+                        self._take_safely(message.key(), message.value())
         finally:
             if consumer is not None:
                 try:
@@ -298,6 +307,17 @@ class InterventionReader:
                 for p, tp in zip(partitions, found, strict=True)
             ]
         )
+
+    def _take_safely(self, key: bytes | None, value: bytes | None) -> None:
+        """`_take`, and whatever one record makes it raise is that record's loss only: the
+        reader goes on for every other request of the process."""
+        try:
+            self._take(key, value)
+        except Exception:
+            self.unreadable += 1
+            self._warn(
+                "unreadable", f"a control message on {self.topic} could not be read; skipped"
+            )
 
     def _take(self, key: bytes | None, value: bytes | None) -> None:
         """One control message: kept when it is an intervention for a watched request."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -376,11 +377,29 @@ def decode_object(
             raise InvalidEvent("not_json", f"value is not JSON: {exc.msg} at {exc.pos}") from exc
         except RecursionError as exc:  # pydantic's reader stops at its depth limit first
             raise InvalidEvent("not_json", "value is nested too deeply to read") from exc
+        # a lone surrogate (`"\udcff"`, which JavaScript's JSON.stringify and raw producers
+        # write) read by the standard library: replaced, as UTF-8 cannot carry it and every
+        # later encoding of the step would fail and lose it
+        raw = _without_lone_surrogates(raw)
     if not isinstance(raw, dict):
         raise InvalidEvent("not_object", f"event must be a JSON object, got {type(raw).__name__}")
     if raw.get("type") is None:
         raise InvalidEvent("missing_type", "event has no 'type' field")
     return raw
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """`value` with every lone surrogate in its texts (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def parse_event(raw: bytes | str | dict[str, Any] | None, max_bytes: int | None = None) -> Event:

@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,14 +74,18 @@ class ControlKeys:
         return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     def verify(self, raw: Mapping[str, Any]) -> bool:
-        """Whether a parsed record carries a signature one of the keys made."""
-        signature = raw.get(SIGNATURE)
-        if not isinstance(signature, str) or not signature.startswith(SCHEME):
+        """Whether a parsed record carries a signature one of the keys made. Only ever yes or
+        no: a record that cannot be checked (a signature that is no hex digest, a text that
+        cannot be encoded) is a no, never an exception in the reader's thread."""
+        given = _digest_of(raw)
+        if given is None:
             return False
-        body = {k: v for k, v in raw.items() if k != SIGNATURE}
-        given = signature[len(SCHEME) :]
-        # every key tried, whichever matched: the time taken says nothing of which
-        return sum(hmac.compare_digest(given, _mac(key, body)) for key in self.keys) > 0
+        try:
+            body = {k: v for k, v in raw.items() if k != SIGNATURE}
+            # every key tried, whichever matched: the time taken says nothing of which
+            return sum(hmac.compare_digest(given, _mac(key, body)) for key in self.keys) > 0
+        except Exception:  # what cannot be checked is not trusted
+            return False
 
 
 OUTCOME_DOMAIN = b"tracejudge-outcome-v1\n"
@@ -118,11 +123,14 @@ class OutcomeKeys:
         """Whether an outcome event (parsed as sent) comes from a named source, signed with
         its key."""
         key = self.keys.get(str(raw.get("source", "user")))
-        signature = raw.get(SIGNATURE)
-        if key is None or not isinstance(signature, str) or not signature.startswith(SCHEME):
+        given = _digest_of(raw)
+        if key is None or given is None:
             return False
-        body = {k: v for k, v in raw.items() if k != SIGNATURE}
-        return hmac.compare_digest(signature[len(SCHEME) :], _mac(key, body, OUTCOME_DOMAIN))
+        try:
+            body = {k: v for k, v in raw.items() if k != SIGNATURE}
+            return hmac.compare_digest(given, _mac(key, body, OUTCOME_DOMAIN))
+        except Exception:  # what cannot be checked is not trusted: a no, never a traceback
+            return False
 
 
 def sign_outcome(event: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -134,6 +142,20 @@ def sign_outcome(event: Mapping[str, Any], key: str) -> dict[str, Any]:
 def signed(record: bytes, keys: ControlKeys | None) -> bytes:
     """`record` signed with `keys`, or as it is without them."""
     return record if keys is None else keys.sign(record)
+
+
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _digest_of(raw: Mapping[str, Any]) -> str | None:
+    """The hex digest a record's signature claims, when it is one (ASCII, 64 hex digits):
+    anything else is no signature, before it reaches `hmac.compare_digest`, which raises on
+    text that is not ASCII."""
+    signature = raw.get(SIGNATURE)
+    if not isinstance(signature, str) or not signature.startswith(SCHEME):
+        return None
+    given = signature[len(SCHEME) :]
+    return given if _HEX_DIGEST.fullmatch(given) else None
 
 
 def _mac(key: bytes, body: Mapping[str, Any], domain: bytes = DOMAIN) -> str:

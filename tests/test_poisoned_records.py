@@ -1,0 +1,111 @@
+"""Records written to be unreadable can cost their own record, never the reader or the run:
+a signature that is not ASCII or a lone surrogate is a no from verification (it raised, and
+the client's reader thread died with every agent's stops); a lone surrogate in a step is
+replaced, and the step is judged (it was dead-lettered, hiding a loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tracejudge.client.early_stop import _read
+from tracejudge.client.interventions import InterventionReader, RequestWatch
+from tracejudge.models.events import parse_event
+from tracejudge.models.outputs import Intervention
+from tracejudge.models.signing import ControlKeys, OutcomeKeys, sign_outcome
+from tracejudge.streams.replay.engine import replay
+from tracejudge.streams.settings import Settings
+
+KEY = "k" * 40
+KEYS = ControlKeys.parse(KEY)
+assert KEYS is not None
+RID = "req-1"
+
+
+def intervention(**fields: object) -> dict[str, object]:
+    record = {
+        "type": "intervention",
+        "intervention_id": "iv-1",
+        "request_id": RID,
+        "kind": "loop",
+        "action": "stop",
+        "crossed": "repeated_call",
+        "message": "Stop: the same call keeps failing.",
+        "evidence": "",
+        "ts": 2e9,
+        **fields,
+    }
+    Intervention.model_validate(record)  # of the contract: only the signature is poisoned
+    return record
+
+
+def signed(record: dict[str, object]) -> bytes:
+    assert KEYS is not None
+    return KEYS.sign(json.dumps(record).encode())
+
+
+def test_verification_is_only_ever_yes_or_no() -> None:
+    assert KEYS is not None
+    good = json.loads(signed(intervention()))
+    assert KEYS.verify(good)
+    for poisoned in (
+        {**good, "signature": "hmac-sha256:" + "é" * 64},  # compare_digest raised TypeError
+        {**good, "signature": "hmac-sha256:" + "\udcff" * 64},
+        {**good, "message": "Stop \udcff"},  # the canonical text's encoding raised
+        {**good, "signature": ["hmac-sha256:00"]},
+    ):
+        assert KEYS.verify(poisoned) is False
+    outcomes = OutcomeKeys.parse(f"ci:{KEY}")
+    assert outcomes is not None
+    outcome = sign_outcome({"type": "outcome", "request_id": RID, "ok": True, "source": "ci"}, KEY)
+    assert outcomes.verify(outcome)
+    assert outcomes.verify({**outcome, "signature": "hmac-sha256:ü"}) is False
+    assert outcomes.verify({**outcome, "note": "\ud800"}) is False
+
+
+def test_an_early_stop_check_never_raises_into_the_agent() -> None:
+    decision = {
+        "type": "early_stop",
+        "request_id": RID,
+        "action": "stop",
+        "signature": "hmac-sha256:" + "ß" * 64,
+    }
+    assert _read(json.dumps(decision).encode(), RID, KEYS) == (None, False)
+    assert _read(b'{"request_id": "\\udcff"}', RID, KEYS) == (None, False)
+
+
+def test_a_poisoned_record_costs_the_reader_one_record_not_the_next_stop() -> None:
+    reader = InterventionReader("127.0.0.1:9", "tracejudge.control", keys=KEYS)
+    watch = RequestWatch(RID, since=1e9)
+    reader._watched[RID] = watch  # watched, without a broker
+    poisoned = {**json.loads(signed(intervention())), "signature": "hmac-sha256:" + "é" * 64}
+    reader._take_safely(RID.encode(), json.dumps(poisoned).encode())
+    reader._take_safely(RID.encode(), b'{"type": "intervention", "request_id": "\\udcff"}')
+    assert watch.stop is None and reader.rejected == 1
+    reader._take_safely(RID.encode(), signed(intervention(intervention_id="iv-2")))
+    assert watch.stop is not None and watch.stop.intervention_id == "iv-2"
+    reader.close()
+
+
+def call(i: int) -> bytes:
+    # as JSON.stringify writes a lone surrogate: escaped, valid JSON, not valid UTF-16 text
+    args = '"args_summary":"{\\"to\\":\\"\\udcff\\"}"'
+    return (
+        f'{{"type":"tool_call","request_id":"r","step_index":{i},"tool":"transfer",{args},'
+        '"success":false,"error":"denied"}'
+    ).encode()
+
+
+def test_a_lone_surrogate_in_a_step_is_replaced_and_the_step_judged() -> None:
+    event = parse_event(call(1))
+    assert event.type == "tool_call" and event.args_summary == '{"to":"\ufffd"}'
+    records = [
+        (b"r", b'{"type":"task_started","request_id":"r","goal":"pay","agent_name":"a"}'),
+        *[(b"r", call(i)) for i in range(1, 5)],
+        (b"r", b'{"type":"final_response","request_id":"r","output":"Done."}'),
+    ]
+    result = asyncio.run(replay(Settings(redis_url=""), records))
+    assert result.dead_letters == 0
+    evaluation = result.evaluations["r"]
+    rules = {f["rule"] for f in evaluation["findings"]}
+    assert "identical_call_loop" in rules and not evaluation["passed"]
