@@ -46,6 +46,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -81,11 +82,23 @@ CLOCK_SKEW_S = 30.0
 STEER_PREFIX = "Note from tracejudge, which watches this run:"
 
 
+# what a steer may name besides the worker's message: a rule's or a check's identifier
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
 def steer_text(steer: Intervention) -> str:
-    """What the agent's model is told for a steer: the worker's message and what it saw."""
+    """What the agent's model is told for a steer: the worker's own message (its fixed words,
+    and the rule or check by name) and where it was crossed, never text from the run. The
+    evidence (the run's arguments and results, a check's own words) stays on `steer.evidence`
+    for the agent's code: handed to the model, a tool result saying "ignore all previous
+    instructions" would be an instruction from us."""
     text = f"{STEER_PREFIX} {steer.message.strip()}"
-    seen = steer.evidence.strip().rstrip(".")
-    return f"{text} Seen: {seen}." if seen else text
+    said = []
+    if _IDENTIFIER.fullmatch(steer.crossed or ""):
+        said.append(f"{steer.kind} {steer.crossed}")
+    if steer.step_index is not None:
+        said.append(f"at step {steer.step_index}")
+    return f"{text} ({', '.join(said)})" if said else text
 
 
 class InterventionStop(Exception):

@@ -257,7 +257,9 @@ async def test_a_steer_is_in_the_next_model_calls_input_once_and_the_run_goes_on
     assert isinstance(steer, HumanMessage) and heard[TOLD_AT][-2].type == "tool"
     recorder = handler.last_recorder
     assert recorder is not None and steer.content == steer_text(recorder.interventions[0])
-    assert "get_order {order_id: 7}" in str(steer.content)  # the evidence, not only the message
+    # tracejudge's words and where: the run's own text (the evidence) is never handed back
+    assert "get_order {order_id: 7}" not in str(steer.content)
+    assert "(loop " in str(steer.content)
     assert len(steers_in(result["messages"])) == 1  # in the conversation once
     assert recorder.pending_steers() == []  # handed out: nobody gets it again
     assert "stopped_by" not in told.of("final_response")[0]

@@ -226,10 +226,12 @@ class Intervener:
                 agent_name=run.agent,
                 kind="check",
                 crossed=check.name,
-                evidence=mask(failure.message),
+                evidence=mask(failure.message),  # the check's own words: may quote the run
                 action=check.action,
-                message=mask(failure.message)
-                + (": stop." if check.action == "stop" else ": change course."),
+                # tracejudge's words and the check's name only: this is what the agent's
+                # model may read (client/interventions.py: steer_text)
+                message=f"This team's check {check.name} failed on this run: "
+                + ("stop." if check.action == "stop" else "change course."),
                 step_index=getattr(event, "step_index", None),
                 ts=self.clock(),
             )
