@@ -26,6 +26,8 @@ _TABLE.update({c: f"\\x{c:02x}" for c in range(0x80, 0xA0)})
 # the line and paragraph separators
 _TABLE.update({c: f"\\u{c:04x}" for c in (0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F))})
 _TABLE.update({c: f"\\u{c:04x}" for c in range(0x2066, 0x206A)})
+# the Arabic letter mark: a bidirectional control too (Unicode's Bidi_Control set)
+_TABLE[0x061C] = "\\u061c"
 _UNSAFE = frozenset(chr(c) for c in _TABLE)
 
 

@@ -12,6 +12,7 @@ headers that keep it from being sniffed, framed or cached.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -64,6 +65,18 @@ def check_token(token_setting: str, token: str, host_setting: str, host: str) ->
             f"{host_setting}={host} is not a loopback address: set {token_setting} too (or "
             "keep it on 127.0.0.1)"
         )
+
+
+def tokens_match(given: str, token: str) -> bool:
+    """Whether a token given in a request is the one set, in constant time; only ever yes or
+    no: a header that is not UTF-8 (aiohttp hands its bytes on as surrogates) is a no, not a
+    500 and a traceback per request."""
+    if not given or not token:
+        return False
+    try:
+        return hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8"))
+    except (UnicodeError, TypeError):
+        return False
 
 
 def host_names(configured: str) -> frozenset[str]:

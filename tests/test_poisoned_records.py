@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from aiohttp.test_utils import TestServer
+
 from tracejudge.client.early_stop import _read
 from tracejudge.client.interventions import InterventionReader, RequestWatch
 from tracejudge.models.events import parse_event
@@ -15,6 +17,11 @@ from tracejudge.models.outputs import Intervention
 from tracejudge.models.signing import ControlKeys, OutcomeKeys, sign_outcome
 from tracejudge.streams.replay.engine import replay
 from tracejudge.streams.settings import Settings
+from tracejudge.streams.ui.feed import take
+from tracejudge.streams.ui.server import make_app
+from tracejudge.streams.ui.store import VerdictStore
+from tracejudge.streams.visible import visible
+from tracejudge.streams.web_guard import tokens_match
 
 KEY = "k" * 40
 KEYS = ControlKeys.parse(KEY)
@@ -109,3 +116,39 @@ def test_a_lone_surrogate_in_a_step_is_replaced_and_the_step_judged() -> None:
     evaluation = result.evaluations["r"]
     rules = {f["rule"] for f in evaluation["findings"]}
     assert "identical_call_loop" in rules and not evaluation["passed"]
+
+
+async def raw_get(port: int, path: str, authorization: bytes) -> bytes:
+    """A request whose Authorization header is not UTF-8, as only a raw socket sends it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Authorization: Bearer " + authorization + b"\r\nConnection: close\r\n\r\n"
+    )
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    return answer
+
+
+async def test_a_token_that_is_not_utf8_is_refused_not_a_server_error() -> None:
+    assert tokens_match("x\udcff", KEY) is False and tokens_match(KEY, KEY)
+    settings = Settings.model_validate({"redis_url": "", "ui_token": KEY})
+    server = TestServer(make_app(settings, VerdictStore(capacity=10)))
+    await server.start_server()
+    try:
+        answer = await raw_get(server.port or 0, "/", b"\xff\xfe-not-utf-8")
+    finally:
+        await server.close()
+    head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    assert head.startswith("HTTP/1.1 401") and "X-Content-Type-Options: nosniff" in head
+
+
+def test_an_evaluation_the_explorer_cannot_read_is_skipped_not_a_restart() -> None:
+    store = VerdictStore(capacity=5)
+    take(store, "evaluations", b'{"request_id":"r","overall_score":Infinity,"evaluation_id":"e"}')
+    assert store.unreadable == 1
+
+
+def test_the_arabic_letter_mark_is_shown_not_obeyed_on_a_terminal() -> None:
+    assert visible("paid\u061c 20 EUR") == "paid\\u061c 20 EUR"

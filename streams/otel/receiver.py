@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import signal
@@ -29,7 +28,13 @@ from tracejudge.client.otel_mapping import SpanInfo, TraceNotes, events_of
 from tracejudge.models import names
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.settings import Settings
-from tracejudge.streams.web_guard import PLAIN_HEADERS, check_token, guard_middleware, host_names
+from tracejudge.streams.web_guard import (
+    PLAIN_HEADERS,
+    check_token,
+    guard_middleware,
+    host_names,
+    tokens_match,
+)
 
 log = logging.getLogger(__name__)
 Request = trace_service_pb2.ExportTraceServiceRequest
@@ -178,7 +183,7 @@ CONTENT_TYPES = ("application/x-protobuf", "application/json")
 
 def _token_matches(header: str, token: str) -> bool:
     given = header.removeprefix("Bearer ").strip()
-    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+    return tokens_match(given, token)
 
 
 def http_app(receiver: Receiver, settings: Settings | None = None) -> web.Application:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import math
 import time
@@ -42,7 +41,7 @@ from tracejudge.streams.ui.plots import plot
 from tracejudge.streams.ui.reliability import describe
 from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore, agent_label
 from tracejudge.streams.ui.trends import Figures, bins, changes, figures
-from tracejudge.streams.web_guard import check_token, guard_middleware, host_names
+from tracejudge.streams.web_guard import check_token, guard_middleware, host_names, tokens_match
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ def _token_middleware(token: str) -> Any:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         given = given or request.cookies.get(COOKIE, "")
         query = request.query.get("token", "")
-        if query and hmac.compare_digest(query.encode(), token.encode()):
+        if tokens_match(query, token):
             # kept in a cookie, and the token taken out of the address bar and history; to a
             # path on this origin only (`//evil.example/x` would be another site's address)
             query = urllib.parse.urlencode(
@@ -95,7 +94,7 @@ def _token_middleware(token: str) -> Any:
             response = web.HTTPSeeOther(path + (f"?{query}" if query else ""))
             response.set_cookie(COOKIE, token, httponly=True, samesite="Strict")
             raise response
-        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+        if not tokens_match(given, token):
             raise web.HTTPUnauthorized(
                 text="tracejudge ui: give the access token (TRACEJUDGE_UI_TOKEN) as "
                 "`Authorization: Bearer TOKEN` or once as ?token=TOKEN",
