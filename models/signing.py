@@ -20,6 +20,7 @@ writer's.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -27,6 +28,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from typing import Any
 
 SIGNATURE = "signature"  # the field that carries it
@@ -41,51 +43,190 @@ class ControlKeyError(ValueError):
 
 
 @dataclass(frozen=True)
-class ControlKeys:
-    """The first key signs; every key verifies."""
+class PublicKey:
+    """An Ed25519 key that verifies control records, by id, until its last day (if set)."""
 
-    keys: tuple[bytes, ...]
+    kid: str
+    key: Any  # cryptography's Ed25519PublicKey
+    not_after: date | None = None
+
+
+@dataclass(frozen=True)
+class ControlKeys:
+    """What signs and verifies control records. HMAC keys: the first signs, every one
+    verifies. Ed25519 (`ed25519-private:KID:BASE64` on the worker, `ed25519:KID:BASE64[@DATE]`
+    on the agents): the worker signs with its private key, agents verify with public keys
+    only, so no agent host can make a record another agent obeys; a public key is refused after
+    its date, and a record names the key id it was signed with."""
+
+    keys: tuple[bytes, ...] = ()
+    private: Any = None  # cryptography's Ed25519PrivateKey: this side signs with it
+    private_kid: str = ""
+    public: tuple[PublicKey, ...] = ()
 
     @classmethod
     def parse(cls, text: str | None) -> ControlKeys | None:
-        """Comma-separated keys; None when there are none (signing off)."""
-        keys = [k.strip() for k in (text or "").split(",") if k.strip()]
-        if not keys:
+        """Comma-separated entries; None when there are none (signing off)."""
+        entries = [k.strip() for k in (text or "").split(",") if k.strip()]
+        if not entries:
             return None
-        short = [i + 1 for i, k in enumerate(keys) if len(k) < MIN_KEY_CHARS]
-        if short:
-            raise ControlKeyError(
-                f"{KEYS_ENV}: key {', '.join(map(str, short))} is shorter than "
-                f"{MIN_KEY_CHARS} characters; make one with `openssl rand -hex 32`"
-            )
-        return cls(tuple(k.encode("utf-8") for k in keys))
+        secrets: list[bytes] = []
+        private, private_kid, public = None, "", []
+        for i, entry in enumerate(entries, 1):
+            if entry.startswith(ED25519_PRIVATE):
+                if private is not None:
+                    raise ControlKeyError(f"{KEYS_ENV}: entry {i}: one private key signs")
+                private_kid, private = _private_key(entry, i)
+                public.append(PublicKey(private_kid, private.public_key()))
+            elif entry.startswith(ED25519):
+                public.append(_public_key(entry, i))
+            elif len(entry) < MIN_KEY_CHARS:
+                raise ControlKeyError(
+                    f"{KEYS_ENV}: key {i} is shorter than "
+                    f"{MIN_KEY_CHARS} characters; make one with `openssl rand -hex 32`"
+                )
+            else:
+                secrets.append(entry.encode("utf-8"))
+        return cls(tuple(secrets), private, private_kid, tuple(public))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ControlKeys | None:
         return cls.parse((os.environ if environ is None else environ).get(KEYS_ENV))
 
+    @property
+    def can_sign(self) -> bool:
+        return self.private is not None or bool(self.keys)
+
     def sign(self, record: bytes) -> bytes:
-        """`record` (a JSON object, as encoded for publishing) with its signature added."""
+        """`record` (a JSON object, as encoded for publishing) with its signature added: with
+        the Ed25519 private key when there is one, else the first HMAC key."""
         raw = json.loads(record)
         if not isinstance(raw, dict):
             raise TypeError("only a JSON object is signed")
         raw.pop(SIGNATURE, None)
-        raw[SIGNATURE] = SCHEME + _mac(self.keys[0], raw)
+        if self.private is not None:
+            signature = self.private.sign(_signed_text(raw, self.private_kid))
+            raw[SIGNATURE] = f"{ED25519}{self.private_kid}:{_b64(signature)}"
+        elif self.keys:
+            raw[SIGNATURE] = SCHEME + _mac(self.keys[0], raw)
+        else:
+            raise ControlKeyError(f"{KEYS_ENV}: public keys verify, they cannot sign")
         return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
-    def verify(self, raw: Mapping[str, Any]) -> bool:
+    def verify(self, raw: Mapping[str, Any], today: date | None = None) -> bool:
         """Whether a parsed record carries a signature one of the keys made. Only ever yes or
         no: a record that cannot be checked (a signature that is no hex digest, a text that
-        cannot be encoded) is a no, never an exception in the reader's thread."""
-        given = _digest_of(raw)
-        if given is None:
-            return False
+        cannot be encoded, an unknown or expired key id) is a no, never an exception in the
+        reader's thread."""
         try:
+            signature = raw.get(SIGNATURE)
+            if isinstance(signature, str) and signature.startswith(ED25519):
+                return self._verify_ed25519(raw, signature, today)
+            given = _digest_of(raw)
+            if given is None or not self.keys:
+                return False
             body = {k: v for k, v in raw.items() if k != SIGNATURE}
             # every key tried, whichever matched: the time taken says nothing of which
             return sum(hmac.compare_digest(given, _mac(key, body)) for key in self.keys) > 0
         except Exception:  # what cannot be checked is not trusted
             return False
+
+    def _verify_ed25519(self, raw: Mapping[str, Any], signature: str, today: date | None) -> bool:
+        kid, colon, encoded = signature[len(ED25519) :].partition(":")
+        key = next((k for k in self.public if k.kid == kid), None)
+        if not colon or key is None:
+            return False
+        if key.not_after is not None and (today or datetime.now(UTC).date()) > key.not_after:
+            return False
+        body = {k: v for k, v in raw.items() if k != SIGNATURE}
+        try:
+            key.key.verify(base64.b64decode(encoded, validate=True), _signed_text(body, kid))
+        except Exception:  # InvalidSignature, or bytes that are no signature
+            return False
+        return True
+
+
+ED25519 = "ed25519:"
+ED25519_PRIVATE = "ed25519-private:"
+DOMAIN_V2 = b"tracejudge-control-v2\n"
+
+
+def _signed_text(body: Mapping[str, Any], kid: str) -> bytes:
+    """What an Ed25519 signature covers: the domain, the key id, the canonical record."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return DOMAIN_V2 + kid.encode("utf-8") + b"\n" + canonical.encode("utf-8")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _ed25519() -> Any:
+    """cryptography's Ed25519, imported when a key needs it (`pip install
+    'tracejudge[signing]'`): the client stays light for those who sign nothing."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ModuleNotFoundError as exc:
+        raise ControlKeyError(
+            f"{KEYS_ENV}: Ed25519 keys need the `cryptography` package: "
+            "pip install 'tracejudge[signing]'"
+        ) from exc
+    return ed25519
+
+
+_KID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _kid(kid: str, i: int) -> str:
+    if not _KID.fullmatch(kid):
+        raise ControlKeyError(f"{KEYS_ENV}: entry {i}: a key id is 1-64 of A-Z a-z 0-9 _ . -")
+    return kid
+
+
+def _key_bytes(encoded: str, i: int) -> bytes:
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except ValueError as exc:
+        raise ControlKeyError(f"{KEYS_ENV}: entry {i}: the key is not base64") from exc
+    if len(data) != 32:
+        raise ControlKeyError(f"{KEYS_ENV}: entry {i}: an Ed25519 key is 32 bytes")
+    return data
+
+
+def _private_key(entry: str, i: int) -> tuple[str, Any]:
+    kid, _, encoded = entry[len(ED25519_PRIVATE) :].partition(":")
+    raw = _key_bytes(encoded, i)
+    return _kid(kid, i), _ed25519().Ed25519PrivateKey.from_private_bytes(raw)
+
+
+def _public_key(entry: str, i: int) -> PublicKey:
+    kid, _, rest = entry[len(ED25519) :].partition(":")
+    encoded, at, day = rest.partition("@")
+    not_after = None
+    if at:
+        try:
+            not_after = date.fromisoformat(day)
+        except ValueError as exc:
+            raise ControlKeyError(f"{KEYS_ENV}: entry {i}: `@YYYY-MM-DD` after the key") from exc
+    key = _ed25519().Ed25519PublicKey.from_public_bytes(_key_bytes(encoded, i))
+    return PublicKey(_kid(kid, i), key, not_after)
+
+
+def new_key_pair(kid: str) -> tuple[str, str]:
+    """A fresh Ed25519 pair as `TRACEJUDGE_CONTROL_KEYS` entries: (the worker's private one,
+    the agents' public one)."""
+    serialization = __import__(
+        "cryptography.hazmat.primitives.serialization", fromlist=["Encoding"]
+    )
+    private = _ed25519().Ed25519PrivateKey.generate()
+    raw_private = private.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    raw_public = private.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    kid = _kid(kid, 1)
+    return f"{ED25519_PRIVATE}{kid}:{_b64(raw_private)}", f"{ED25519}{kid}:{_b64(raw_public)}"
 
 
 OUTCOME_DOMAIN = b"tracejudge-outcome-v1\n"

@@ -37,6 +37,7 @@ from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.baselines import DEFAULT_EPOCH_RUNS, DEFAULT_MIN_RUNS
 from tracejudge.judges.rules.judge import DEFAULT_TOOL_CALL_BUDGET
 from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.signing import ControlKeys, OutcomeKeys
 from tracejudge.prompts import final_judge_prompt
 
@@ -218,10 +219,12 @@ class OperationSettings(BaseModel):
     control_keys: SecretStr = Field(
         SecretStr(""),
         description="Keys that sign interventions and early-stop decisions (secret; never "
-        "logged), comma-separated, each of 32 characters or more: the first signs, every one "
-        "verifies, so a key rotates without downtime. Give the agents' clients the same keys: "
-        "they act only on control records one of them verifies. Empty: nothing is signed, and "
-        "anyone who can write to the control topic or Redis can stop any agent.",
+        "logged), comma-separated. HMAC keys of 32 characters or more: the first signs, every "
+        "one verifies, so a key rotates without downtime; give the agents' clients the same "
+        "keys. Or Ed25519 (`tracejudge keys`): `ed25519-private:KID:...` here, and the public "
+        "`ed25519:KID:...[@YYYY-MM-DD]` on the agents, which then cannot sign. The clients "
+        "act only on control records one of their keys verifies. Empty: nothing is signed, "
+        "and anyone who can write to the control topic or Redis can stop any agent.",
     )
     ui_open: bool = Field(
         False,
@@ -284,6 +287,18 @@ class OperationSettings(BaseModel):
 
     def control_key_set(self) -> ControlKeys | None:
         return ControlKeys.parse(self.control_keys.get_secret_value())
+
+    def signing_keys(self) -> ControlKeys | None:
+        """The keys the worker signs control records with: keys that cannot sign (Ed25519
+        public keys only, an agent's set) stop the start with the reason."""
+        keys = self.control_key_set()
+        if keys is not None and not keys.can_sign:
+            raise ConfigurationError(
+                "TRACEJUDGE_CONTROL_KEYS on the worker holds public keys only: give it the "
+                "`ed25519-private:...` key (or HMAC keys) it signs with; the agents get the "
+                "public one (`tracejudge keys`)"
+            )
+        return keys
 
     def outcome_key_set(self) -> OutcomeKeys | None:
         return OutcomeKeys.parse(self.outcome_keys.get_secret_value())

@@ -91,6 +91,7 @@ def command_settings() -> dict[str, list[str]]:
         "agreement": _group(RuleSettings) + _group(JudgeSettings) + _names("redis_url"),
         "publish": _group(KafkaSettings) + _names("max_event_bytes"),
         "schema": [],
+        "keys": [],
     }
 
 
@@ -266,6 +267,36 @@ def _offline(command: Command) -> None:
     agreement.add_argument("--json", action="store_true", help="print one JSON document")
     schema = command("schema", "print or write the JSON Schemas of the contract")
     schema.add_argument("--out", type=Path, default=None, help="write one file per schema here")
+    keys = command(
+        "keys",
+        "a new Ed25519 key pair for TRACEJUDGE_CONTROL_KEYS: the worker signs with the private "
+        "one, the agents verify with the public one",
+    )
+    keys.add_argument(
+        "--id", default="control-1", help="the key id records name (default: %(default)s)"
+    )
+    keys.add_argument(
+        "--not-after",
+        default=None,
+        metavar="YYYY-MM-DD",
+        help="the agents refuse it after this day",
+    )
+
+
+def _keys(kid: str, not_after: str | None) -> int:
+    from tracejudge.models.signing import ControlKeyError, ControlKeys, new_key_pair
+
+    try:
+        private, public = new_key_pair(kid)
+        if not_after:
+            public += f"@{not_after}"
+        ControlKeys.parse(public)  # a date it cannot read: the same error as at start
+    except ControlKeyError as exc:
+        print(f"tracejudge: {exc}", file=sys.stderr)
+        return exits.USAGE_OR_CONFIGURATION
+    print(f"# the worker (secret: never on an agent host)\nTRACEJUDGE_CONTROL_KEYS={private}")
+    print(f"# every agent's client (public)\nTRACEJUDGE_CONTROL_KEYS={public}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             return _status(settings, args.worker, args.json)
         if args.command == "schema":
             return _schema(args.out)
+        if args.command == "keys":
+            return _keys(args.id, args.not_after)
     except DependencyUnreachable as exc:
         print(f"tracejudge: {exc}", file=sys.stderr)
         return exits.UNREACHABLE

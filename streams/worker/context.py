@@ -246,7 +246,7 @@ def _early_stopper(
         return None
     policy = settings.early_stop_policy()
     return EarlyStopper(
-        store, policy, control, lookup, clock, metrics, keys=settings.control_key_set()
+        store, policy, control, lookup, clock, metrics, keys=settings.signing_keys()
     )
 
 
@@ -267,7 +267,7 @@ def _intervener(
         clock,
         store,
         metrics,
-        keys=settings.control_key_set(),
+        keys=settings.signing_keys(),
         checks=None if checks.empty else checks,
         check_runner=None if checks.empty else CheckRunner(settings.check_timeout_s, metrics),
     )
