@@ -19,9 +19,10 @@ import json
 import logging
 from typing import Any
 
+from tracejudge.client.interventions import CLOCK_SKEW_S
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
-from tracejudge.models.signing import ControlKeys
+from tracejudge.models.signing import ControlKeys, control_key_set
 
 log = logging.getLogger("tracejudge.client")
 
@@ -42,12 +43,15 @@ class EarlyStopClient:
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
 
-    def check(self, request_id: str) -> EarlyStopDecision | None:
+    def check(self, request_id: str, since: float | None = None) -> EarlyStopDecision | None:
+        """`since`: when this run of the request began (epoch seconds): a decision made before
+        it (allowing for clocks apart) belongs to an earlier run of the same id and is
+        refused, as interventions are."""
         try:
             raw = self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (redis_module().RedisError, OSError):
             return None
-        decision, trusted = _read(raw, request_id, self.keys)
+        decision, trusted = _read(raw, request_id, self.keys, since)
         self.rejected += not trusted
         return decision
 
@@ -64,12 +68,12 @@ class AsyncEarlyStopClient:
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
 
-    async def check(self, request_id: str) -> EarlyStopDecision | None:
+    async def check(self, request_id: str, since: float | None = None) -> EarlyStopDecision | None:
         try:
             raw = await self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (redis_module().RedisError, OSError):
             return None
-        decision, trusted = _read(raw, request_id, self.keys)
+        decision, trusted = _read(raw, request_id, self.keys, since)
         self.rejected += not trusted
         return decision
 
@@ -78,11 +82,11 @@ class AsyncEarlyStopClient:
 
 
 def _keys(control_keys: str | None) -> ControlKeys | None:
-    return ControlKeys.from_env() if control_keys is None else ControlKeys.parse(control_keys)
+    return control_key_set(control_keys)
 
 
 def _read(
-    raw: bytes | None, request_id: str, keys: ControlKeys | None
+    raw: bytes | None, request_id: str, keys: ControlKeys | None, since: float | None = None
 ) -> tuple[EarlyStopDecision | None, bool]:
     """The decision stored for `request_id`, and whether it could be trusted (False: dropped)."""
     if not raw:
@@ -93,10 +97,11 @@ def _read(
     except Exception:  # never into the agent's loop: what cannot be read is not acted on
         log.warning("tracejudge client: an unreadable early-stop decision; ignored")
         return None, False
-    if decision.request_id != request_id or (keys is not None and not keys.verify(record)):
+    stale = since is not None and decision.ts < since - CLOCK_SKEW_S
+    if decision.request_id != request_id or stale or (keys is not None and not keys.verify(record)):
         log.warning(
-            "tracejudge client: an early-stop decision for %r not signed by a control key, or "
-            "another request's; ignored",
+            "tracejudge client: an early-stop decision for %r not signed by a control key, "
+            "another request's, or older than its run; ignored",
             request_id,
         )
         return None, False

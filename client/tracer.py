@@ -34,7 +34,7 @@ from tracejudge.client.verdicts import evaluation_from_topic
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.names import CONTROL, EVALUATIONS, EVENTS, REDIS_EVALUATION_KEY
 from tracejudge.models.outputs import EarlyStopDecision, Evaluation
-from tracejudge.models.signing import ControlKeys
+from tracejudge.models.signing import control_key_set
 
 log = logging.getLogger("tracejudge.client")
 
@@ -98,9 +98,14 @@ class _Tracing:
             exit_timeout_s=exit_timeout_s,
             options=kafka_options,
         )
-        keys = ControlKeys.from_env() if control_keys is None else ControlKeys.parse(control_keys)
+        keys = control_key_set(control_keys)
         if interventions and keys is None:
             _say_unverified()
+        elif interventions and keys is not None and not keys.keys and not keys.public:
+            log.warning(
+                "tracejudge: TRACEJUDGE_CONTROL_SIGNED_ONLY is set and no control key is: this "
+                "agent acts on no stop or steer until it has the worker's key"
+            )
         self._reader = (
             InterventionReader(
                 bootstrap,
@@ -227,11 +232,13 @@ class Tracer(_Tracing):
         self._sender.close(timeout)
         self._close_reader()
 
-    def early_stop(self, request_id: str) -> EarlyStopDecision | None:
-        """tracejudge's early-stop decision for an iterative request, if one was made (Redis)."""
+    def early_stop(self, request_id: str, since: float | None = None) -> EarlyStopDecision | None:
+        """tracejudge's early-stop decision for an iterative request, if one was made (Redis);
+        `since`: when this run of it began (a decision older than that is refused)."""
         if self.redis_url is None:
             return None
-        return EarlyStopClient(self.redis_url, control_keys=self._control_keys).check(request_id)
+        client = EarlyStopClient(self.redis_url, control_keys=self._control_keys)
+        return client.check(request_id, since)
 
     def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
         """The request's final evaluation once published; after `timeout`, the rules' verdict
@@ -296,12 +303,14 @@ class AsyncTracer(_Tracing):
         await asyncio.to_thread(self._sender.close, timeout)
         await asyncio.to_thread(self._close_reader)
 
-    async def early_stop(self, request_id: str) -> EarlyStopDecision | None:
+    async def early_stop(
+        self, request_id: str, since: float | None = None
+    ) -> EarlyStopDecision | None:
         if self.redis_url is None:
             return None
         client = AsyncEarlyStopClient(self.redis_url, control_keys=self._control_keys)
         try:
-            return await client.check(request_id)
+            return await client.check(request_id, since)
         finally:
             await client.aclose()
 

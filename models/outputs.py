@@ -477,7 +477,8 @@ class EarlyStopDecision(_Output):
     signature: str | None = Field(
         default=None,
         description="hmac-sha256:<hex> over the record without this field, with the worker's "
-        "first TRACEJUDGE_CONTROL_KEYS key (models/signing.py); null when no key is set.",
+        "first TRACEJUDGE_CONTROL_KEYS key, or ed25519:<key id>:<base64> with its private key "
+        "(models/signing.py); null when no key is set.",
     )
 
 
@@ -514,5 +515,6 @@ class Intervention(_Output):
     signature: str | None = Field(
         default=None,
         description="hmac-sha256:<hex> over the record without this field, with the worker's "
-        "first TRACEJUDGE_CONTROL_KEYS key (models/signing.py); null when no key is set.",
+        "first TRACEJUDGE_CONTROL_KEYS key, or ed25519:<key id>:<base64> with its private key "
+        "(models/signing.py); null when no key is set.",
     )

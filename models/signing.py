@@ -229,6 +229,23 @@ def new_key_pair(kid: str) -> tuple[str, str]:
     return f"{ED25519_PRIVATE}{kid}:{_b64(raw_private)}", f"{ED25519}{kid}:{_b64(raw_public)}"
 
 
+SIGNED_ONLY_ENV = "TRACEJUDGE_CONTROL_SIGNED_ONLY"
+
+
+def control_key_set(
+    text: str | None = None, environ: Mapping[str, str] | None = None
+) -> ControlKeys | None:
+    """An agent's keys: `text` (else `TRACEJUDGE_CONTROL_KEYS`). With
+    `TRACEJUDGE_CONTROL_SIGNED_ONLY=true` and no keys, a set that verifies nothing: a client
+    whose keys went missing then acts on no control record, instead of on any (a forged stop
+    among them); None otherwise, when there are no keys."""
+    env = os.environ if environ is None else environ
+    keys = ControlKeys.parse(env.get(KEYS_ENV) if text is None else text)
+    if keys is None and env.get(SIGNED_ONLY_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return ControlKeys()
+    return keys
+
+
 OUTCOME_DOMAIN = b"tracejudge-outcome-v1\n"
 OUTCOME_KEYS_ENV = "TRACEJUDGE_OUTCOME_KEYS"
 

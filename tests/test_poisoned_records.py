@@ -14,7 +14,7 @@ from tracejudge.client.early_stop import _read
 from tracejudge.client.interventions import InterventionReader, RequestWatch
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import Intervention
-from tracejudge.models.signing import ControlKeys, OutcomeKeys, sign_outcome
+from tracejudge.models.signing import ControlKeys, OutcomeKeys, control_key_set, sign_outcome
 from tracejudge.streams.replay.engine import replay
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.ui.feed import take
@@ -152,3 +152,33 @@ def test_an_evaluation_the_explorer_cannot_read_is_skipped_not_a_restart() -> No
 
 def test_the_arabic_letter_mark_is_shown_not_obeyed_on_a_terminal() -> None:
     assert visible("paid\u061c 20 EUR") == "paid\\u061c 20 EUR"
+
+
+def test_a_decision_older_than_its_run_is_refused() -> None:
+    """A signed decision for the same request id, made 30 days before this run began, is an
+    earlier run's: refused, as interventions are."""
+    assert KEYS is not None
+    decision = {
+        "type": "early_stop",
+        "decision_id": "d1",
+        "request_id": RID,
+        "iteration": 3,
+        "action": "stop",
+        "reason": "conclusion",
+        "evidence": "the last round said it was done",
+        "ts": 1_000.0,
+    }
+    raw = KEYS.sign(json.dumps(decision).encode())
+    fresh = _read(raw, RID, KEYS, since=1_010.0)
+    assert fresh[1] and fresh[0] is not None
+    assert _read(raw, RID, KEYS, since=1_000.0 + 30 * 86_400) == (None, False)
+
+
+def test_signed_only_with_no_key_obeys_nothing() -> None:
+    """An agent whose key went missing: with TRACEJUDGE_CONTROL_SIGNED_ONLY it acts on no
+    control record at all, instead of on any (a forged stop among them)."""
+    unsigned = json.loads(json.dumps(intervention()))
+    assert control_key_set(None, {}) is None  # no keys, not signed-only: unchecked, as before
+    refusing = control_key_set(None, {"TRACEJUDGE_CONTROL_SIGNED_ONLY": "true"})
+    assert refusing is not None and not refusing.verify(unsigned)
+    assert not refusing.verify(json.loads(signed(intervention())))

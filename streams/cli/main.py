@@ -269,8 +269,7 @@ def _offline(command: Command) -> None:
     schema.add_argument("--out", type=Path, default=None, help="write one file per schema here")
     keys = command(
         "keys",
-        "a new Ed25519 key pair for TRACEJUDGE_CONTROL_KEYS: the worker signs with the private "
-        "one, the agents verify with the public one",
+        "a new Ed25519 pair of control keys: the worker's, the agents'",
     )
     keys.add_argument(
         "--id", default="control-1", help="the key id records name (default: %(default)s)"
