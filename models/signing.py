@@ -254,17 +254,19 @@ OUTCOME_KEYS_ENV = "TRACEJUDGE_OUTCOME_KEYS"
 class OutcomeKeys:
     """Outcomes accepted only from the sources the operator names, each with its own key
     (`TRACEJUDGE_OUTCOME_KEYS`: `source:key,source:key`): a source signs its outcome events
-    (`sign_outcome`), and the worker joins one only when its `source` is named and that
-    source's key verifies it. A leaked key speaks for its own source only."""
+    (`sign_outcome`), and the worker joins one only when its `source` is named and one of that
+    source's keys verifies it. A source named twice has two keys, both verifying (`ci:NEW,
+    ci:OLD` while the source moves to its new key). A leaked key speaks for its own source
+    only."""
 
-    keys: Mapping[str, bytes]
+    keys: Mapping[str, tuple[bytes, ...]]
 
     @classmethod
     def parse(cls, text: str | None) -> OutcomeKeys | None:
         pairs = [p.strip() for p in (text or "").split(",") if p.strip()]
         if not pairs:
             return None
-        keys: dict[str, bytes] = {}
+        keys: dict[str, tuple[bytes, ...]] = {}
         for i, pair in enumerate(pairs, 1):
             source, colon, key = pair.partition(":")
             if not colon or not source.strip():
@@ -274,19 +276,22 @@ class OutcomeKeys:
                     f"{OUTCOME_KEYS_ENV}: the key of {source.strip()!r} is shorter than "
                     f"{MIN_KEY_CHARS} characters; make one with `openssl rand -hex 32`"
                 )
-            keys[source.strip()] = key.strip().encode("utf-8")
+            name = source.strip()
+            keys[name] = (*keys.get(name, ()), key.strip().encode("utf-8"))
         return cls(keys)
 
     def verify(self, raw: Mapping[str, Any]) -> bool:
         """Whether an outcome event (parsed as sent) comes from a named source, signed with
-        its key."""
-        key = self.keys.get(str(raw.get("source", "user")))
+        one of its keys. Only ever yes or no."""
+        keys = self.keys.get(str(raw.get("source", "user")), ())
         given = _digest_of(raw)
-        if key is None or given is None:
+        if not keys or given is None:
             return False
         try:
             body = {k: v for k, v in raw.items() if k != SIGNATURE}
-            return hmac.compare_digest(given, _mac(key, body, OUTCOME_DOMAIN))
+            return (
+                sum(hmac.compare_digest(given, _mac(key, body, OUTCOME_DOMAIN)) for key in keys) > 0
+            )
         except Exception:  # what cannot be checked is not trusted: a no, never a traceback
             return False
 

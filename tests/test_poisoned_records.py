@@ -182,3 +182,13 @@ def test_signed_only_with_no_key_obeys_nothing() -> None:
     refusing = control_key_set(None, {"TRACEJUDGE_CONTROL_SIGNED_ONLY": "true"})
     assert refusing is not None and not refusing.verify(unsigned)
     assert not refusing.verify(json.loads(signed(intervention())))
+
+
+def test_an_outcome_key_rotates_with_both_keys_verifying() -> None:
+    new, old = "n" * 40, "o" * 40
+    keys = OutcomeKeys.parse(f"ci:{new},ci:{old}")
+    assert keys is not None
+    event = {"type": "outcome", "request_id": RID, "ok": True, "source": "ci"}
+    assert keys.verify(sign_outcome(event, new)) and keys.verify(sign_outcome(event, old))
+    assert not keys.verify(sign_outcome(event, "x" * 40))
+    assert not keys.verify(sign_outcome({**event, "source": "human"}, new))
