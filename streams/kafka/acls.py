@@ -11,7 +11,9 @@ Roles:
   (Kafka cannot tell an outcome from a step on one topic: TRACEJUDGE_OUTCOME_KEYS does that);
 - `explorer`: reads the evaluations, alerts and reflections topics, writes nothing;
 - `operator`: `tracejudge topics`, `status`, `tail`, `publish`, `replay --from-topic`: creates
-  and describes every topic, reads them all, writes the input topics only.
+  and describes every topic, reads the inputs and outputs (not the tables' changelogs nor the
+  judge's queue), writes the input topics only, describes the worker's groups (their lag) and
+  cannot commit their offsets.
 
 Everything else is refused once the broker runs an authorizer with no ACL meaning deny
 (`allow.everyone.if.no.acl.found=false`, Kafka's default): nobody but the worker writes the
@@ -91,10 +93,14 @@ def role_grants(settings: Settings) -> dict[str, list[Grant]]:
         "outcomes": [Grant("topic", inputs[0], ("Write", "Describe"))],
         "explorer": [Grant("topic", t, ("Read", "Describe")) for t in viewed],
         "operator": [
-            *(Grant("topic", t, (*manage, "Read")) for t in everything),
+            *(Grant("topic", t, manage) for t in everything),
+            # what `tail`, `replay --from-topic` and `publish` read: not the tables' changelogs
+            # (the open windows' steps) nor the judge's queue
+            *(Grant("topic", t, ("Read",)) for t in [*inputs, *outputs]),
             *(Grant("topic", t, ("Write",)) for t in inputs),
-            # `status` reads the groups' lag; `topics` seeds the worker group's first offsets
-            *(Grant("group", g, ("Read", "Describe")) for g in groups),
+            # `status` reads the groups' lag: Describe. Not Read, which would let an operator
+            # commit the worker's offsets and skip events (the worker seeds its own)
+            *(Grant("group", g, ("Describe",)) for g in groups),
         ],
     }
 

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.integration.harness import WorkerProcess, worker_env
 from tests.realservices import Service, kafka_libs
 from tests.secure_services import ADMIN_PASSWORD, ADMIN_USER, cli, start_kafka_with_acls
 from tracejudge.client.verdicts import evaluation_from_topic
+from tracejudge.models import names
 from tracejudge.streams.demo.samples import sample_traces
 
 pytestmark = pytest.mark.integration
@@ -186,6 +187,27 @@ async def test_each_role_works_under_its_own_principal_and_no_further(
         )
     for role, topic in [("agent", "control"), ("agent", "reflections")]:
         assert await asyncio.to_thread(read_error, broker, role, prefix + topic) == 0, (role, topic)
+    # the operator reads what it tails, not the open windows' steps in the tables' changelogs
+    changelog = names.changelog_topic(base["TRACEJUDGE_APP_ID"], names.WINDOW_STEPS)
+    assert await asyncio.to_thread(read_error, broker, "operator", changelog) == denied
+    assert await asyncio.to_thread(read_error, broker, "operator", prefix + "dlq") == 0
+    # nor can it move the worker's offsets past events it has not handled
+    moved = await asyncio.to_thread(
+        commit_error, broker, "operator", base["TRACEJUDGE_APP_ID"], prefix + "events"
+    )
+    assert moved == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+def commit_error(kafka: Service, role: str, group: str, topic: str) -> int:
+    """The error code of committing an offset for `group` on `topic` (0: committed)."""
+    consumer = Consumer({**librdkafka(kafka, role), "group.id": group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1_000_000)], asynchronous=False)
+        return 0
+    except KafkaException as exc:
+        return int(exc.args[0].code())
+    finally:
+        consumer.close()
 
 
 def test_the_printed_commands_grant_what_apply_grants(broker: Service, tmp_path: Path) -> None:
