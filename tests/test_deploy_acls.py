@@ -16,8 +16,8 @@ from tracejudge.streams.settings import unknown_names
 
 ROOT = Path(__file__).resolve().parents[1]
 USERS = {role: DEFAULT_PRINCIPALS[role].removeprefix("User:") for role in ROLES}
-# who runs as whom: the admin applies the ACLs, the OTLP receiver publishes for agents
-COMPOSE_ROLES = {"acls": None, "topics": "operator", "worker": "worker", "otel": "agent"}
+# who runs as whom: the admin applies the ACLs, the OTLP receiver as a role of its own
+COMPOSE_ROLES = {"acls": None, "topics": "operator", "worker": "worker", "otel": "receiver"}
 COMPOSE_ROLES["explorer"] = "explorer"
 
 

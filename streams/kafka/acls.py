@@ -3,10 +3,12 @@
 Roles:
 - `worker`: reads the inputs and its internal topics, writes the outputs (and the close markers it
   routes through the events topic), creates and tunes its own topics, joins its two groups;
-- `agent`: what an agent's client, a reflection worker and the OTLP receiver need: writes the
-  input topics, reads its verdicts, interventions, reflection requests and retries (by
-  assignment, no group joined; a reflection worker's group starts with `tracejudge-reflections-`,
-  and joins only with the client's default group names);
+- `agent`: what an agent's client and a reflection worker need: writes the input topics, reads
+  its verdicts, interventions, reflection requests and retries (by assignment, no group joined;
+  a reflection worker's group starts with `tracejudge-reflections-`, and joins only with the
+  client's default group names);
+- `receiver`: `tracejudge otel`: writes the events topic, reads nothing (it is reachable from
+  every agent host, so it holds no more than it uses);
 - `outcomes`: a source of ground truth: writes outcome events to the events topic, reads nothing
   (Kafka cannot tell an outcome from a step on one topic: TRACEJUDGE_OUTCOME_KEYS does that);
 - `explorer`: reads the evaluations, alerts and reflections topics, writes nothing;
@@ -32,7 +34,7 @@ from typing import Any
 from tracejudge.models import names
 from tracejudge.streams.settings import Settings
 
-ROLES = ("worker", "agent", "outcomes", "explorer", "operator")
+ROLES = ("worker", "agent", "receiver", "outcomes", "explorer", "operator")
 DEFAULT_PRINCIPALS = {role: f"User:tracejudge-{role}" for role in ROLES}
 # the client's groups (client/): a reflection worker's default group, which it joins; and the
 # groups librdkafka requires of the verdict and intervention readers, never joined, whose
@@ -90,6 +92,7 @@ def role_grants(settings: Settings) -> dict[str, list[Grant]]:
             Grant("group", REFLECTION_GROUP_PREFIX, ("Read", "Describe"), "prefixed"),
             *(Grant("group", g, ("Describe",), "prefixed") for g in READER_GROUP_PREFIXES),
         ],
+        "receiver": [Grant("topic", inputs[0], ("Write", "Describe"))],
         "outcomes": [Grant("topic", inputs[0], ("Write", "Describe"))],
         "explorer": [Grant("topic", t, ("Read", "Describe")) for t in viewed],
         "operator": [

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.integration.harness import WorkerProcess, worker_env
-from tests.realservices import Service, kafka_libs
+from tests.realservices import Service, free_port, kafka_libs
 from tests.secure_services import ADMIN_PASSWORD, ADMIN_USER, cli, start_kafka_with_acls
 from tracejudge.client.verdicts import evaluation_from_topic
 from tracejudge.models import names
@@ -25,7 +28,7 @@ from tracejudge.streams.demo.samples import sample_traces
 
 pytestmark = pytest.mark.integration
 
-ROLES = ("worker", "agent", "outcomes", "explorer", "operator")
+ROLES = ("worker", "agent", "receiver", "outcomes", "explorer", "operator")
 PASSWORDS = {f"tracejudge-{role}": f"{role}-secret-1" for role in ROLES}
 
 
@@ -164,6 +167,8 @@ async def test_each_role_works_under_its_own_principal_and_no_further(
         ("agent", "evaluations"),
         ("outcomes", "control"),
         ("outcomes", "responses"),
+        ("receiver", "control"),
+        ("receiver", "responses"),
         ("explorer", "events"),
         ("explorer", "evaluations"),
         ("explorer", "control"),
@@ -173,13 +178,21 @@ async def test_each_role_works_under_its_own_principal_and_no_further(
             role,
             topic,
         )
-    for role, topic in [("agent", "events"), ("outcomes", "events"), ("operator", "events")]:
+    for role, topic in [
+        ("agent", "events"),
+        ("receiver", "events"),
+        ("outcomes", "events"),
+        ("operator", "events"),
+    ]:
         assert await asyncio.to_thread(produce, broker, role, prefix + topic) == 0, (role, topic)
     for role, topic in [
         ("outcomes", "evaluations"),
         ("explorer", "events"),
         ("agent", "alerts"),
         ("agent", "events"),  # one agent's team does not read another's traces
+        ("receiver", "events"),  # reachable from every agent host: it reads nothing
+        ("receiver", "control"),
+        ("receiver", "evaluations"),
     ]:
         assert await asyncio.to_thread(read_error, broker, role, prefix + topic) == denied, (
             role,
@@ -273,3 +286,56 @@ def test_the_printed_commands_grant_what_apply_grants(broker: Service, tmp_path:
     found = admin.describe_acls(everything, request_timeout=30).result(timeout=30)
     created = {str(b) for b in found if b.principal.startswith("User:printed-")}
     assert created == wanted
+
+
+def start_receiver(env: dict[str, str]) -> subprocess.Popen[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracejudge.streams.cli", "otel"],
+        env={**clean, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+async def test_the_otlp_receiver_publishes_under_its_own_principal(
+    broker: Service, tmp_path: Path
+) -> None:
+    """`tracejudge otel` as the receiver role, which may write the events topic and read
+    nothing: a span batch posted to it is answered once Kafka has its events."""
+    base = worker_env(broker.address, "", tmp_path, "acls-receiver", redis_url="")
+    admin = as_user(base, ADMIN_USER, ADMIN_PASSWORD)
+    assert (await asyncio.to_thread(cli, admin, "acls", "--apply")).returncode == 0
+    assert (await asyncio.to_thread(cli, as_role(base, "operator"), "topics")).returncode == 0
+    port = free_port()
+    env = {
+        **as_role(base, "receiver"),
+        "TRACEJUDGE_OTEL_HTTP_PORT": str(port),
+        "TRACEJUDGE_OTEL_GRPC_PORT": str(free_port()),
+    }
+    receiver = await asyncio.to_thread(start_receiver, env)
+    span = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "invoke_agent bot",
+        "startTimeUnixNano": "1000000000",
+        "endTimeUnixNano": "2000000000",
+        "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "invoke_agent"}}],
+    }
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    try:
+        status, deadline = 0, time.monotonic() + 60
+        async with aiohttp.ClientSession() as session:
+            while status != 200 and time.monotonic() < deadline:
+                try:
+                    async with session.post(
+                        f"http://127.0.0.1:{port}/v1/traces", json=body
+                    ) as answer:
+                        status = answer.status
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.5)
+        assert status == 200, (status, receiver.poll())
+    finally:
+        receiver.terminate()
+        receiver.wait(timeout=20)
