@@ -192,3 +192,25 @@ def test_an_outcome_key_rotates_with_both_keys_verifying() -> None:
     assert keys.verify(sign_outcome(event, new)) and keys.verify(sign_outcome(event, old))
     assert not keys.verify(sign_outcome(event, "x" * 40))
     assert not keys.verify(sign_outcome({**event, "source": "human"}, new))
+
+
+def test_a_step_the_worker_cannot_read_shows_in_its_runs_verdict() -> None:
+    """Dead-lettered as before, and no longer invisible to the run's verdict: a step in its
+    place says it could not be read, and why."""
+    records = [
+        (b"u", b'{"type":"task_started","request_id":"u","goal":"pay","agent_name":"a"}'),
+        (b"u", b'{"type":"tool_call","request_id":"u","step_index":1,"tool":"t","success":true}'),
+        # `success` as a string: refused by the contract's strict types
+        (b"u", b'{"type":"tool_call","request_id":"u","step_index":2,"tool":"pay","success":"no"}'),
+        (b"u", b'{"type":"final_response","request_id":"u","output":"Paid."}'),
+    ]
+    result = asyncio.run(replay(Settings(redis_url=""), records))
+    assert result.dead_letters == 1
+    evaluation = result.evaluations["u"]
+    assert any("reported an error" in r for r in evaluation["reasons"]), evaluation["reasons"]
+    # the same records without the unreadable one: nothing to say (the proof it can fail)
+    clean = asyncio.run(
+        replay(Settings(redis_url=""), [r for i, r in enumerate(records) if i != 2])
+    )
+    assert not any("reported an error" in r for r in clean.evaluations["u"]["reasons"])
+    assert clean.evaluations["u"]["overall_score"] > evaluation["overall_score"]

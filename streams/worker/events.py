@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import (
     OUTSIDE_WINDOWS,
+    SUMMARY_LIMIT,
     Event,
     Iteration,
     Outcome,
+    ReasoningStep,
     decode_object,
     parse_event,
 )
@@ -113,10 +115,34 @@ class EventHandler:
     def _parse(self, record: InRecord) -> Event:
         try:
             return parse_event(record.value, self.max_event_bytes)
-        except InvalidEvent:
+        except InvalidEvent as exc:
             if _type_of(record.value, self.max_event_bytes) in OUTSIDE_WINDOWS:
                 self._invalid_outcome()
+            else:
+                self._unreadable_step(record, exc)
             raise
+
+    def _unreadable_step(self, record: InRecord, exc: InvalidEvent) -> None:
+        """A record of an open run that cannot be read is dead-lettered, and its run's verdict
+        says so: a step in its place, failed with the reason (what a hostile producer would
+        hide by making a step unreadable shows as an error instead of vanishing). Only on this
+        error path: a readable event costs nothing more."""
+        rid = (record.key or b"").decode("utf-8", "replace")
+        if not rid or not self.store.is_open(rid):
+            return
+        step = _step_of(record.value, self.max_event_bytes)
+        placeholder = ReasoningStep(
+            type="reasoning_step",
+            request_id=rid,
+            # the record's place: a redelivery is the same step, not another
+            event_id=f"{rid}:unreadable:{record.partition}:{record.offset}",
+            step_index=step,
+            phase="tool_observation",
+            intent_summary="a step tracejudge could not read (dead-lettered)",
+            error=f"unreadable step ({exc.code}): {exc.reason}"[:SUMMARY_LIMIT],
+        )
+        self.store.add(placeholder, record.partition, self.clock(), record.offset)
+        self.metrics.counts["events_unreadable_in_run"] += 1
 
     def _invalid_outcome(self) -> None:
         """A dead-lettered outcome, told apart from other dead letters: a label source whose
@@ -155,6 +181,15 @@ class EventHandler:
         else:
             self.store.purge(request_id)
             self.metrics.counts["purged"] += 1
+
+
+def _step_of(value: bytes | None, max_bytes: int | None) -> int:
+    """The step index an unreadable record gave, if it gave one; else 0."""
+    try:
+        step = decode_object(value, max_bytes).get("step_index")
+    except InvalidEvent:
+        return 0
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
 
 
 def _type_of(value: bytes | None, max_bytes: int | None) -> object:
