@@ -34,9 +34,15 @@ class EarlyStopClient:
     answered as no decision and counted in `rejected`."""
 
     def __init__(
-        self, redis_url: str, timeout_s: float = 0.5, control_keys: str | None = None
+        self,
+        redis_url: str,
+        timeout_s: float = 0.5,
+        control_keys: str | None = None,
+        topic_prefix: str = "tracejudge.",
     ) -> None:
-        self.keys = _keys(control_keys)
+        """`topic_prefix`: the deployment's (TRACEJUDGE_TOPIC_PREFIX): Ed25519 signatures are
+        bound to it."""
+        self.keys = _keys(control_keys, topic_prefix)
         self.rejected = 0
         redis = redis_module()
         self._redis = redis.Redis.from_url(
@@ -60,9 +66,15 @@ class AsyncEarlyStopClient:
     """`EarlyStopClient` for asyncio loops."""
 
     def __init__(
-        self, redis_url: str, timeout_s: float = 0.5, control_keys: str | None = None
+        self,
+        redis_url: str,
+        timeout_s: float = 0.5,
+        control_keys: str | None = None,
+        topic_prefix: str = "tracejudge.",
     ) -> None:
-        self.keys = _keys(control_keys)
+        """`topic_prefix`: the deployment's (TRACEJUDGE_TOPIC_PREFIX): Ed25519 signatures are
+        bound to it."""
+        self.keys = _keys(control_keys, topic_prefix)
         self.rejected = 0
         self._redis = redis_module().asyncio.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
@@ -81,8 +93,9 @@ class AsyncEarlyStopClient:
         await self._redis.aclose()
 
 
-def _keys(control_keys: str | None) -> ControlKeys | None:
-    return control_key_set(control_keys)
+def _keys(control_keys: str | None, topic_prefix: str) -> ControlKeys | None:
+    keys = control_key_set(control_keys)
+    return None if keys is None else keys.for_deployment(topic_prefix)
 
 
 def _read(

@@ -99,6 +99,8 @@ class _Tracing:
             options=kafka_options,
         )
         keys = control_key_set(control_keys)
+        if keys is not None:
+            keys = keys.for_deployment(topic_prefix)  # what the worker of these topics signs
         if interventions and keys is None:
             _say_unverified()
         elif interventions and keys is not None and not keys.keys and not keys.public:
@@ -237,7 +239,9 @@ class Tracer(_Tracing):
         `since`: when this run of it began (a decision older than that is refused)."""
         if self.redis_url is None:
             return None
-        client = EarlyStopClient(self.redis_url, control_keys=self._control_keys)
+        client = EarlyStopClient(
+            self.redis_url, control_keys=self._control_keys, topic_prefix=self.topic_prefix
+        )
         return client.check(request_id, since)
 
     def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
@@ -308,7 +312,9 @@ class AsyncTracer(_Tracing):
     ) -> EarlyStopDecision | None:
         if self.redis_url is None:
             return None
-        client = AsyncEarlyStopClient(self.redis_url, control_keys=self._control_keys)
+        client = AsyncEarlyStopClient(
+            self.redis_url, control_keys=self._control_keys, topic_prefix=self.topic_prefix
+        )
         try:
             return await client.check(request_id, since)
         finally:

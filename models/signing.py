@@ -27,7 +27,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -63,6 +63,12 @@ class ControlKeys:
     private: Any = None  # cryptography's Ed25519PrivateKey: this side signs with it
     private_kid: str = ""
     public: tuple[PublicKey, ...] = ()
+    # the deployment (its topic prefix) an Ed25519 signature is bound to: a record of staging
+    # never verifies in production, even where both share a key pair
+    deployment: str = ""
+
+    def for_deployment(self, topic_prefix: str) -> ControlKeys:
+        return replace(self, deployment=topic_prefix)
 
     @classmethod
     def parse(cls, text: str | None) -> ControlKeys | None:
@@ -105,7 +111,7 @@ class ControlKeys:
             raise TypeError("only a JSON object is signed")
         raw.pop(SIGNATURE, None)
         if self.private is not None:
-            signature = self.private.sign(_signed_text(raw, self.private_kid))
+            signature = self.private.sign(_signed_text(raw, self.private_kid, self.deployment))
             raw[SIGNATURE] = f"{ED25519}{self.private_kid}:{_b64(signature)}"
         elif self.keys:
             raw[SIGNATURE] = SCHEME + _mac(self.keys[0], raw)
@@ -140,7 +146,10 @@ class ControlKeys:
             return False
         body = {k: v for k, v in raw.items() if k != SIGNATURE}
         try:
-            key.key.verify(base64.b64decode(encoded, validate=True), _signed_text(body, kid))
+            key.key.verify(
+                base64.b64decode(encoded, validate=True),
+                _signed_text(body, kid, self.deployment),
+            )
         except Exception:  # InvalidSignature, or bytes that are no signature
             return False
         return True
@@ -151,10 +160,12 @@ ED25519_PRIVATE = "ed25519-private:"
 DOMAIN_V2 = b"tracejudge-control-v2\n"
 
 
-def _signed_text(body: Mapping[str, Any], kid: str) -> bytes:
-    """What an Ed25519 signature covers: the domain, the key id, the canonical record."""
+def _signed_text(body: Mapping[str, Any], kid: str, deployment: str) -> bytes:
+    """What an Ed25519 signature covers: the domain, the deployment (its topic prefix), the key
+    id, the canonical record."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return DOMAIN_V2 + kid.encode("utf-8") + b"\n" + canonical.encode("utf-8")
+    head = f"{deployment}\n{kid}\n".encode()
+    return DOMAIN_V2 + head + canonical.encode("utf-8")
 
 
 def _b64(data: bytes) -> str:

@@ -288,9 +288,10 @@ class OperationSettings(BaseModel):
     def control_key_set(self) -> ControlKeys | None:
         return ControlKeys.parse(self.control_keys.get_secret_value())
 
-    def signing_keys(self) -> ControlKeys | None:
-        """The keys the worker signs control records with: keys that cannot sign (Ed25519
-        public keys only, an agent's set) stop the start with the reason."""
+    def signing_keys(self, topic_prefix: str) -> ControlKeys | None:
+        """The keys the worker signs control records with, bound to its deployment (its topic
+        prefix): keys that cannot sign (Ed25519 public keys only, an agent's set) stop the start
+        with the reason."""
         keys = self.control_key_set()
         if keys is not None and not keys.can_sign:
             raise ConfigurationError(
@@ -298,7 +299,7 @@ class OperationSettings(BaseModel):
                 "`ed25519-private:...` key (or HMAC keys) it signs with; the agents get the "
                 "public one (`tracejudge keys`)"
             )
-        return keys
+        return None if keys is None else keys.for_deployment(topic_prefix)
 
     def outcome_key_set(self) -> OutcomeKeys | None:
         return OutcomeKeys.parse(self.outcome_keys.get_secret_value())

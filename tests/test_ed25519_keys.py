@@ -59,8 +59,19 @@ def test_a_worker_given_public_keys_only_does_not_start() -> None:
     _, public = new_key_pair("k1")
     settings = Settings.model_validate({"redis_url": "", "control_keys": public})
     with pytest.raises(ConfigurationError, match="public keys only"):
-        settings.signing_keys()
+        settings.signing_keys("tracejudge.")
     private, _ = new_key_pair("k1")
     worker = Settings.model_validate({"redis_url": "", "control_keys": private})
-    keys = worker.signing_keys()
+    keys = worker.signing_keys("tracejudge.")
     assert keys is not None and keys.can_sign
+
+
+def test_a_record_of_one_deployment_never_verifies_in_another() -> None:
+    """Staging and production sharing a key pair: the topic prefix is in what is signed."""
+    private, public = new_key_pair("shared")
+    staging = ControlKeys.parse(private)
+    agent = ControlKeys.parse(public)
+    assert staging is not None and agent is not None
+    signed = json.loads(staging.for_deployment("staging.").sign(json.dumps(RECORD).encode()))
+    assert agent.for_deployment("staging.").verify(signed)
+    assert not agent.for_deployment("prod.").verify(signed)

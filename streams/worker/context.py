@@ -246,7 +246,13 @@ def _early_stopper(
         return None
     policy = settings.early_stop_policy()
     return EarlyStopper(
-        store, policy, control, lookup, clock, metrics, keys=settings.signing_keys()
+        store,
+        policy,
+        control,
+        lookup,
+        clock,
+        metrics,
+        keys=settings.signing_keys(settings.topic_prefix),
     )
 
 
@@ -267,7 +273,7 @@ def _intervener(
         clock,
         store,
         metrics,
-        keys=settings.signing_keys(),
+        keys=settings.signing_keys(settings.topic_prefix),
         checks=None if checks.empty else checks,
         check_runner=None if checks.empty else CheckRunner(settings.check_timeout_s, metrics),
     )
