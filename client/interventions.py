@@ -179,6 +179,7 @@ class InterventionReader:
         self.delivered = 0  # interventions handed to watched requests
         self.rejected = 0  # interventions for watched requests dropped: unsigned, forged, stale
         self.unreadable = 0  # control messages that made reading them fail: skipped
+        self.unsigned = 0  # of `rejected`, those with no signature at all
         self.restarts = 0  # times the reader's thread was found dead and started again
         self._watched: dict[str, RequestWatch] = {}
         # (monotonic time to forget it, request id), in that order: the grace is one value
@@ -355,11 +356,20 @@ class InterventionReader:
             not self.keys.verify(raw) or intervention.ts < watch.since - CLOCK_SKEW_S
         ):
             self.rejected += 1
-            self._warn(
-                "rejected",
-                f"an intervention on {self.topic} not signed by a control key, or older than "
-                "its run; dropped",
-            )
+            if not raw.get("signature"):
+                # the worker's mistake as often as a forger's: said apart, so it is found
+                self.unsigned += 1
+                self._warn(
+                    "unsigned",
+                    f"an unsigned intervention on {self.topic}, dropped: is the worker's "
+                    "TRACEJUDGE_CONTROL_KEYS set? (or someone else wrote it)",
+                )
+            else:
+                self._warn(
+                    "rejected",
+                    f"an intervention on {self.topic} signed with no key of this agent's, or "
+                    "older than its run; dropped",
+                )
             return
         if (
             intervention.request_id != watch.request_id
