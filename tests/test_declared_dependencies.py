@@ -51,6 +51,9 @@ def test_the_client_and_the_contract_need_only_the_core_dependencies() -> None:
         if module == "redis":  # imported when a Redis URL is given: the `redis` extra
             assert dists & declared("redis"), module
             continue
+        if module == "cryptography":  # imported when an Ed25519 key is given: `signing`
+            assert dists & declared("signing"), module
+            continue
         assert dists & core, f"{module} ({dists}) is not a core dependency"
 
 
