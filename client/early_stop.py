@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from typing import Any
 
-from tracejudge.client.interventions import CLOCK_SKEW_S
+from tracejudge.client.interventions import CLOCK_SKEW_S, another_run
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
 from tracejudge.models.signing import ControlKeys, control_key_set
@@ -44,22 +45,27 @@ class EarlyStopClient:
         bound to it."""
         self.keys = _keys(control_keys, topic_prefix)
         self.rejected = 0
+        self._latest = LatestDecisions()
         redis = redis_module()
         self._redis = redis.Redis.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
 
-    def check(self, request_id: str, since: float | None = None) -> EarlyStopDecision | None:
+    def check(
+        self, request_id: str, since: float | None = None, run_nonce: str | None = None
+    ) -> EarlyStopDecision | None:
         """`since`: when this run of the request began (epoch seconds): a decision made before
         it (allowing for clocks apart) belongs to an earlier run of the same id and is
-        refused, as interventions are."""
+        refused, as interventions are. `run_nonce`: the run's (`req.run_nonce`): a decision
+        signed for another run of the id is refused. A decision older than one this client
+        answered for the request before is not taken in its place."""
         try:
             raw = self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (redis_module().RedisError, OSError):
-            return None
-        decision, trusted = _read(raw, request_id, self.keys, since)
+            return self._latest.get(request_id)
+        decision, trusted = _read(raw, request_id, self.keys, since, run_nonce)
         self.rejected += not trusted
-        return decision
+        return self._latest.keep(request_id, decision)
 
 
 class AsyncEarlyStopClient:
@@ -76,18 +82,21 @@ class AsyncEarlyStopClient:
         bound to it."""
         self.keys = _keys(control_keys, topic_prefix)
         self.rejected = 0
+        self._latest = LatestDecisions()
         self._redis = redis_module().asyncio.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
 
-    async def check(self, request_id: str, since: float | None = None) -> EarlyStopDecision | None:
+    async def check(
+        self, request_id: str, since: float | None = None, run_nonce: str | None = None
+    ) -> EarlyStopDecision | None:
         try:
             raw = await self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (redis_module().RedisError, OSError):
-            return None
-        decision, trusted = _read(raw, request_id, self.keys, since)
+            return self._latest.get(request_id)
+        decision, trusted = _read(raw, request_id, self.keys, since, run_nonce)
         self.rejected += not trusted
-        return decision
+        return self._latest.keep(request_id, decision)
 
     async def aclose(self) -> None:
         await self._redis.aclose()
@@ -98,8 +107,44 @@ def _keys(control_keys: str | None, topic_prefix: str) -> ControlKeys | None:
     return None if keys is None else keys.for_deployment(topic_prefix)
 
 
+MAX_REMEMBERED = 10_000  # requests whose latest decision a client remembers
+
+
+class LatestDecisions:
+    """The newest trusted decision answered per request, so a replayed older one (a hint put
+    back over a stop) is never answered in its place. Bounded: the oldest request is
+    forgotten first."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, EarlyStopDecision] = OrderedDict()
+
+    def get(self, request_id: str) -> EarlyStopDecision | None:
+        return self._kept.get(request_id)
+
+    def keep(self, request_id: str, decision: EarlyStopDecision | None) -> EarlyStopDecision | None:
+        kept = self._kept.get(request_id)
+        if decision is None or (
+            kept is not None
+            and (kept.iteration, kept.ts)
+            > (
+                decision.iteration,
+                decision.ts,
+            )
+        ):
+            return kept
+        self._kept[request_id] = decision
+        self._kept.move_to_end(request_id)
+        if len(self._kept) > MAX_REMEMBERED:
+            self._kept.popitem(last=False)
+        return decision
+
+
 def _read(
-    raw: bytes | None, request_id: str, keys: ControlKeys | None, since: float | None = None
+    raw: bytes | None,
+    request_id: str,
+    keys: ControlKeys | None,
+    since: float | None = None,
+    run_nonce: str | None = None,
 ) -> tuple[EarlyStopDecision | None, bool]:
     """The decision stored for `request_id`, and whether it could be trusted (False: dropped)."""
     if not raw:
@@ -110,7 +155,9 @@ def _read(
     except Exception:  # never into the agent's loop: what cannot be read is not acted on
         log.warning("tracejudge client: an unreadable early-stop decision; ignored")
         return None, False
-    stale = since is not None and decision.ts < since - CLOCK_SKEW_S
+    stale = (since is not None and decision.ts < since - CLOCK_SKEW_S) or another_run(
+        decision.run_nonce, run_nonce
+    )
     if decision.request_id != request_id or stale or (keys is not None and not keys.verify(record)):
         log.warning(
             "tracejudge client: an early-stop decision for %r not signed by a control key, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import time
 import uuid
@@ -78,14 +79,20 @@ class Recorder:
             ("agent_version", clip(agent_version, 128) if agent_version else None),
             ("session_key", session_key),
         )
+        # this run's, on each of its events: the worker signs it into the run's control
+        # records, and the watch refuses a record of another run of the same request id
+        self.run_nonce = secrets.token_urlsafe(12)
         self._common = {k: v for k, v in given if v}
+        self._common["run_nonce"] = self.run_nonce
         self._step = 0
         self.dropped = 0
         self.finished = False
         self._reader = reader
         # watched before the first event leaves: the worker cannot answer an event sooner
         self._watch: RequestWatch | None = (
-            None if reader is None else reader.watch(self.request_id, on_intervention)
+            None
+            if reader is None
+            else reader.watch(self.request_id, on_intervention, run_nonce=self.run_nonce)
         )
         self._send(
             "task_started",

@@ -101,6 +101,12 @@ def steer_text(steer: Intervention) -> str:
     return f"{text} ({', '.join(said)})" if said else text
 
 
+def another_run(given: str | None, ours: str | None) -> bool:
+    """Whether a control record names a run (its `run_nonce`) other than ours. A record that
+    names none is from a worker, or events, without nonces: the time rule alone judges it."""
+    return given is not None and ours is not None and given != ours
+
+
 class InterventionStop(Exception):
     """The run was told to stop; `.intervention` says by what (budget or loop) and why."""
 
@@ -118,6 +124,7 @@ class RequestWatch:
     request_id: str
     on_intervention: OnIntervention | None = None
     since: float = field(default_factory=time.time)  # when it began to be watched
+    run_nonce: str | None = None  # this run's: a record signed for another run is refused
     interventions: list[Intervention] = field(default_factory=list)
     stop: Intervention | None = None  # the first with action "stop"
     _ids: set[str] = field(default_factory=set)
@@ -198,9 +205,17 @@ class InterventionReader:
         `watch`, and counted in `restarts`)."""
         return self._thread is not None and self._thread.is_alive()
 
-    def watch(self, request_id: str, on_intervention: OnIntervention | None = None) -> RequestWatch:
-        """Start keeping `request_id`'s interventions (and starts the reader, the first time)."""
-        watch = RequestWatch(request_id, on_intervention)
+    def watch(
+        self,
+        request_id: str,
+        on_intervention: OnIntervention | None = None,
+        *,
+        run_nonce: str | None = None,
+    ) -> RequestWatch:
+        """Start keeping `request_id`'s interventions (and starts the reader, the first time).
+        `run_nonce`: the run's (its events' `run_nonce`): an intervention made for another run
+        of the same request id (it carries that run's nonce) is refused."""
+        watch = RequestWatch(request_id, on_intervention, run_nonce=run_nonce)
         if self._closed:
             return watch  # answers "nothing arrived", as a recorder without a reader does
         with self._lock:
@@ -351,6 +366,12 @@ class InterventionReader:
             ValidationError,
         ):  # not of this contract: skipped, not fatal
             self._warn("invalid", f"an unreadable control message on {self.topic}; skipped")
+            return
+        if another_run(intervention.run_nonce, watch.run_nonce):
+            # made for an earlier run of the same request id (read back, or replayed): the
+            # nonce is signed, so a forger cannot move a record to this run
+            self.rejected += 1
+            self._warn("other_run", f"an intervention on {self.topic} of another run; dropped")
             return
         if self.keys is not None and (
             not self.keys.verify(raw) or intervention.ts < watch.since - CLOCK_SKEW_S

@@ -26,7 +26,12 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from tracejudge.client.early_stop import AsyncEarlyStopClient, EarlyStopClient, redis_module
+from tracejudge.client.early_stop import (
+    AsyncEarlyStopClient,
+    EarlyStopClient,
+    LatestDecisions,
+    redis_module,
+)
 from tracejudge.client.events import Recorder, outcome_event
 from tracejudge.client.interventions import InterventionReader, InterventionStop, OnIntervention
 from tracejudge.client.transport import Sender
@@ -84,6 +89,8 @@ class _Tracing:
         self.topic_prefix = topic_prefix
         self.redis_url = redis_url
         self._control_keys = control_keys  # the early-stop readers verify with the same
+        self._early: EarlyStopClient | None = None  # made on the first early_stop
+        self._latest = LatestDecisions()  # the newest early-stop decision answered, per request
         self.kafka_options = kafka_options
         self._sender = Sender(
             bootstrap,
@@ -234,15 +241,21 @@ class Tracer(_Tracing):
         self._sender.close(timeout)
         self._close_reader()
 
-    def early_stop(self, request_id: str, since: float | None = None) -> EarlyStopDecision | None:
-        """tracejudge's early-stop decision for an iterative request, if one was made (Redis);
-        `since`: when this run of it began (a decision older than that is refused)."""
+    def early_stop(
+        self, request: str | Recorder, since: float | None = None
+    ) -> EarlyStopDecision | None:
+        """tracejudge's early-stop decision for an iterative request, if one was made (Redis).
+        Given the request's recorder, only a decision made for this run of it is taken (its
+        nonce, and no older than its start); given a request id, `since`: when this run of it
+        began (a decision older than that is refused)."""
         if self.redis_url is None:
             return None
-        client = EarlyStopClient(
-            self.redis_url, control_keys=self._control_keys, topic_prefix=self.topic_prefix
-        )
-        return client.check(request_id, since)
+        if self._early is None:
+            self._early = EarlyStopClient(
+                self.redis_url, control_keys=self._control_keys, topic_prefix=self.topic_prefix
+            )
+            self._early._latest = self._latest
+        return self._early.check(*_run_of(request, since))
 
     def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
         """The request's final evaluation once published; after `timeout`, the rules' verdict
@@ -308,15 +321,17 @@ class AsyncTracer(_Tracing):
         await asyncio.to_thread(self._close_reader)
 
     async def early_stop(
-        self, request_id: str, since: float | None = None
+        self, request: str | Recorder, since: float | None = None
     ) -> EarlyStopDecision | None:
+        """As `Tracer.early_stop`."""
         if self.redis_url is None:
             return None
         client = AsyncEarlyStopClient(
             self.redis_url, control_keys=self._control_keys, topic_prefix=self.topic_prefix
         )
+        client._latest = self._latest  # one memory of the newest decision per request
         try:
-            return await client.check(request_id, since)
+            return await client.check(*_run_of(request, since))
         finally:
             await client.aclose()
 
@@ -353,6 +368,13 @@ class AsyncTracer(_Tracing):
 
 
 _said_unverified = False
+
+
+def _run_of(request: str | Recorder, since: float | None) -> tuple[str, float | None, str | None]:
+    """(request id, since, run nonce) for an early-stop check of `request`."""
+    if isinstance(request, Recorder):
+        return request.request_id, request.started_at if since is None else since, request.run_nonce
+    return request, since, None
 
 
 def _say_unverified() -> None:

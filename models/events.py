@@ -109,6 +109,16 @@ class _Event(BaseModel):
         "e.g. a LangGraph node or an Agents SDK agent; absent: the request's agent.",
     )
     ts: float | None = Field(default=None, description="Epoch seconds.")
+    # random per run of a request, made by the agent's client: the worker copies it into the
+    # control records it signs for the run, so a record of an earlier run of the same request
+    # id (replayed, or read back) is never taken by this one
+    run_nonce: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{8,64}$",
+        description="Random per run of the request (the client makes one): copied into the "
+        "interventions and early-stop decisions signed for this run, which a client of another "
+        "run of the same request id refuses.",
+    )
     clipped: list[str] = Field(
         default_factory=list,
         description="Set by tracejudge: names of text fields that were clipped to their limit.",

@@ -474,6 +474,11 @@ class EarlyStopDecision(_Output):
     ]
     evidence: str
     ts: float
+    run_nonce: str | None = Field(
+        default=None,
+        description="The run's nonce (its events' run_nonce): a client of another run of the "
+        "same request id refuses the decision.",
+    )
     signature: str | None = Field(
         default=None,
         description="hmac-sha256:<hex> over the record without this field, with the worker's "
@@ -512,6 +517,11 @@ class Intervention(_Output):
     )
     step_index: int | None = Field(default=None, ge=0, description="The crossing event's step.")
     ts: float
+    run_nonce: str | None = Field(
+        default=None,
+        description="The run's nonce (the crossing event's run_nonce): a client of another run "
+        "of the same request id refuses the intervention.",
+    )
     signature: str | None = Field(
         default=None,
         description="hmac-sha256:<hex> over the record without this field, with the worker's "

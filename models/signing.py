@@ -1,21 +1,35 @@
-"""Control records an agent can trust: HMAC-SHA256 signatures with keys the operator sets.
+"""Control records an agent can trust: signatures with keys the operator sets.
 
 Anyone who can write to the control topic (or to Redis) could otherwise stop any agent: the
 client checked only a record's key and schema. With keys set (`TRACEJUDGE_CONTROL_KEYS`,
-comma-separated, on the worker and on every agent's client alike), the worker signs each
-intervention and early-stop decision it publishes with the first key, and a reader acts on a
-record only when one of its keys verifies it: a key rotates without downtime (add the new key
-second everywhere, then put it first, then drop the old one). Without keys nothing is signed or
-checked, as before, and both sides say so when they start.
+comma-separated entries, on the worker and on every agent's client), the worker signs each
+intervention and early-stop decision it publishes, and a reader acts on a record only when one
+of its keys verifies it. Without keys nothing is signed or checked, as before, and both sides
+say so when they start.
 
-What is signed is the record as published, less its `signature` field, in a canonical form
-(keys sorted, no whitespace, UTF-8: `json.dumps(record, sort_keys=True, separators=(",", ":"),
-ensure_ascii=False)`), after the domain `tracejudge-control-v1` so a MAC made for anything else
-never verifies here. It covers the request id, the record's id and its time: a record moved to
-another request fails, and a reader drops one issued before the run it would stop began (a
-replay from an earlier run of the same id); a record read twice is one record (its id).
-Python's floats survive a JSON round trip exactly, so the reader's canonical form is the
-writer's.
+Three kinds of entry:
+- `ed25519-private:KID:B64` on the worker and `ed25519:KID:B64[@YYYY-MM-DD]` on the agents
+  (`tracejudge keys`): the worker signs with its private key, an agent only verifies, so no
+  agent host can make a record another agent obeys;
+- `hmac:KID:SECRET[@YYYY-MM-DD]` (`tracejudge keys --hmac`), the same entry on both sides;
+- a bare secret (32 characters or more): HMAC as first shipped, its records bound to the key
+  only.
+A key with an id is named in its records' signature (`ed25519:KID:B64`, `hmac-sha256:KID:HEX`)
+and only that key is tried; it is refused after its date; and what it signs is bound to the
+deployment: the domain `tracejudge-control-v2`, the topic prefix and the key id before the
+record, so a record of staging never verifies in production even where both share a key.
+A bare key signs `hmac-sha256:HEX` over the domain `tracejudge-control-v1` and the record. The
+first entry that can sign does (the Ed25519 private key before any HMAC key); every entry
+verifies, so keys rotate without downtime (add the new key second everywhere, then put it
+first, then drop the old one).
+
+The record is signed as published, less its `signature` field, in a canonical form (keys
+sorted, no whitespace, UTF-8: `json.dumps(record, sort_keys=True, separators=(",", ":"),
+ensure_ascii=False)`). It covers the request id, the record's id, its time and the run's nonce:
+a record moved to another request fails, a reader drops one issued before the run it would
+stop began or made for another run of the same id (its `run_nonce`), and a record read twice
+is one record (its id). Python's floats survive a JSON round trip exactly, so the reader's
+canonical form is the writer's.
 """
 
 from __future__ import annotations
@@ -52,14 +66,21 @@ class PublicKey:
 
 
 @dataclass(frozen=True)
-class ControlKeys:
-    """What signs and verifies control records. HMAC keys: the first signs, every one
-    verifies. Ed25519 (`ed25519-private:KID:BASE64` on the worker, `ed25519:KID:BASE64[@DATE]`
-    on the agents): the worker signs with its private key, agents verify with public keys
-    only, so no agent host can make a record another agent obeys; a public key is refused after
-    its date, and a record names the key id it was signed with."""
+class MacKey:
+    """A shared HMAC key. With an id (`hmac:KID:SECRET[@DATE]`), its records name it and are
+    bound to the deployment, and it is refused after its date; without (a bare secret, as
+    first configured), its records are of the first scheme, bound to nothing but the key."""
 
-    keys: tuple[bytes, ...] = ()
+    secret: bytes
+    kid: str = ""
+    not_after: date | None = None
+
+
+@dataclass(frozen=True)
+class ControlKeys:
+    """What signs and verifies control records (the module's docstring says how)."""
+
+    macs: tuple[MacKey, ...] = ()  # HMAC keys, in order: the first signs (without Ed25519)
     private: Any = None  # cryptography's Ed25519PrivateKey: this side signs with it
     private_kid: str = ""
     public: tuple[PublicKey, ...] = ()
@@ -76,7 +97,7 @@ class ControlKeys:
         entries = [k.strip() for k in (text or "").split(",") if k.strip()]
         if not entries:
             return None
-        secrets: list[bytes] = []
+        macs: list[MacKey] = []
         private, private_kid, public = None, "", []
         for i, entry in enumerate(entries, 1):
             if entry.startswith(ED25519_PRIVATE):
@@ -86,22 +107,27 @@ class ControlKeys:
                 public.append(PublicKey(private_kid, private.public_key()))
             elif entry.startswith(ED25519):
                 public.append(_public_key(entry, i))
-            elif len(entry) < MIN_KEY_CHARS:
-                raise ControlKeyError(
-                    f"{KEYS_ENV}: key {i} is shorter than "
-                    f"{MIN_KEY_CHARS} characters; make one with `openssl rand -hex 32`"
-                )
             else:
-                secrets.append(entry.encode("utf-8"))
-        return cls(tuple(secrets), private, private_kid, tuple(public))
+                macs.append(_mac_key(entry, i))
+        return cls(tuple(macs), private, private_kid, tuple(public))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ControlKeys | None:
         return cls.parse((os.environ if environ is None else environ).get(KEYS_ENV))
 
     @property
+    def keys(self) -> tuple[bytes, ...]:
+        """The HMAC secrets, in order."""
+        return tuple(m.secret for m in self.macs)
+
+    @property
+    def scheme(self) -> str:
+        """How this side signs: `ed25519`, `hmac`, or `none` (it only verifies)."""
+        return "ed25519" if self.private is not None else "hmac" if self.macs else "none"
+
+    @property
     def can_sign(self) -> bool:
-        return self.private is not None or bool(self.keys)
+        return self.private is not None or bool(self.macs)
 
     def sign(self, record: bytes) -> bytes:
         """`record` (a JSON object, as encoded for publishing) with its signature added: with
@@ -113,8 +139,14 @@ class ControlKeys:
         if self.private is not None:
             signature = self.private.sign(_signed_text(raw, self.private_kid, self.deployment))
             raw[SIGNATURE] = f"{ED25519}{self.private_kid}:{_b64(signature)}"
-        elif self.keys:
-            raw[SIGNATURE] = SCHEME + _mac(self.keys[0], raw)
+        elif self.macs:
+            first = self.macs[0]
+            if first.kid:
+                text = _signed_text(raw, first.kid, self.deployment)
+                digest = hmac.new(first.secret, text, hashlib.sha256).hexdigest()
+                raw[SIGNATURE] = f"{SCHEME}{first.kid}:{digest}"
+            else:
+                raw[SIGNATURE] = SCHEME + _mac(first.secret, raw)
         else:
             raise ControlKeyError(f"{KEYS_ENV}: public keys verify, they cannot sign")
         return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -128,14 +160,33 @@ class ControlKeys:
             signature = raw.get(SIGNATURE)
             if isinstance(signature, str) and signature.startswith(ED25519):
                 return self._verify_ed25519(raw, signature, today)
-            given = _digest_of(raw)
-            if given is None or not self.keys:
-                return False
-            body = {k: v for k, v in raw.items() if k != SIGNATURE}
-            # every key tried, whichever matched: the time taken says nothing of which
-            return sum(hmac.compare_digest(given, _mac(key, body)) for key in self.keys) > 0
+            return self._verify_hmac(raw, today)
         except Exception:  # what cannot be checked is not trusted
             return False
+
+    def _verify_hmac(self, raw: Mapping[str, Any], today: date | None) -> bool:
+        claimed = _claimed_mac(raw)
+        if claimed is None:
+            return False
+        kid, given = claimed
+        day = today or datetime.now(UTC).date()
+        # a record names its key's id (a bare key's records name none): only that key is
+        # tried, and not after its last day
+        keys = [
+            m for m in self.macs if m.kid == kid and (m.not_after is None or day <= m.not_after)
+        ]
+        if not keys:
+            return False
+        body = {k: v for k, v in raw.items() if k != SIGNATURE}
+        text = _signed_text(body, kid, self.deployment) if kid else None
+        expected = [
+            hmac.new(m.secret, text, hashlib.sha256).hexdigest()
+            if text is not None
+            else _mac(m.secret, body)
+            for m in keys
+        ]
+        # every key tried, whichever matched: the time taken says nothing of which
+        return sum(hmac.compare_digest(given, e) for e in expected) > 0
 
     def _verify_ed25519(self, raw: Mapping[str, Any], signature: str, today: date | None) -> bool:
         kid, colon, encoded = signature[len(ED25519) :].partition(":")
@@ -156,6 +207,7 @@ class ControlKeys:
 
 
 ED25519 = "ed25519:"
+HMAC_ID = "hmac:"
 ED25519_PRIVATE = "ed25519-private:"
 DOMAIN_V2 = b"tracejudge-control-v2\n"
 
@@ -166,6 +218,38 @@ def _signed_text(body: Mapping[str, Any], kid: str, deployment: str) -> bytes:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     head = f"{deployment}\n{kid}\n".encode()
     return DOMAIN_V2 + head + canonical.encode("utf-8")
+
+
+_DAY = re.compile(r"@(\d{4}-\d{2}-\d{2})$")
+
+
+def _mac_key(entry: str, i: int) -> MacKey:
+    """`hmac:KID:SECRET[@YYYY-MM-DD]`, or a bare secret."""
+    kid, not_after = "", None
+    if entry.startswith(HMAC_ID):
+        kid, colon, entry = entry[len(HMAC_ID) :].partition(":")
+        if not colon:
+            raise ControlKeyError(f"{KEYS_ENV}: entry {i}: `hmac:KID:SECRET[@YYYY-MM-DD]`")
+        kid = _kid(kid, i)
+        day = _DAY.search(entry)
+        if day is not None:
+            try:
+                not_after = date.fromisoformat(day.group(1))
+            except ValueError as exc:
+                raise ControlKeyError(f"{KEYS_ENV}: entry {i}: no such day {day.group(1)}") from exc
+            entry = entry[: day.start()]
+    if len(entry) < MIN_KEY_CHARS:
+        raise ControlKeyError(
+            f"{KEYS_ENV}: key {i} is shorter than "
+            f"{MIN_KEY_CHARS} characters; make one with `openssl rand -hex 32`"
+        )
+    return MacKey(entry.encode("utf-8"), kid, not_after)
+
+
+def new_mac_key(kid: str) -> str:
+    """A fresh HMAC key with an id, as a `TRACEJUDGE_CONTROL_KEYS` entry (the same on the
+    worker and on the agents)."""
+    return f"{HMAC_ID}{_kid(kid, 1)}:{os.urandom(32).hex()}"
 
 
 def _b64(data: bytes) -> str:
@@ -319,6 +403,7 @@ def signed(record: bytes, keys: ControlKeys | None) -> bytes:
 
 
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+_KID_DIGEST = re.compile(r"(?:([A-Za-z0-9_.-]{1,64}):)?([0-9a-f]{64})")
 
 
 def _digest_of(raw: Mapping[str, Any]) -> str | None:
@@ -330,6 +415,16 @@ def _digest_of(raw: Mapping[str, Any]) -> str | None:
         return None
     given = signature[len(SCHEME) :]
     return given if _HEX_DIGEST.fullmatch(given) else None
+
+
+def _claimed_mac(raw: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(key id, hex digest) a control record's HMAC signature claims (`hmac-sha256:[KID:]HEX`,
+    the id empty for a bare key); None for anything else, before `compare_digest` sees it."""
+    signature = raw.get(SIGNATURE)
+    if not isinstance(signature, str) or not signature.startswith(SCHEME):
+        return None
+    found = _KID_DIGEST.fullmatch(signature[len(SCHEME) :])
+    return None if found is None else (found.group(1) or "", found.group(2))
 
 
 def _mac(key: bytes, body: Mapping[str, Any], domain: bytes = DOMAIN) -> str:

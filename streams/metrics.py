@@ -308,6 +308,15 @@ class Metrics:
             ["kind", "crossed"],
             registry=r,
         )
+        # a worker whose TRACEJUDGE_CONTROL_KEYS went missing publishes unsigned records that
+        # every signing agent drops: this says so where it is watched, not only at start
+        self.control_records = Counter(
+            "tracejudge_control_records",
+            "Interventions and early-stop decisions published, by signature: ed25519, hmac or "
+            "none (agents with keys drop unsigned ones).",
+            ["signature"],
+            registry=r,
+        )
         self.check_failures, self.check_errors = _check_counters(r)
         self.verdict_latency = Histogram(
             "tracejudge_verdict_latency_seconds",

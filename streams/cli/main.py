@@ -272,6 +272,11 @@ def _offline(command: Command) -> None:
         "a new Ed25519 pair of control keys: the worker's, the agents'",
     )
     keys.add_argument(
+        "--hmac",
+        action="store_true",
+        help="a shared HMAC key instead (the same on the worker and the agents)",
+    )
+    keys.add_argument(
         "--id", default="control-1", help="the key id records name (default: %(default)s)"
     )
     keys.add_argument(
@@ -282,17 +287,26 @@ def _offline(command: Command) -> None:
     )
 
 
-def _keys(kid: str, not_after: str | None) -> int:
-    from tracejudge.models.signing import ControlKeyError, ControlKeys, new_key_pair
+def _keys(kid: str, not_after: str | None, shared: bool = False) -> int:
+    from tracejudge.models.signing import ControlKeyError, ControlKeys, new_key_pair, new_mac_key
 
     try:
-        private, public = new_key_pair(kid)
+        if shared:
+            private = public = new_mac_key(kid)
+        else:
+            private, public = new_key_pair(kid)
         if not_after:
             public += f"@{not_after}"
         ControlKeys.parse(public)  # a date it cannot read: the same error as at start
     except ControlKeyError as exc:
         print(f"tracejudge: {exc}", file=sys.stderr)
         return exits.USAGE_OR_CONFIGURATION
+    if shared:
+        print(
+            "# the worker and every agent's client (secret: any holder can sign control)\n"
+            f"TRACEJUDGE_CONTROL_KEYS={public}"
+        )
+        return 0
     print(f"# the worker (secret: never on an agent host)\nTRACEJUDGE_CONTROL_KEYS={private}")
     print(f"# every agent's client (public)\nTRACEJUDGE_CONTROL_KEYS={public}")
     return 0
@@ -370,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "schema":
             return _schema(args.out)
         if args.command == "keys":
-            return _keys(args.id, args.not_after)
+            return _keys(args.id, args.not_after, args.hmac)
     except DependencyUnreachable as exc:
         print(f"tracejudge: {exc}", file=sys.stderr)
         return exits.UNREACHABLE

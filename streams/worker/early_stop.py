@@ -27,8 +27,9 @@ class EarlyStopper:
     metrics: Metrics = field(default_factory=Metrics)
     keys: ControlKeys | None = None  # what signs the decisions; None: unsigned
 
-    async def check(self, request_id: str) -> None:
-        """Publish a decision if the rounds so far call for one not yet published."""
+    async def check(self, request_id: str, run_nonce: str | None = None) -> None:
+        """Publish a decision if the rounds so far call for one not yet published.
+        `run_nonce`: the run's (its events'), signed into the decision."""
         rounds = self.store.rounds(request_id)  # kept as they arrived: no decoding here
         found = check_early_stop(rounds, self.policy, self.store.early_actions(request_id))
         if found is None:
@@ -41,6 +42,7 @@ class EarlyStopper:
             reason=found.reason,
             evidence=mask(found.evidence),  # the round's own text: masked as it leaves
             ts=self.clock(),
+            run_nonce=run_nonce,
         )
         record = signed(encode(decision), self.keys)
         await deliver(self.control, request_id.encode("utf-8"), record)
@@ -49,3 +51,4 @@ class EarlyStopper:
         self.store.record_early(request_id, found.action, found.iteration)
         self.metrics.counts[f"early_{found.action}"] += 1
         self.metrics.early_stops.labels(found.action).inc()
+        self.metrics.control_records.labels("none" if self.keys is None else self.keys.scheme).inc()

@@ -102,7 +102,7 @@ class EventHandler:
         stopper = self.early_stopper if isinstance(event, Iteration) else None
         if stopper is not None and status != "late" and self.store.is_open(rid):
             # also on a duplicate: a crash may have come between the event and its decision
-            await stopper.check(rid)
+            await stopper.check(rid, event.run_nonce)
         # A duplicate terminal event on an open window means the close it triggered never
         # finished (the worker died in between): finish it now.
         if is_terminal(event) and status != "late" and self.store.is_open(rid):

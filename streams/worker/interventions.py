@@ -140,6 +140,9 @@ class Intervener:
                 self.control, rid.encode("utf-8"), signed(encode(intervention), self.keys)
             )
             self.metrics.interventions.labels(intervention.kind, intervention.crossed).inc()
+            self.metrics.control_records.labels(
+                "none" if self.keys is None else self.keys.scheme
+            ).inc()
             sent.append(intervention)
             if intervention.kind == "budget":
                 run.budget = None
@@ -189,6 +192,7 @@ class Intervener:
             normal=normal.words,
             step_index=event.step_index,
             ts=self.clock(),
+            run_nonce=event.run_nonce,
         )
 
     async def _checks(self, rid: str, run: _Run, event: Event) -> list[Intervention]:
@@ -234,6 +238,7 @@ class Intervener:
                 + ("stop." if check.action == "stop" else "change course."),
                 step_index=getattr(event, "step_index", None),
                 ts=self.clock(),
+                run_nonce=event.run_nonce,
             )
         return list(made.values())
 
@@ -255,4 +260,5 @@ class Intervener:
             message=f"This run has used more than its {c.limit} budget ({c.allowed:g}): stop.",
             step_index=getattr(event, "step_index", None),
             ts=self.clock(),
+            run_nonce=event.run_nonce,
         )
