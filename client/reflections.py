@@ -160,10 +160,14 @@ class ReflectionWorker:
         session_timeout_s: float = 10.0,
         agent_version: str | None = None,
         tracer: Tracer | None = None,
+        team: str | None = None,
         **kafka_options: Any,
     ) -> None:
         """`group_id`: by default one per set of agents, since a worker commits (skips) the
         requests of agents it does not serve: two agents' workers must never share a group.
+        `team`: the team whose principal this worker runs as (`tracejudge acls --team`): the
+        default group is then `tracejudge-reflections.TEAM.<agents>`, which only that team's
+        principal may join.
         `max_rounds`: the agent's own ceiling on rounds, below or at tracejudge's
         `TRACEJUDGE_MAX_REFLECTION_ROUNDS`. `tracer`: where follow-ups are recorded (one made
         from `bootstrap` and the options when not given, and closed with the worker)."""
@@ -183,9 +187,13 @@ class ReflectionWorker:
         self.tracer = tracer or Tracer(bootstrap, topic_prefix=topic_prefix, **kafka_options)
         self._stopping = threading.Event()
         self._abandoned: list[threading.Thread] = []
-        group = group_id or "tracejudge-reflections-" + (
-            "+".join(sorted(self.agents)) if self.agents is not None else "all"
+        served = "+".join(sorted(self.agents)) if self.agents is not None else "all"
+        group = group_id or (
+            f"tracejudge-reflections.{team}.{served}"
+            if team
+            else f"tracejudge-reflections-{served}"
         )
+        self.group = group
         # No poll happens while a request is handled: the group must not evict this process
         # before its slowest possible handling (every attempt timing out, the backoffs, the
         # flush) is over, or its partitions would go to another process mid-request.

@@ -177,8 +177,8 @@ def test_an_older_decision_never_replaces_a_newer_one() -> None:
 
 
 async def test_a_worker_without_keys_counts_the_unsigned_records_it_publishes() -> None:
-    for settings, label in (({}, "none"), ({"control_keys": f"hmac:ops-1:{SECRET}"}, "hmac")):
-        w = memory_worker(**settings)
+    for keys_set, label in ((None, "none"), (f"hmac:ops-1:{SECRET}", "hmac")):
+        w = memory_worker(control_keys=keys_set)
         await w.event(handlers.iteration(1, "working on it"))
         await w.event(handlers.iteration(2, "<Conclusion>The answer is 42.</Conclusion>"))
         count = w.ctx.metrics.registry.get_sample_value(

@@ -52,3 +52,23 @@ def test_an_ordinary_request_is_recorded_as_before() -> None:
 def test_at_least_one_attempt() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ReflectionWorker("127.0.0.1:9", lambda r, run: None, agents=None, attempts=0)
+
+
+def test_a_teams_worker_joins_a_group_only_its_principal_may_join() -> None:
+    """`tracejudge acls --team payments` lets User:tracejudge-agent-payments join the groups
+    under tracejudge-reflections.payments. and nothing else: the worker's default group is one."""
+    from tracejudge.streams.kafka.acls import team_group_prefix
+
+    made = [
+        ReflectionWorker("127.0.0.1:9", lambda r, run: None, agents=agents, team=team)
+        for agents, team in ((["refunds", "billing"], "payments"), (None, None))
+    ]
+    try:
+        assert made[0].group == "tracejudge-reflections.payments.billing+refunds"
+        assert made[0].group.startswith(team_group_prefix("payments"))
+        assert made[1].group == "tracejudge-reflections-all"  # the shared agent role's
+    finally:
+        for worker in made:
+            worker.close()
+    with pytest.raises(ValueError, match="--team"):
+        team_group_prefix("pay.ments")  # would read as team "pay"'s prefix

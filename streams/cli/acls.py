@@ -24,6 +24,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the principal of a role (worker, agent, outcomes, explorer, operator); default "
         "User:tracejudge-ROLE; repeatable",
     )
+    parser.add_argument(
+        "--team",
+        default=None,
+        metavar="NAME",
+        help="only the agent role, for one team's principal (default User:tracejudge-agent-NAME):"
+        " of the reflection groups it may join only tracejudge-reflections.NAME.*",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--json", action="store_true", help="print {role: {principal, grants}}")
     mode.add_argument(
@@ -37,12 +44,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run_acls(settings: Settings, args: argparse.Namespace) -> int:
     from tracejudge.streams.kafka import acls
 
+    team = getattr(args, "team", None)
     try:
         principals = acls.parse_principals(args.principal)
+        if team is not None:
+            grants = acls.team_grants(settings, team)
+            if not any(p.startswith("agent=") for p in args.principal):
+                principals["agent"] = f"User:tracejudge-agent-{team}"
+        else:
+            grants = acls.role_grants(settings)
     except ValueError as exc:
         print(f"tracejudge: {exc}", file=sys.stderr)
         return exits.USAGE_OR_CONFIGURATION
-    grants = acls.role_grants(settings)
     if args.json:
         print(json.dumps(acls.as_json(grants, principals), indent=2))
         return 0
@@ -55,7 +68,7 @@ def run_acls(settings: Settings, args: argparse.Namespace) -> int:
 
     asyncio.run(check_connection(settings))  # one clear line for a broker away or refusing
     try:
-        count = acls.apply(settings, principals)
+        count = acls.apply(settings, principals, grants=grants)
     except KafkaException as exc:
         print(f"tracejudge: the cluster refused the ACLs: {exc.args[0]}", file=sys.stderr)
         return exits.UNREACHABLE

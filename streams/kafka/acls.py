@@ -26,6 +26,7 @@ own way.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,19 @@ DEFAULT_PRINCIPALS = {role: f"User:tracejudge-{role}" for role in ROLES}
 # coordinator it still looks up (Describe)
 REFLECTION_GROUP_PREFIX = "tracejudge-reflections-"
 READER_GROUP_PREFIXES = ("tracejudge-client-", "tracejudge-interventions-")
+# a team's agents (`--team NAME`): their reflection workers' groups start with
+# `tracejudge-reflections.NAME.` (client/reflections.py, `team=`), which no other team's
+# principal, nor the shared agent role, may join or commit
+TEAM_GROUP_PREFIX = "tracejudge-reflections.{team}."
+_TEAM = re.compile(r"[A-Za-z0-9_-]{1,48}")
+
+
+def team_group_prefix(team: str) -> str:
+    """The reflection groups a team's principal alone may join; a ValueError for a name that
+    could be mistaken for another team's prefix (no dot: the dot ends the name)."""
+    if not _TEAM.fullmatch(team):
+        raise ValueError(f"--team {team!r}: 1-48 of A-Z a-z 0-9 _ -")
+    return TEAM_GROUP_PREFIX.format(team=team)
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,15 @@ def faust_topics(settings: Settings) -> list[str]:
     partition assignor elects its leader on."""
     changelogs = [names.changelog_topic(settings.app_id, t) for t in names.TABLES]
     return [*changelogs, f"{settings.app_id}-__assignor-__leader"]
+
+
+def team_grants(settings: Settings, team: str) -> dict[str, list[Grant]]:
+    """The agent role for one team's principal: the shared agent role's topics, and of the
+    reflection groups only the team's own."""
+    prefix = team_group_prefix(team)
+    shared = role_grants(settings)["agent"]
+    own = [g for g in shared if g.name != REFLECTION_GROUP_PREFIX]
+    return {"agent": [*own, Grant("group", prefix, ("Read", "Describe"), "prefixed")]}
 
 
 def role_grants(settings: Settings) -> dict[str, list[Grant]]:
@@ -228,12 +251,18 @@ def librdkafka_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
-def apply(settings: Settings, principals: Mapping[str, str], timeout_s: float = 30.0) -> int:
-    """Create every binding (creating one that exists is a no-op on the broker); returns how
-    many. The connection's principal must be allowed to alter the cluster's ACLs."""
+def apply(
+    settings: Settings,
+    principals: Mapping[str, str],
+    timeout_s: float = 30.0,
+    grants: Mapping[str, list[Grant]] | None = None,
+) -> int:
+    """Create every binding of `grants` (default: every role's; creating one that exists is a
+    no-op on the broker); returns how many. The connection's principal must be allowed to
+    alter the cluster's ACLs."""
     from confluent_kafka.admin import AdminClient
 
-    wanted = bindings(role_grants(settings), principals)
+    wanted = bindings(role_grants(settings) if grants is None else grants, principals)
     admin = AdminClient(librdkafka_config(settings))
     futures = admin.create_acls(wanted, request_timeout=timeout_s)
     for future in futures.values():

@@ -30,6 +30,8 @@ pytestmark = pytest.mark.integration
 
 ROLES = ("worker", "agent", "receiver", "outcomes", "explorer", "operator")
 PASSWORDS = {f"tracejudge-{role}": f"{role}-secret-1" for role in ROLES}
+TEAMS = ("payments", "search")  # `tracejudge acls --team NAME`: User:tracejudge-agent-NAME
+PASSWORDS.update({f"tracejudge-agent-{team}": f"{team}-secret-1" for team in TEAMS})
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +213,26 @@ async def test_each_role_works_under_its_own_principal_and_no_further(
     assert moved == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
+def join_error(kafka: Service, role: str, group: str, topic: str) -> int:
+    """The error code of joining `group` to read `topic` (0: partitions assigned), as a
+    reflection worker joins its group."""
+    consumer = Consumer({**librdkafka(kafka, role), "group.id": group})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is not None:
+                code = int(message.error().code())
+                if code != KafkaError._PARTITION_EOF:
+                    return code
+            if consumer.assignment():
+                return 0
+        return KafkaError._TIMED_OUT
+    finally:
+        consumer.close()
+
+
 def commit_error(kafka: Service, role: str, group: str, topic: str) -> int:
     """The error code of committing an offset for `group` on `topic` (0: committed)."""
     consumer = Consumer({**librdkafka(kafka, role), "group.id": group})
@@ -221,6 +243,46 @@ def commit_error(kafka: Service, role: str, group: str, topic: str) -> int:
         return int(exc.args[0].code())
     finally:
         consumer.close()
+
+
+async def test_a_team_joins_only_its_own_reflection_groups_and_reads_only_its_prefix(
+    broker: Service, tmp_path: Path
+) -> None:
+    """Two teams on one cluster: each team's principal joins (and commits) only its own
+    reflection groups, the shared agent role none of theirs; a team that runs its own
+    deployment (its own topic prefix) keeps its control records from the other team."""
+    shared = worker_env(broker.address, "", tmp_path, "teams", redis_url="")
+    theirs = worker_env(broker.address, "", tmp_path, "search-only", redis_url="")
+    for base, teams in ((shared, TEAMS), (theirs, ("search",))):
+        admin = as_user(base, ADMIN_USER, ADMIN_PASSWORD)
+        created = await asyncio.to_thread(cli, admin, "topics")
+        assert created.returncode == 0, created.stderr
+        for team in teams:
+            applied = await asyncio.to_thread(cli, admin, "acls", "--apply", "--team", team)
+            assert applied.returncode == 0, applied.stderr
+            assert f"User:tracejudge-agent-{team}" in applied.stdout
+            assert "User:tracejudge-worker" not in applied.stdout  # that team's role only
+    refused = await asyncio.to_thread(cli, shared, "acls", "--team", "pay.ments")
+    assert refused.returncode != 0 and "--team" in refused.stderr
+
+    reflections = shared["TRACEJUDGE_TOPIC_PREFIX"] + "reflections"
+    denied = KafkaError.GROUP_AUTHORIZATION_FAILED
+    for role, group, code in [
+        ("agent-payments", "tracejudge-reflections.payments.refunds", 0),
+        ("agent-search", "tracejudge-reflections.search.all", 0),
+        ("agent-payments", "tracejudge-reflections.search.all", denied),
+        ("agent-search", "tracejudge-reflections.payments.refunds", denied),
+        ("agent-payments", "tracejudge-reflections-all", denied),  # the shared role's groups
+        ("agent", "tracejudge-reflections.payments.refunds", denied),
+    ]:
+        got = await asyncio.to_thread(join_error, broker, role, group, reflections)
+        assert got == code, (role, group)
+    control = theirs["TRACEJUDGE_TOPIC_PREFIX"] + "control"
+    assert await asyncio.to_thread(read_error, broker, "agent-search", control) == 0
+    for role in ("agent-payments", "agent"):
+        assert await asyncio.to_thread(read_error, broker, role, control) == (
+            KafkaError.TOPIC_AUTHORIZATION_FAILED
+        ), role
 
 
 def test_the_printed_commands_grant_what_apply_grants(broker: Service, tmp_path: Path) -> None:
