@@ -308,15 +308,7 @@ class Metrics:
             ["kind", "crossed"],
             registry=r,
         )
-        # a worker whose TRACEJUDGE_CONTROL_KEYS went missing publishes unsigned records that
-        # every signing agent drops: this says so where it is watched, not only at start
-        self.control_records = Counter(
-            "tracejudge_control_records",
-            "Interventions and early-stop decisions published, by signature: ed25519, hmac or "
-            "none (agents with keys drop unsigned ones).",
-            ["signature"],
-            registry=r,
-        )
+        self.control_records = _control_counter(r)
         self.check_failures, self.check_errors = _check_counters(r)
         self.verdict_latency = Histogram(
             "tracejudge_verdict_latency_seconds",
@@ -429,6 +421,18 @@ def metric_names(metrics: Metrics) -> set[str]:
     for family in metrics.registry.collect():
         names.update(family.name + end for end in suffixes.get(family.type, ("",)))
     return names
+
+
+def _control_counter(r: CollectorRegistry) -> Counter:
+    """A worker whose TRACEJUDGE_CONTROL_KEYS went missing publishes unsigned records that
+    every signing agent drops: this says so where it is watched, not only at start."""
+    return Counter(
+        "tracejudge_control_records",
+        "Interventions and early-stop decisions published, by signature: ed25519, hmac or "
+        "none (agents with keys drop unsigned ones).",
+        ["signature"],
+        registry=r,
+    )
 
 
 def _check_counters(r: CollectorRegistry) -> tuple[Counter, Counter]:

@@ -18,10 +18,10 @@ from tests import test_worker_handlers as handlers
 from tests.memory import memory_worker
 from tests.test_intervention_reader import dead_address, intervention, recorder
 from tracejudge.client import InterventionReader
-from tracejudge.client.early_stop import LatestDecisions, _read
+from tracejudge.client.early_stop import _read
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import EarlyStopDecision
-from tracejudge.models.signing import SIGNATURE, ControlKeyError, ControlKeys, new_mac_key
+from tracejudge.models.signing import SIGNATURE, ControlKeyError, ControlKeys
 
 SECRET = "0123456789abcdef" * 4
 KEYS = ControlKeys.parse(f"hmac:ops-1:{SECRET}")
@@ -149,6 +149,9 @@ def test_an_hmac_entry_that_cannot_be_read_says_why(entry: str, says: str) -> No
 
 
 def test_a_new_hmac_key_is_one_entry_for_both_sides() -> None:
+    # imported here, as other new names: each test fails on its own on code without them
+    from tracejudge.models.signing import new_mac_key
+
     entry = new_mac_key("ops-3")
     both = keys(entry)
     assert both.verify(json.loads(both.sign(intervention("r1"))))
@@ -167,6 +170,8 @@ def decision(iteration: int, action: str, ts: float) -> EarlyStopDecision:
 
 
 def test_an_older_decision_never_replaces_a_newer_one() -> None:
+    from tracejudge.client.early_stop import LatestDecisions
+
     latest = LatestDecisions()
     stop = decision(3, "stop", 1_000.0)
     assert latest.keep("r1", stop) is stop
@@ -177,7 +182,7 @@ def test_an_older_decision_never_replaces_a_newer_one() -> None:
 
 
 async def test_a_worker_without_keys_counts_the_unsigned_records_it_publishes() -> None:
-    for keys_set, label in ((None, "none"), (f"hmac:ops-1:{SECRET}", "hmac")):
+    for keys_set, label in (("", "none"), (f"hmac:ops-1:{SECRET}", "hmac")):
         w = memory_worker(control_keys=keys_set)
         await w.event(handlers.iteration(1, "working on it"))
         await w.event(handlers.iteration(2, "<Conclusion>The answer is 42.</Conclusion>"))

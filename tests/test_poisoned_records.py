@@ -14,14 +14,13 @@ from tracejudge.client.early_stop import _read
 from tracejudge.client.interventions import InterventionReader, RequestWatch
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import Intervention
-from tracejudge.models.signing import ControlKeys, OutcomeKeys, control_key_set, sign_outcome
+from tracejudge.models.signing import ControlKeys, OutcomeKeys, sign_outcome
 from tracejudge.streams.replay.engine import replay
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.ui.feed import take
 from tracejudge.streams.ui.server import make_app
 from tracejudge.streams.ui.store import VerdictStore
 from tracejudge.streams.visible import visible
-from tracejudge.streams.web_guard import tokens_match
 
 KEY = "k" * 40
 KEYS = ControlKeys.parse(KEY)
@@ -71,10 +70,15 @@ def test_verification_is_only_ever_yes_or_no() -> None:
 
 
 def test_an_early_stop_check_never_raises_into_the_agent() -> None:
-    decision = {
+    decision = {  # of the contract: only its signature is poisoned
         "type": "early_stop",
+        "decision_id": "d1",
         "request_id": RID,
+        "iteration": 2,
         "action": "stop",
+        "reason": "conclusion",
+        "evidence": "",
+        "ts": 2e9,
         "signature": "hmac-sha256:" + "ß" * 64,
     }
     assert _read(json.dumps(decision).encode(), RID, KEYS) == (None, False)
@@ -134,6 +138,9 @@ async def raw_get(port: int, path: str, authorization: bytes) -> bytes:
 
 
 async def test_a_token_that_is_not_utf8_is_refused_not_a_server_error() -> None:
+    # imported here, as the names below: each test fails on its own on code without them
+    from tracejudge.streams.web_guard import tokens_match
+
     assert tokens_match("x\udcff", KEY) is False and tokens_match(KEY, KEY)
     settings = Settings.model_validate({"redis_url": "", "ui_token": KEY})
     server = TestServer(make_app(settings, VerdictStore(capacity=10)))
@@ -179,6 +186,8 @@ def test_a_decision_older_than_its_run_is_refused() -> None:
 def test_signed_only_with_no_key_obeys_nothing() -> None:
     """An agent whose key went missing: with TRACEJUDGE_CONTROL_SIGNED_ONLY it acts on no
     control record at all, instead of on any (a forged stop among them)."""
+    from tracejudge.models.signing import control_key_set
+
     unsigned = json.loads(json.dumps(intervention()))
     assert control_key_set(None, {}) is None  # no keys, not signed-only: unchecked, as before
     refusing = control_key_set(None, {"TRACEJUDGE_CONTROL_SIGNED_ONLY": "true"})

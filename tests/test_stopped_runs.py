@@ -71,8 +71,10 @@ class Worker:
     def request(self, goal: str, **kwargs: Any) -> Recorder:
         return Recorder(self._emit, goal, reader=cast(Any, self), **kwargs)
 
-    def watch(self, request_id: str, on_intervention: Any = None) -> RequestWatch:
-        self.watches[request_id] = RequestWatch(request_id, on_intervention)
+    def watch(
+        self, request_id: str, on_intervention: Any = None, *, run_nonce: str | None = None
+    ) -> RequestWatch:
+        self.watches[request_id] = RequestWatch(request_id, on_intervention, run_nonce=run_nonce)
         return self.watches[request_id]
 
     def forget(self, request_id: str, grace_s: float | None = None) -> None:

@@ -222,10 +222,9 @@ def join_error(kafka: Service, role: str, group: str, topic: str) -> int:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             message = consumer.poll(0.5)
-            if message is not None and message.error() is not None:
-                code = int(message.error().code())
-                if code != KafkaError._PARTITION_EOF:
-                    return code
+            error = None if message is None else message.error()
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                return int(error.code())
             if consumer.assignment():
                 return 0
         return KafkaError._TIMED_OUT
