@@ -219,11 +219,14 @@ class OperationSettings(BaseModel):
     control_keys: SecretStr = Field(
         SecretStr(""),
         description="Keys that sign interventions and early-stop decisions (secret; never "
-        "logged), comma-separated. HMAC keys of 32 characters or more: the first signs, every "
-        "one verifies, so a key rotates without downtime; give the agents' clients the same "
-        "keys. Or Ed25519 (`tracejudge keys`): `ed25519-private:KID:...` here, and the public "
-        "`ed25519:KID:...[@YYYY-MM-DD]` on the agents, which then cannot sign. The clients "
-        "act only on control records one of their keys verifies. Empty: nothing is signed, "
+        "logged), comma-separated; the first that can sign does, every one verifies, so a key "
+        "rotates without downtime. HMAC keys, the same on the agents' clients: "
+        "`hmac:KID:SECRET[@YYYY-MM-DD]` (`tracejudge keys --hmac`; records name the key, are "
+        "bound to the topic prefix and refused after the date) or a bare secret of 32 "
+        "characters or more. Or Ed25519 (`tracejudge keys`): `ed25519-private:KID:...` "
+        "here, and the public `ed25519:KID:...[@YYYY-MM-DD]` on the agents, which then "
+        "cannot sign. The clients act only on control records one of their keys verifies. "
+        "Empty: nothing is signed, "
         "and anyone who can write to the control topic or Redis can stop any agent.",
     )
     ui_open: bool = Field(
