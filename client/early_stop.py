@@ -62,10 +62,10 @@ class EarlyStopClient:
         try:
             raw = self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (redis_module().RedisError, OSError):
-            return self._latest.get(request_id)
+            return self._latest.get(request_id, since, run_nonce)
         decision, trusted = _read(raw, request_id, self.keys, since, run_nonce)
         self.rejected += not trusted
-        return self._latest.keep(request_id, decision)
+        return self._latest.keep(request_id, decision, since, run_nonce)
 
 
 class AsyncEarlyStopClient:
@@ -93,10 +93,10 @@ class AsyncEarlyStopClient:
         try:
             raw = await self._redis.get(REDIS_CONTROL_KEY.format(request_id=request_id))
         except (redis_module().RedisError, OSError):
-            return self._latest.get(request_id)
+            return self._latest.get(request_id, since, run_nonce)
         decision, trusted = _read(raw, request_id, self.keys, since, run_nonce)
         self.rejected += not trusted
-        return self._latest.keep(request_id, decision)
+        return self._latest.keep(request_id, decision, since, run_nonce)
 
     async def aclose(self) -> None:
         await self._redis.aclose()
@@ -118,11 +118,25 @@ class LatestDecisions:
     def __init__(self) -> None:
         self._kept: OrderedDict[str, EarlyStopDecision] = OrderedDict()
 
-    def get(self, request_id: str) -> EarlyStopDecision | None:
-        return self._kept.get(request_id)
-
-    def keep(self, request_id: str, decision: EarlyStopDecision | None) -> EarlyStopDecision | None:
+    def get(
+        self, request_id: str, since: float | None = None, run_nonce: str | None = None
+    ) -> EarlyStopDecision | None:
+        """The newest decision answered for this run of the request (one kept from an earlier
+        run of the same id is forgotten)."""
         kept = self._kept.get(request_id)
+        if kept is not None and _stale(kept, since, run_nonce):
+            del self._kept[request_id]
+            return None
+        return kept
+
+    def keep(
+        self,
+        request_id: str,
+        decision: EarlyStopDecision | None,
+        since: float | None = None,
+        run_nonce: str | None = None,
+    ) -> EarlyStopDecision | None:
+        kept = self.get(request_id, since, run_nonce)
         if decision is None or (
             kept is not None
             and (kept.iteration, kept.ts)
@@ -155,9 +169,7 @@ def _read(
     except Exception:  # never into the agent's loop: what cannot be read is not acted on
         log.warning("tracejudge client: an unreadable early-stop decision; ignored")
         return None, False
-    stale = (since is not None and decision.ts < since - CLOCK_SKEW_S) or another_run(
-        decision.run_nonce, run_nonce
-    )
+    stale = _stale(decision, since, run_nonce)
     if decision.request_id != request_id or stale or (keys is not None and not keys.verify(record)):
         log.warning(
             "tracejudge client: an early-stop decision for %r not signed by a control key, "
@@ -166,6 +178,13 @@ def _read(
         )
         return None, False
     return decision, True
+
+
+def _stale(decision: EarlyStopDecision, since: float | None, run_nonce: str | None) -> bool:
+    """Made for another run of the request: another nonce, or before this run began (less
+    the clocks' allowance)."""
+    early = since is not None and decision.ts < since - CLOCK_SKEW_S
+    return early or another_run(decision.run_nonce, run_nonce)
 
 
 def redis_module() -> Any:

@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import pydantic_core
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -84,6 +85,15 @@ def clip_between(text: str, head_end: int, tail_start: int) -> str:
     return text[:head_end] + _CUT_MARK.format(tail_start - head_end) + text[tail_start:]
 
 
+_NONCE = re.compile(r"[A-Za-z0-9_-]{8,64}")
+
+
+def _nonce_or_none(value: object) -> str | None:
+    """A run nonce as the client makes it, else none: a malformed nonce costs the run its
+    per-run check on control records (the time rule still holds), never the step it is on."""
+    return value if isinstance(value, str) and _NONCE.fullmatch(value) else None
+
+
 class _Event(BaseModel):
     # strict: a JSON string is never silently turned into a number or a boolean.
     model_config = ConfigDict(extra="ignore", strict=True)
@@ -112,12 +122,12 @@ class _Event(BaseModel):
     # random per run of a request, made by the agent's client: the worker copies it into the
     # control records it signs for the run, so a record of an earlier run of the same request
     # id (replayed, or read back) is never taken by this one
-    run_nonce: str | None = Field(
+    run_nonce: Annotated[str | None, BeforeValidator(_nonce_or_none)] = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9_-]{8,64}$",
-        description="Random per run of the request (the client makes one): copied into the "
-        "interventions and early-stop decisions signed for this run, which a client of another "
-        "run of the same request id refuses.",
+        description="Random per run of the request (the client makes one), 8-64 of "
+        "A-Za-z0-9_-: copied into the interventions and early-stop decisions signed for this "
+        "run, which a client of another run of the same request id refuses. Any other value "
+        "is read as none (the step is kept).",
     )
     clipped: list[str] = Field(
         default_factory=list,

@@ -190,3 +190,38 @@ async def test_a_worker_without_keys_counts_the_unsigned_records_it_publishes() 
             "tracejudge_control_records_total", {"signature": label}
         )
         assert count == 1
+
+
+def test_a_malformed_nonce_costs_the_step_nothing() -> None:
+    """A producer's nonce of the wrong shape is read as none: the step is judged, the run's
+    records fall back to the time rule."""
+    for given in ("short", "x" * 65, "has space in it", 12345678, None):
+        event = parse_event(
+            json.dumps(
+                {
+                    "type": "tool_call",
+                    "request_id": "r1",
+                    "step_index": 1,
+                    "tool": "search",
+                    "success": True,
+                    "run_nonce": given,
+                }
+            ).encode()
+        )
+        assert event.run_nonce is None
+    kept = parse_event(
+        b'{"type":"task_started","request_id":"r1","goal":"g","run_nonce":"AbC_-123"}'
+    )
+    assert kept.run_nonce == "AbC_-123"
+
+
+def test_a_decision_kept_from_an_earlier_run_is_not_answered_for_this_one() -> None:
+    from tracejudge.client.early_stop import LatestDecisions
+
+    latest = LatestDecisions()
+    earlier = decision(5, "stop", 1_000.0).model_copy(update={"run_nonce": "run-one-1234"})
+    assert latest.keep("r1", earlier, run_nonce="run-one-1234") is earlier
+    # the same request id run again: its first decision is at iteration 2
+    now = decision(2, "hint", 2_000.0).model_copy(update={"run_nonce": "run-two-1234"})
+    assert latest.get("r1", since=1_990.0, run_nonce="run-two-1234") is None
+    assert latest.keep("r1", now, since=1_990.0, run_nonce="run-two-1234") is now
