@@ -227,8 +227,13 @@ class Recorder:
 
     def should_stop(self) -> bool:
         """True once an intervention with action "stop" arrived for this request (a budget
-        crossed, a loop found). Never blocks: a read of what the reader's thread kept."""
-        return self._watch is not None and self._watch.stop is not None
+        crossed, a loop found). Never blocks: a read of what the reader's thread kept (and a
+        look that the thread is alive: one found dead is started again)."""
+        if self._watch is None:
+            return False
+        if self._watch.stop is None and self._reader is not None and not self.finished:
+            self._reader.keep_alive()
+        return self._watch.stop is not None
 
     @property
     def stop_reason(self) -> Intervention | None:

@@ -205,6 +205,13 @@ class InterventionReader:
         `watch`, and counted in `restarts`)."""
         return self._thread is not None and self._thread.is_alive()
 
+    def keep_alive(self) -> None:
+        """Start the reader's thread again if it died (counted in `restarts`): called by a
+        recorder each time its agent asks whether to stop, so a run does not go unwatched
+        until the next request. A thread-liveness look when all is well."""
+        if not self._closed and self._thread is not None and not self.running:
+            self._ensure_started()
+
     def watch(
         self,
         request_id: str,

@@ -74,6 +74,9 @@ class Told:
     def forget(self, request_id: str, grace_s: float | None = None) -> None:
         return None
 
+    def keep_alive(self) -> None:
+        return None
+
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["type"] == kind]
 

@@ -225,3 +225,21 @@ def test_a_step_the_worker_cannot_read_shows_in_its_runs_verdict() -> None:
     )
     assert not any("reported an error" in r for r in clean.evaluations["u"]["reasons"])
     assert clean.evaluations["u"]["overall_score"] > evaluation["overall_score"]
+
+
+def test_a_reader_found_dead_is_started_again_when_the_agent_asks() -> None:
+    """Were the reader's thread to end (nothing should end it), the next `should_stop()` of a
+    run it watches starts it again: the run is not left unwatched until the next request."""
+    from tracejudge.client.events import Recorder
+
+    reader = InterventionReader("127.0.0.1:9", "tracejudge.control", keys=KEYS)
+    try:
+        req = Recorder(lambda _e: True, "goal", reader=reader)
+        assert reader.running
+        reader._stopping.set()  # the thread ends, as if it had died
+        assert reader._thread is not None
+        reader._thread.join(5)
+        assert not reader.running and not req.should_stop()
+        assert reader.running and reader.restarts == 1
+    finally:
+        reader.close()

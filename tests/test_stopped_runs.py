@@ -80,6 +80,9 @@ class Worker:
     def forget(self, request_id: str, grace_s: float | None = None) -> None:
         return None
 
+    def keep_alive(self) -> None:
+        return None
+
     def _emit(self, event: dict[str, Any]) -> bool:
         rid = event["request_id"]
         n = self.sent[rid] = self.sent.get(rid, 0) + 1
