@@ -40,12 +40,13 @@ class EarlyStopClient:
         timeout_s: float = 0.5,
         control_keys: str | None = None,
         topic_prefix: str = "tracejudge.",
+        latest: LatestDecisions | None = None,
     ) -> None:
         """`topic_prefix`: the deployment's (TRACEJUDGE_TOPIC_PREFIX): Ed25519 signatures are
         bound to it."""
         self.keys = _keys(control_keys, topic_prefix)
         self.rejected = 0
-        self._latest = LatestDecisions()
+        self._latest = LatestDecisions() if latest is None else latest
         redis = redis_module()
         self._redis = redis.Redis.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
@@ -77,12 +78,13 @@ class AsyncEarlyStopClient:
         timeout_s: float = 0.5,
         control_keys: str | None = None,
         topic_prefix: str = "tracejudge.",
+        latest: LatestDecisions | None = None,
     ) -> None:
         """`topic_prefix`: the deployment's (TRACEJUDGE_TOPIC_PREFIX): Ed25519 signatures are
         bound to it."""
         self.keys = _keys(control_keys, topic_prefix)
         self.rejected = 0
-        self._latest = LatestDecisions()
+        self._latest = LatestDecisions() if latest is None else latest
         self._redis = redis_module().asyncio.from_url(
             redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )

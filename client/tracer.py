@@ -252,9 +252,11 @@ class Tracer(_Tracing):
             return None
         if self._early is None:
             self._early = EarlyStopClient(
-                self.redis_url, control_keys=self._control_keys, topic_prefix=self.topic_prefix
+                self.redis_url,
+                control_keys=self._control_keys,
+                topic_prefix=self.topic_prefix,
+                latest=self._latest,  # one memory of the newest decision per request
             )
-            self._early._latest = self._latest
         return self._early.check(*_run_of(request, since))
 
     def wait_for_evaluation(self, request_id: str, timeout: float = 30.0) -> Evaluation | None:
@@ -327,9 +329,11 @@ class AsyncTracer(_Tracing):
         if self.redis_url is None:
             return None
         client = AsyncEarlyStopClient(
-            self.redis_url, control_keys=self._control_keys, topic_prefix=self.topic_prefix
+            self.redis_url,
+            control_keys=self._control_keys,
+            topic_prefix=self.topic_prefix,
+            latest=self._latest,  # one memory of the newest decision per request
         )
-        client._latest = self._latest  # one memory of the newest decision per request
         try:
             return await client.check(*_run_of(request, since))
         finally:

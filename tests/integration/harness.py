@@ -131,6 +131,19 @@ def worker_env(
     return env
 
 
+def stopping_worker(
+    kafka: str, redis: str, workdir: Path, name: str, control_keys: str, **overrides: Any
+) -> WorkerProcess:
+    """A started worker that signs its control records with `control_keys` and stops a loop at
+    its first crossing (`loop_action = "stop"` for every agent), as a team may choose."""
+    budgets = workdir / "budgets.toml"
+    budgets.write_text('[default]\nloop_action = "stop"\n')
+    env = worker_env(
+        kafka, redis, workdir, name, control_keys=control_keys, budgets_file=budgets, **overrides
+    )
+    return WorkerProcess(env, workdir / "worker.log").start()
+
+
 def tracer_for(worker: WorkerProcess, control_keys: str | None = None) -> Tracer:
     """An agent's tracer on the worker's broker, Redis and topics; `control_keys`: the keys its
     interventions are signed with, when the worker signs them."""

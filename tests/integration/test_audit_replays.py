@@ -19,7 +19,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.integration.harness import WorkerProcess, consume, produce, tracer_for, worker_env
+from tests.integration.harness import (
+    WorkerProcess,
+    consume,
+    produce,
+    stopping_worker,
+    tracer_for,
+)
 from tests.integration.test_intervention_client import QUIET_S, TOLD_WITHIN_S, step, wait_until
 from tracejudge.client import Tracer
 from tracejudge.models.names import REDIS_CONTROL_KEY
@@ -34,17 +40,7 @@ def signing_worker(
     kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     workdir = tmp_path_factory.mktemp("audit-worker")
-    budgets = workdir / "budgets.toml"
-    budgets.write_text('[default]\nloop_action = "stop"\n')
-    env = worker_env(
-        kafka_bootstrap,
-        redis_url,
-        workdir,
-        "audit",
-        control_keys=KEY,
-        budgets_file=str(budgets),
-    )
-    worker = WorkerProcess(env, workdir / "worker.log").start()
+    worker = stopping_worker(kafka_bootstrap, redis_url, workdir, "audit", KEY)
     yield worker
     worker.stop()
 

@@ -16,7 +16,7 @@ from langchain_core.tools import tool
 from langgraph.prebuilt import ToolNode, create_react_agent
 
 from examples.langgraph_agent import ScriptedChatModel
-from tests.integration.harness import WorkerProcess, tracer_for, worker_env
+from tests.integration.harness import WorkerProcess, stopping_worker, tracer_for
 from tests.integration.test_framework_stops import (
     AFTER,
     ANSWER,
@@ -47,18 +47,9 @@ def signing_worker(
     kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     workdir = tmp_path_factory.mktemp("ed25519-worker")
-    budgets = workdir / "budgets.toml"
-    budgets.write_text('[default]\nloop_action = "stop"\n')
-    env = worker_env(
-        kafka_bootstrap,
-        redis_url,
-        workdir,
-        "ed25519",
-        idle_timeout_s=5,
-        control_keys=PRIVATE,
-        budgets_file=str(budgets),
+    worker = stopping_worker(
+        kafka_bootstrap, redis_url, workdir, "ed25519", PRIVATE, idle_timeout_s=5
     )
-    worker = WorkerProcess(env, workdir / "worker.log").start()
     yield worker
     worker.stop()
 

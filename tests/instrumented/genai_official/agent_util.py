@@ -23,6 +23,7 @@ os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPA
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import capture
+from handloop import get_order, make_refund  # the same tools as the hand-written loops
 from opentelemetry.util.genai.handler import TelemetryHandler
 from opentelemetry.util.genai.types import (
     FunctionToolDefinition,
@@ -47,19 +48,6 @@ TOOL_DEFS = [
     FunctionToolDefinition(name="refund", description="Refund an order.", parameters=PARAMS),
 ]
 TOOL_DESCRIPTIONS = {d.name: d.description for d in TOOL_DEFS}
-
-
-def get_order(order_id: int) -> dict:
-    return {"order_id": 7, "amount_eur": 20, "status": "paid"}
-
-
-def make_refund(scenario: str):
-    def refund(order_id: int) -> str:
-        if scenario == "tool_fails":
-            raise RuntimeError("payment gateway timeout")
-        return "refunded 20 EUR for order 7"
-
-    return refund
 
 
 # Scripted model turns: a tool name to call (with order_id=7), a final text, or RAISE.
