@@ -185,7 +185,7 @@ class InterventionReader:
         self.config.setdefault("client.id", "tracejudge-client-interventions")
         self.delivered = 0  # interventions handed to watched requests
         self.rejected = 0  # interventions for watched requests dropped: unsigned, forged, stale
-        self.unreadable = 0  # control messages that made reading them fail: skipped
+        self.unreadable = 0  # control messages for watched requests that could not be read
         self.unsigned = 0  # of `rejected`, those with no signature at all
         self.restarts = 0  # times the reader's thread was found dead and started again
         self._watched: dict[str, RequestWatch] = {}
@@ -371,7 +371,8 @@ class InterventionReader:
             ValueError,
             RecursionError,
             ValidationError,
-        ):  # not of this contract: skipped, not fatal
+        ):  # not of this contract: skipped, counted, not fatal
+            self.unreadable += 1
             self._warn("invalid", f"an unreadable control message on {self.topic}; skipped")
             return
         if another_run(intervention.run_nonce, watch.run_nonce):

@@ -93,6 +93,7 @@ def test_a_poisoned_record_costs_the_reader_one_record_not_the_next_stop() -> No
     reader._take_safely(RID.encode(), json.dumps(poisoned).encode())
     reader._take_safely(RID.encode(), b'{"type": "intervention", "request_id": "\\udcff"}')
     assert watch.stop is None and reader.rejected == 1 and reader.unsigned == 0
+    assert reader.unreadable == 1  # the surrogate one: not of the contract, counted
     reader._take_safely(RID.encode(), json.dumps(intervention(intervention_id="iv-0")).encode())
     assert watch.stop is None and reader.rejected == 2 and reader.unsigned == 1
     reader._take_safely(RID.encode(), signed(intervention(intervention_id="iv-2")))
