@@ -554,8 +554,17 @@ class RuleSettings(BaseModel):
     check_timeout_s: float = Field(
         2.0,
         gt=0,
-        description="How long a closed run's checks may take together; one still running then "
-        "is counted and left out, the verdict made without it.",
+        description="How long a run's checks may take together; a code check still running "
+        "then is ended with its check process, counted and left out, the verdict made without "
+        "it.",
+    )
+    check_processes: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Processes that run a team's code checks, apart from the worker's: a check "
+        "that hangs or spins the CPU holds one of them until its time limit ends it, never the "
+        "worker's event loop (docs/checks.md).",
     )
 
     _budget_book: BudgetBook = PrivateAttr(default_factory=BudgetBook)

@@ -45,3 +45,10 @@ def slow(run: Run) -> Failure | None:
 
 def lowers(run: Run) -> Failure | None:
     return Failure("answers without a reference number", severity="lower")
+
+
+def stuck(run: Run) -> Failure | None:
+    import time
+
+    time.sleep(60)  # stuck for good
+    return None

@@ -4,7 +4,6 @@ evaluated in time, counted in /metrics."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -71,15 +70,15 @@ async def test_a_check_that_raises_or_hangs_leaves_every_request_evaluated_in_ti
     value = w.ctx.metrics.registry.get_sample_value
     assert value("tracejudge_check_errors_total", {"check": f"{TEAM}:broken", "kind": "raised"})
     assert value("tracejudge_check_errors_total", {"check": f"{TEAM}:slow", "kind": "timeout"})
-    # the abandoned check finishes on its thread while this test's loop still runs
     runner = w.ctx.events.closer.check_runner
     assert runner is not None
-    await asyncio.to_thread(runner.pool.shutdown, True)
+    runner.close()
 
 
-async def test_a_check_that_hangs_on_every_run_holds_one_thread_not_the_pool() -> None:
-    """Eight runs in a row, each with a check that sleeps 2 s against a 0.3 s limit: the pool
-    has four threads, and the quick check beside it still answers on every run."""
+async def test_a_check_that_hangs_on_every_run_never_costs_its_neighbours_their_answer() -> None:
+    """Eight runs in a row, each with a check that sleeps 2 s against a 0.3 s limit: it is
+    ended once, then left out for a while (not restarted per run), and the quick check beside
+    it answers on every run."""
     w = memory_worker(checks=f"{TEAM}:slow,{TEAM}:refund_within_total", check_timeout_s=0.3)
     for n in range(8):
         for event in refund_run("80.00"):
@@ -94,7 +93,8 @@ async def test_a_check_that_hangs_on_every_run_holds_one_thread_not_the_pool() -
     assert value("tracejudge_check_errors_total", {"check": f"{TEAM}:slow", "kind": "timeout"}) == 8
     runner = w.ctx.events.closer.check_runner
     assert runner is not None
-    await asyncio.to_thread(runner.pool.shutdown, True)
+    assert runner.wall.started <= 4  # two at the start, a replacement or two: not one per run
+    runner.close()
 
 
 async def test_checks_from_the_file_apply_per_agent(tmp_path: Path) -> None:
@@ -166,16 +166,13 @@ from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.worker.checks import CheckRunner
 from tests.test_checks import refund_run
 from tests.test_rules import window_of
+from tests.team_checks import stuck
 from tracejudge.judges.checks.view import run_of
-
-def stuck(run):
-    time.sleep(60)
 
 async def main():
     runner = CheckRunner(0.2, Metrics())
     checked = await runner.run((Check("stuck", stuck),), run_of(window_of(refund_run("1"))))
     assert checked.broken == (("stuck", "timed out"),), checked
-    runner.close()
 
 asyncio.run(main())
 print("done")

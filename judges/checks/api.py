@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 # down, the verdict stands; note: shown and counted, nothing changes
 Severity = Literal["fail", "lower", "note"]
 SEVERITIES: tuple[Severity, ...] = ("fail", "lower", "note")
+MESSAGE_LIMIT = 500  # characters of a finding's message kept: it goes into verdicts and control
+FAILURES_LIMIT = 20  # findings kept per check and run: a check may not flood a verdict
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class Failure:
             raise ValueError("a check's Failure needs a message")
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r}: one of {', '.join(SEVERITIES)}")
+        step = self.step
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+            raise ValueError(f"a Failure's step is a step index (an int, 0 or more): {step!r}")
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,20 @@ class Check:
     # without code): run where they are asked, without a thread's round trip; a team's code,
     # or a team's regular expression on the run's text, may hang, and runs on the pool
     inline: bool = False
+    # how the check process reaches the function: "module:function" (a code check's name).
+    # None: derived from the function's module and name, where it can be imported by them
+    target: str | None = None
+
+    @property
+    def reachable(self) -> str | None:
+        """The `module:function` the check process imports the function by, or None where it
+        cannot (a lambda, a function made inside another)."""
+        if self.target is not None:
+            return self.target
+        module, name = getattr(self.fn, "__module__", None), getattr(self.fn, "__qualname__", "")
+        if not module or module == "__main__" or not name or "<" in name:
+            return None
+        return f"{module}:{name}"
 
     def failures(self, run: Run) -> list[Failure]:
         """What the check found; raises what the check raises, or TypeError for an answer that
@@ -55,7 +74,18 @@ class Check:
             return []
         if isinstance(found, Failure):
             return [found]
-        out = list(found)
-        if not all(isinstance(f, Failure) for f in out):
-            raise TypeError(f"check {self.name} returned {found!r}: a Failure, a list, or None")
+        if isinstance(found, str | bytes | dict):
+            raise TypeError(
+                f"check {self.name} returned a {type(found).__name__}: a Failure, a list, or None"
+            )
+        out: list[Failure] = []
+        for item in found:  # a generator that never ends is cut at the limit
+            if not isinstance(item, Failure):
+                raise TypeError(
+                    f"check {self.name} returned a {type(item).__name__} among its findings: "
+                    "a Failure, a list, or None"
+                )
+            out.append(item)
+            if len(out) >= FAILURES_LIMIT:
+                break
         return out

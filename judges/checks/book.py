@@ -19,15 +19,17 @@ cannot be imported is one error naming the table and the key.
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import re2
+
 from tracejudge.judges.checks.api import Check, Failure
 from tracejudge.judges.checks.declarative import FINAL, PER_STEP, declared
+from tracejudge.judges.checks.declarative import pattern as compile_pattern
 from tracejudge.judges.checks.view import Run
 from tracejudge.models.agent_tables import for_agent, read_toml, split_tables
 
@@ -71,6 +73,7 @@ def code_check(target: str, where: str) -> Check:
     marks = getattr(fn, CHECK_ATTRIBUTE, {})
     return Check(
         name=target,
+        target=target,
         fn=fn,
         version=str(marks.get("version", "1")),
         per_step=bool(marks.get("per_step", False)),
@@ -156,10 +159,14 @@ def _valid(table: Any, where: str) -> dict[str, Any]:
         if key in FINAL:
             for pattern in value:
                 try:
-                    re.compile(pattern)
-                except re.error as exc:
+                    compile_pattern(pattern)
+                except re2.error as exc:
+                    said = (
+                        exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+                    )
                     raise ChecksError(
-                        f"{where}: {key}: /{pattern}/ does not compile: {exc}"
+                        f"{where}: {key}: /{pattern}/ does not compile with RE2 (linear time; "
+                        f"no backreferences or lookaround): {said}"
                     ) from exc
     _checks(table, where)  # code checks imported now: a typo stops the start, not a run
     return dict(table)

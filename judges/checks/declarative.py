@@ -5,7 +5,8 @@
 - `needs_confirmation`: tools whose call needs the user's explicit yes in the turn before it;
 - `max_calls`: {tool: n}: at most n calls of the tool in one run;
 - `final_must_match` / `final_must_not_match`: regular expressions the final answer must (not)
-  contain.
+  contain, in RE2's syntax (Python's without backreferences and lookaround): RE2 runs in time
+  linear in the answer, so no pattern can hold the worker.
 Each fails the run (severity fail) and points at the step that broke it. The step-wise ones
 (`never_call`, `call_before`, `needs_confirmation`, `max_calls`) hold on a run cut at any step
 too: they are marked `per_step`, and the worker runs them at each new step, stopping (or
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
+from typing import Any
+
+import re2
 
 from tracejudge.judges.checks.api import Check, Failure
 from tracejudge.judges.checks.view import Run
@@ -85,17 +88,25 @@ def max_calls(limits: dict[str, int]) -> Callable[[Run], Failure | None]:
     return check
 
 
+def pattern(text: str) -> Any:
+    """A checks file's regular expression, compiled by RE2: linear in the text, whatever the
+    pattern (no backreferences or lookaround, which cannot be). Raises `re2.error`."""
+    options = re2.Options()
+    options.log_errors = False  # the error is raised, and said once by whoever reads the file
+    return re2.compile(text, options=options)
+
+
 def final_must_match(patterns: list[str], present: bool) -> Callable[[Run], Failure | None]:
-    compiled = [re.compile(p) for p in patterns]
+    compiled = [pattern(p) for p in patterns]
 
     def check(run: Run) -> Failure | None:
         if run.final_answer is None:
             return None  # no answer: the built-in rules say so
-        for pattern in compiled:
-            found = pattern.search(run.final_answer) is not None
+        for each in compiled:
+            found = each.search(run.final_answer) is not None
             if found != present:
                 said = "lacks" if present else "contains"
-                return Failure(f"the final answer {said} /{pattern.pattern}/")
+                return Failure(f"the final answer {said} /{each.pattern}/")
         return None
 
     return check
@@ -119,5 +130,6 @@ def declared(name: str, key: str, value: object, per_step_action: str = "stop") 
         version=hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8],
         per_step=key in PER_STEP,
         action="steer" if per_step_action == "steer" else "stop",
-        inline=key in PER_STEP,  # tool names and the go-ahead words: no pattern of the file's
+        # ours and bounded: tool names, the go-ahead words, and patterns RE2 runs in linear time
+        inline=True,
     )

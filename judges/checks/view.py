@@ -31,6 +31,12 @@ def _text(value: object) -> str | None:
     return mask(clip_whole(str(value), TEXT_LIMIT))
 
 
+def _clipped(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    return clip_whole(str(value), TEXT_LIMIT)
+
+
 class StepView:
     """One step: `index` (its step_index), `type`, `tool` (tool calls), `args` and `result`
     (text), `ok` (True/False for a tool call or an iteration, else None), `text` (what a
@@ -82,6 +88,15 @@ class StepView:
     @property
     def text(self) -> str | None:
         return self._read("text")
+
+    def raw_record(self) -> list[object]:
+        """The step as the check process gets it (judges/checks/wall.py): its texts clipped
+        as they would be read here, masked there."""
+        raw = self._raw
+        return [
+            self.index, self.type, self.tool, _clipped(raw["args"]), _clipped(raw["result"]),
+            self.ok, _clipped(raw["text"]), self.actor,
+        ]  # fmt: skip
 
     def _public(self) -> tuple[object, ...]:
         return (

@@ -32,7 +32,7 @@ from tracejudge.streams.otel.evaluations import evaluation_exporter
 from tracejudge.streams.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.baselines import BaselineBook
-from tracejudge.streams.worker.checks import CheckRunner
+from tracejudge.streams.worker.checks import CheckRunner, CheckWall
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.events import EventHandler
@@ -139,7 +139,11 @@ class WorkerContext:
             stage.clock = clock  # one clock for closing a request and aging its judge job
             judge_jobs = JudgeJobHandler(stage, publisher, metrics)
         judging = _judging(settings, policy, version, llm, lookup)
-        closer = _closer(settings, store, judging, publisher, channels.judge_requests, clock)
+        # one wall of check processes for the closing and the in-flight checks
+        runner = _check_runner(settings, metrics)
+        closer = _closer(
+            settings, store, judging, publisher, channels.judge_requests, clock, runner
+        )
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
         timeouts = _timeouts(settings)
@@ -166,7 +170,7 @@ class WorkerContext:
                 judging=settings.enabled,
                 metrics=metrics,
                 outcomes=taker,
-                intervener=_intervener(settings, channels.control, clock, metrics, store),
+                intervener=_intervener(settings, channels.control, clock, metrics, store, runner),
                 outcome_keys=settings.outcome_key_set(),
             ),
             outcomes=taker,
@@ -256,12 +260,22 @@ def _early_stopper(
     )
 
 
+def _check_runner(settings: Settings, metrics: Metrics) -> CheckRunner | None:
+    """What runs the team's checks (None: it has none): code checks in check processes."""
+    if settings.check_book().empty:
+        return None
+    return CheckRunner(
+        settings.check_timeout_s, metrics, CheckWall(processes=settings.check_processes)
+    )
+
+
 def _intervener(
     settings: Settings,
     control: Channel,
     clock: Callable[[], float],
     metrics: Metrics,
     store: WindowStore,
+    runner: CheckRunner | None,
 ) -> Intervener | None:
     if not settings.interventions_enabled:
         return None
@@ -275,7 +289,7 @@ def _intervener(
         metrics,
         keys=settings.signing_keys(settings.topic_prefix),
         checks=None if checks.empty else checks,
-        check_runner=None if checks.empty else CheckRunner(settings.check_timeout_s, metrics),
+        check_runner=runner,
     )
 
 
@@ -357,10 +371,10 @@ def _closer(
     publisher: VerdictPublisher,
     judge_requests: Channel,
     clock: Callable[[], float],
+    runner: CheckRunner | None,
 ) -> WindowCloser:
     """The closer, with the team's checks when any are configured (none: nothing added)."""
     checks = settings.check_book()
-    runner = None if checks.empty else CheckRunner(settings.check_timeout_s, publisher.metrics)
     return WindowCloser(
         store,
         judging,
