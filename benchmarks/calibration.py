@@ -38,8 +38,9 @@ import numpy as np
 from benchmarks.agreement import labelled_sets
 from benchmarks.data import SHARED_DATA, require
 from tracejudge.judges.agreement.calibration import Calibration
-from tracejudge.judges.agreement.tally import NO_AGENT, Truth, auc, kept_of, label_ok
+from tracejudge.judges.agreement.tally import Truth, auc, kept_of, label_ok
 from tracejudge.models import names
+from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.calibrations import CalibrationRefresher
 from tracejudge.streams.agreement.store import MemoryAgreementStore

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from tracejudge.models.agents import RunAgent
 from tracejudge.models.events import (
     Event,
     FinalResponse,
@@ -39,6 +40,11 @@ class Window(BaseModel):
     interventions: list[Fired] = Field(
         default_factory=list, description="Interventions sent while the window was open"
     )
+    agent_name: str | None = Field(
+        None,
+        description="The run's agent by the one rule of models/agents.py (None: found by "
+        "`first`, for a window built without `assemble_window`)",
+    )
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -57,7 +63,10 @@ class Window(BaseModel):
         return [s for s in self.steps if isinstance(s, Iteration)]
 
     def first(self, field: str) -> str | None:
-        """First non-empty value of a common field (session_key, agent_name, task_id)."""
+        """First non-empty value of a common field (session_key, agent_name, task_id); the
+        agent by the one rule (models/agents.py) where the window was assembled."""
+        if field == "agent_name" and self.agent_name:
+            return self.agent_name
         for event in (self.task, *self.steps, self.final):
             value = getattr(event, field, None) if event is not None else None
             if value:
@@ -82,7 +91,9 @@ def assemble_window(
     task: TaskStarted | None = None
     final: FinalResponse | None = None
     steps: list[tuple[int, int, Step]] = []
+    agent = RunAgent()
     for arrival, event in enumerate(events):
+        agent.see(event.agent_name, task=isinstance(event, TaskStarted))
         if isinstance(event, TaskStarted):
             task = task or event
         elif isinstance(event, FinalResponse):
@@ -100,4 +111,5 @@ def assemble_window(
         steps_dropped=steps_dropped,
         early_stops=early_stops or [],
         interventions=interventions or [],
+        agent_name=agent.name,
     )

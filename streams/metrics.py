@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.version import PACKAGE_VERSION
 
 # Seconds: a verdict is expected within milliseconds of the terminal event, a judged one within
@@ -37,7 +38,6 @@ JUDGE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 MAX_AGENT_LABELS = 100
 OTHER_AGENTS = "(other)"
-NO_AGENT = "(none)"
 
 
 def quadrant(success: bool, incomplete: bool) -> str:

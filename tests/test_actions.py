@@ -11,9 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.memory import MemoryWorker, memory_worker
 from tracejudge.judges.agreement.action_effects import ActionFigures, ActionTally, asked, followed
-from tracejudge.judges.agreement.tally import NO_AGENT, Kept, View
+from tracejudge.judges.agreement.tally import Kept, View
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
+from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.actions import actions_json
 from tracejudge.streams.agreement.live import LiveAgreement

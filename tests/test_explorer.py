@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
 from tracejudge.judges.windows.records import step_record
+from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import JudgeCall
@@ -22,7 +23,7 @@ from tracejudge.streams.show import render
 from tracejudge.streams.ui.locate import locate
 from tracejudge.streams.ui.plots import plot
 from tracejudge.streams.ui.server import check_exposure, make_app
-from tracejudge.streams.ui.store import NO_AGENT, Filters, Verdict, VerdictStore
+from tracejudge.streams.ui.store import Filters, Verdict, VerdictStore
 from tracejudge.streams.ui.trends import bins, changes, figures, t975, wilson
 
 JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None, timelines="all")

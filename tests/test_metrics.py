@@ -124,5 +124,11 @@ def test_process_gc_build_and_per_agent_score_series_are_served() -> None:
     assert got[("tracejudge_evaluation_score_bucket", (*bot, ("le", "50.0")))] == 1
     assert got[("tracejudge_agent_evaluations_total", (*bot, ("passed", "true")))] == 1
     assert (
-        got[("tracejudge_agent_evaluations_total", (("agent", "(none)"), ("passed", "true")))] == 1
+        got[
+            (
+                "tracejudge_agent_evaluations_total",
+                (("agent", "(no agent name)"), ("passed", "true")),
+            )
+        ]
+        == 1
     )

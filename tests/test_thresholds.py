@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.memory import MemoryWorker, memory_worker
 from tests.test_worker_handlers import final, start, tool
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook
-from tracejudge.judges.agreement.tally import NO_AGENT, Tally
+from tracejudge.judges.agreement.tally import Tally
+from tracejudge.models.agents import NO_AGENT
 from tracejudge.streams.agreement.calibrations import refresher_of
 from tracejudge.streams.agreement.report import agreement_json
 from tracejudge.streams.agreement.store import MemoryAgreementStore
@@ -226,7 +227,7 @@ def test_metrics_labels_stay_bounded_and_name_a_run_without_agent_as_the_others_
     rows = alert_thresholds(book, settings, metrics.agents)
     assert len(rows) == MAX_AGENT_LABELS
     # most outcomes first: the unnamed agent's 510, then a149 down
-    assert (rows[0].agent, rows[0].threshold, rows[0].outcomes) == ("(none)", 80, 510)
+    assert (rows[0].agent, rows[0].threshold, rows[0].outcomes) == ("(no agent name)", 80, 510)
     assert rows[1].agent == "a149" and all(r.source == "calibrated" for r in rows)
     few = CalibrationBook()
     few.replace(many[:2])
@@ -234,7 +235,7 @@ def test_metrics_labels_stay_bounded_and_name_a_run_without_agent_as_the_others_
     assert [(r.agent, r.source, r.threshold) for r in rows] == [
         ("a001", "calibrated", 70),
         ("a000", "calibrated", 70),
-        ("(none)", "configured", 60),
+        ("(no agent name)", "configured", 60),
         ("seen-only", "configured", 60),
     ]
     off = Settings(redis_url="", calibration_enabled=False, warn_threshold=55)

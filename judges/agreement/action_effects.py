@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from tracejudge.judges.agreement.tally import NO_AGENT, Kept
+from tracejudge.judges.agreement.tally import Kept
+from tracejudge.models.agents import NO_AGENT
 
 if TYPE_CHECKING:
     from tracejudge.models.outputs import InterventionMade

@@ -28,7 +28,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tracejudge.judges.agreement.tally import NO_AGENT, Cell, Tally
+from tracejudge.judges.agreement.tally import Cell, Tally
+from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.ids import stable_id
 from tracejudge.models.outputs import CalibrationUsed
 

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from tracejudge.models.agents import NO_AGENT
+
 if TYPE_CHECKING:
     from tracejudge.judges.agreement.rule_rates import RuleRate
     from tracejudge.judges.rules.judge import RuleVerdict
@@ -304,7 +306,6 @@ class Cell(NamedTuple):
         )
 
 
-NO_AGENT = "(no agent name)"  # as the explorer says it
 NO_VERSION = ""
 # A run cell counts a request with outcomes once, whatever number of outcome sources labelled
 # it (its pairs count once per source): `Tally.runs`. Kept beside the pairs' cells, in the same

@@ -9,6 +9,7 @@ from typing import Literal
 
 from tracejudge.judges.masking.clipping import clip_whole
 from tracejudge.judges.masking.redact import mask
+from tracejudge.models.agents import RunAgent
 from tracejudge.models.events import (
     Event,
     FinalResponse,
@@ -193,6 +194,7 @@ class RunView:
     agent_version: str | None = None
     steps: list[StepView] = field(default_factory=list)
     _indexes: list[int] = field(default_factory=list)
+    _agent: RunAgent = field(default_factory=RunAgent)
 
     @classmethod
     def of_window(cls, window: Window) -> RunView:
@@ -210,7 +212,8 @@ class RunView:
         """One new event of the run (the worker gives each once)."""
         if isinstance(event, TaskStarted) and self.goal is None:
             self.goal = _text(event.goal)
-        self.agent_name = self.agent_name or event.agent_name
+        self._agent.see(event.agent_name, task=isinstance(event, TaskStarted))
+        self.agent_name = self._agent.name or self.agent_name
         self.agent_version = self.agent_version or event.agent_version
         view = step_view(event)
         if view is not None:

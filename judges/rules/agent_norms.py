@@ -14,20 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracejudge.judges.rules.claims import reads_only
-from tracejudge.models.events import Event, ModelUsage, ToolCall, usage_of
+from tracejudge.models.agents import RunAgent
+from tracejudge.models.events import Event, ModelUsage, TaskStarted, ToolCall, usage_of
 from tracejudge.models.outputs import Usage
 from tracejudge.models.window import Window
 
-NO_AGENT = "(no agent name)"  # the group of requests that carry no agent_name
 # what baselines learn of each run (RunStats attributes); duration only when events carry ts
 # (user turns were tried and dropped: above an agent's usual, they came as often in runs that
 # went well as in failed ones on the customer-service runs, see BENCHMARKS.md)
 MEASURES: tuple[str, ...] = ("tool_calls", "state_changes", "failed_calls", "duration_s")
 MAX_MODELS = 5  # model names kept per request
-
-
-def group_of(agent_name: str | None) -> str:
-    return agent_name or NO_AGENT
 
 
 def call_key(tool: str, args: str | None) -> str | None:
@@ -77,7 +73,7 @@ class Tally:
     streak_tool: str | None = None
     first_ts: float | None = None
     last_ts: float | None = None
-    agent_name: str | None = None
+    agent: RunAgent = field(default_factory=RunAgent)  # models/agents.py: the one rule
     last_key: str | None = None
     streak: int = 0
     model_calls: int = 0
@@ -92,7 +88,7 @@ class Tally:
         usage = usage_of(event)
         if usage is not None:
             self.model_call(usage)
-        self._seen(event.ts, event.agent_name)
+        self._seen(event.ts, event.agent_name, task=isinstance(event, TaskStarted))
 
     def model_call(self, usage: ModelUsage | dict[str, Any]) -> None:
         if isinstance(usage, dict):  # as a window read back from its records holds it
@@ -116,7 +112,11 @@ class Tally:
         if isinstance(usage, dict):
             self.model_call(ModelUsage.model_validate(usage))
         ts = record.get("ts")
-        self._seen(float(ts) if isinstance(ts, int | float) else None, record.get("agent_name"))
+        self._seen(
+            float(ts) if isinstance(ts, int | float) else None,
+            record.get("agent_name"),
+            task=kind == "task_started",
+        )
 
     def call(self, tool: str, key: str | None, success: bool) -> None:
         self.tool_calls += 1
@@ -129,12 +129,15 @@ class Tally:
         if not success:
             self.failed_calls += 1
 
-    def _seen(self, ts: float | None, agent_name: Any) -> None:
+    @property
+    def agent_name(self) -> str | None:
+        return self.agent.name
+
+    def _seen(self, ts: float | None, agent_name: Any, *, task: bool) -> None:
         if ts is not None:
             self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
             self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
-        if self.agent_name is None and agent_name:
-            self.agent_name = str(agent_name)
+        self.agent.see(agent_name, task=task)
 
     def stats(self) -> RunStats:
         duration = None

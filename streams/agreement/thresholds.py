@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook, calibrate_all
-from tracejudge.judges.agreement.tally import NO_AGENT, Tally
+from tracejudge.judges.agreement.tally import Tally
 from tracejudge.streams.metrics import MAX_AGENT_LABELS, AgentMetrics, AgentThreshold
-from tracejudge.streams.metrics import NO_AGENT as UNNAMED
 from tracejudge.streams.settings import Settings
 
 CALIBRATED = "calibrated"
@@ -137,8 +136,8 @@ def threshold_lines(found: dict[str, Any] | None, configured: int, why: str | No
 
 
 def _label(agent: str) -> str:
-    # the tally files a run without an agent name as NO_AGENT; /metrics labels it "(none)"
-    return UNNAMED if agent == NO_AGENT else agent
+    # the tally and /metrics name a run without an agent name alike (models/agents.py)
+    return agent
 
 
 def alert_thresholds(

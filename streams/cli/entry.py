@@ -28,6 +28,7 @@ WORKER_MODULES = frozenset(
         "orjson",
         "phonenumbers",
         "prometheus_client",
+        "re2",
         "pydantic_core",
         "pydantic_settings",
         "redis",

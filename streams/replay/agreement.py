@@ -21,17 +21,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from tracejudge.judges.agreement.rule_rates import RuleRate, rule_rates
-from tracejudge.judges.agreement.tally import (
-    NO_AGENT,
-    NO_VERSION,
-    Figures,
-    Kept,
-    Share,
-    Tally,
-    View,
-    kept_of,
-)
+from tracejudge.judges.agreement.tally import NO_VERSION, Figures, Kept, Share, Tally, View, kept_of
 from tracejudge.judges.rules.judge import RuleVerdict
+from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.outputs import Evaluation
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.replay.engine import ReplayResult

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tracejudge.models.agents import NO_AGENT
 from tracejudge.streams.metrics import quadrant
 
 QUADRANTS = tuple(quadrant(s, i) for s in (True, False) for i in (False, True))
@@ -29,7 +30,6 @@ def quadrant_of(evaluation: dict[str, Any]) -> str:
 SUMMARY_CHARS = 160  # what the list shows; the request page reads the whole evaluation
 # the agent of verdicts whose events named none (agent_name is optional): one group with a
 # name that reads as what it is, and works in a link and a filter ("" means "any agent" there)
-NO_AGENT = "(no agent name)"
 
 
 def agent_label(name: object) -> str:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from tracejudge.judges.checks.book import CheckBook
 from tracejudge.judges.checks.view import run_of
-from tracejudge.judges.rules.agent_norms import group_of
 from tracejudge.judges.rules.judge import RuleJudge
 from tracejudge.judges.verdict.make import Closing, Judging, make_verdict, window_for
+from tracejudge.models.agents import group_of
 from tracejudge.models.window import ClosedBy
 from tracejudge.streams.commit import Held, later
 from tracejudge.streams.outputs import Channel, VerdictPublisher, deliver

@@ -139,11 +139,9 @@ class WorkerContext:
             stage.clock = clock  # one clock for closing a request and aging its judge job
             judge_jobs = JudgeJobHandler(stage, publisher, metrics)
         judging = _judging(settings, policy, version, llm, lookup)
-        # one wall of check processes for the closing and the in-flight checks
-        runner = _check_runner(settings, metrics)
-        closer = _closer(
-            settings, store, judging, publisher, channels.judge_requests, clock, runner
-        )
+        runner = _check_runner(settings, metrics)  # one for the closing and in-flight checks
+        requests = channels.judge_requests
+        closer = _closer(settings, store, judging, publisher, requests, clock, runner)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
         timeouts = _timeouts(settings)

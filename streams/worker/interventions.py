@@ -23,9 +23,10 @@ from tracejudge.judges.inflight.escalation import next_action, normal_of
 from tracejudge.judges.inflight.loops import LoopFound, LoopRules, LoopWatch
 from tracejudge.judges.inflight.spend import BudgetWatch, Crossing
 from tracejudge.judges.masking.redact import mask
-from tracejudge.judges.rules.agent_norms import Norms, group_of
+from tracejudge.judges.rules.agent_norms import Norms
 from tracejudge.judges.verdict.encoded import encode
 from tracejudge.judges.windows.records import window_of
+from tracejudge.models.agents import group_of
 from tracejudge.models.events import (
     Event,
     FinalResponse,
