@@ -28,7 +28,7 @@ async def test_a_failing_check_fails_the_run_names_its_step_and_is_blamed() -> N
     finding = next(f for f in evaluation["findings"] if f["rule"].startswith("check:"))
     assert finding == {
         "rule": f"check:{TEAM}:refund_within_total",
-        "evidence": "refund of 80.00 over the order total 54.9 (step 3)",
+        "evidence": "refund of 80.00 over the order total 54.9",  # the step is its own field
         "version": "1",
         "step": 3,
     }

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from tracejudge.judges.checks.view import Run
+    from tracejudge.judges.checks.view import Run, StepView
 
 # fail: the run fails (not passed, its score capped below the threshold); lower: its score goes
 # down, the verdict stands; note: shown and counted, nothing changes
@@ -36,6 +36,12 @@ class Failure:
             raise ValueError(f"a Failure's step is a step index (an int, 0 or more): {step!r}")
 
 
+# A check written one step at a time: started with the run's goal, then given each step in
+# order, it answers a Failure on the step that breaks the check (declarative.py's checks)
+Stepper = Callable[["StepView"], "Failure | None"]
+StepperStart = Callable[[str | None], Stepper]
+
+
 @dataclass(frozen=True)
 class Check:
     """A check as the worker runs it: `name` (shown with its findings), `version` (what changes
@@ -51,6 +57,9 @@ class Check:
     # without code): run where they are asked, without a thread's round trip; a team's code,
     # or a team's regular expression on the run's text, may hang, and runs on the pool
     inline: bool = False
+    # the check one step at a time (ours, without code): fed each new step in flight, where
+    # calling `fn` on the whole run at every step would cost time quadratic in its length
+    stepper: StepperStart | None = None
     # how the check process reaches the function: "module:function" (a code check's name).
     # None: derived from the function's module and name, where it can be imported by them
     target: str | None = None

@@ -9,7 +9,6 @@ is said in the reasons and decides nothing.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from tracejudge.judges.checks.api import Check, Failure
@@ -29,25 +28,15 @@ class Checked:
     broken: tuple[tuple[str, str], ...] = ()  # (check name, "raised" or "timed out")
 
 
-_AT_STEP = re.compile(r" \(step (\d+)\)$")
-
-
-def step_of(evidence: str) -> int | None:
-    """The step a check's finding points at, as `with_checks` wrote it after its message."""
-    found = _AT_STEP.search(evidence)
-    return None if found is None else int(found.group(1))
-
-
 def with_checks(verdict: RuleVerdict, checked: Checked) -> RuleVerdict:
     if not checked.found and not checked.broken:
         return verdict
-    findings = list(verdict.findings)
+    findings = list(verdict.check_findings)
     reasons = list(verdict.reasons)
     score = verdict.rule_score if verdict.rule_exact is None else verdict.rule_exact
     fails = 0
     for check, failure in checked.found:
-        at = "" if failure.step is None else f" (step {failure.step})"
-        findings.append((f"check:{check.name}", f"{failure.message}{at}"))
+        findings.append((f"check:{check.name}", failure.message, failure.step))
         if failure.severity == "fail":
             fails += 1
             reasons.append(f"check {check.name} failed: {quote_whole(failure.message, 160)}")
@@ -61,7 +50,7 @@ def with_checks(verdict: RuleVerdict, checked: Checked) -> RuleVerdict:
     score = max(0.0, min(100.0, score))
     return verdict.model_copy(
         update={
-            "findings": findings,
+            "check_findings": findings,
             "reasons": reasons,
             "rule_exact": score,
             "rule_score": round(score) if not fails else min(round(score), FLAGGED_CAP),

@@ -82,6 +82,9 @@ class RuleVerdict(BaseModel):
     suggestions: list[str] = Field(default_factory=list)
     # (rule, evidence) for every rule that fired: what the benchmark counts per rule
     findings: list[tuple[str, str]] = Field(default_factory=list)
+    # ("check:<name>", message, step it points at or None) for each of a team's checks' findings
+    # (judges/checks/apply.py): the step is a field, never written into the message
+    check_findings: list[tuple[str, str, int | None]] = Field(default_factory=list)
     # where it went wrong, or an abstention (attached to a verdict that is not a clean pass)
     blame: Blame | None = None
     # step index -> who took it (its actor, else its tool): names the judge's blamed step

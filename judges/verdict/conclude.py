@@ -12,7 +12,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook
-from tracejudge.judges.checks.apply import step_of
 from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.masking.redact import mask
@@ -364,13 +363,12 @@ def conclude(
         reasons=[mask(r) for r in reasons],
         suggestions=[mask(s) for s in suggestions],
         findings=[
-            Finding(
-                rule=rule,
-                evidence=mask(text),
-                version=rules.check_versions.get(rule),
-                step=step_of(text) if rule.startswith("check:") else None,
-            )
+            Finding(rule=rule, evidence=mask(text), version=rules.check_versions.get(rule))
             for rule, text in rules.findings
+        ]
+        + [
+            Finding(rule=rule, evidence=mask(text), version=rules.check_versions.get(rule), step=at)
+            for rule, text, at in rules.check_findings
         ],
         judge_status=outcome.status,
         judge_error=outcome.error,
