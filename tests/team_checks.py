@@ -52,3 +52,9 @@ def stuck(run: Run) -> Failure | None:
 
     time.sleep(60)  # stuck for good
     return None
+
+
+@check(per_step=True)
+def counts_its_calls(run: Run) -> Failure | None:
+    """A note on every run it reads: how often it was called shows in the metric."""
+    return Failure(f"read {len(run.steps)} steps", severity="note")

@@ -3,7 +3,9 @@ output, so a check sees what the worker holds and nothing a log line could not s
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -186,40 +188,66 @@ def run_of(window: Window) -> Run:
 class RunView:
     """A run's view kept up to date as its events arrive, for the checks that run on each new
     step: each step is made into a StepView once, where `run_of` would read every stored step
-    again at every step. The steps are in `run_of`'s order (by step_index, then arrival)."""
+    again at every step. The steps are in `run_of`'s order (by step_index, then arrival).
+
+    Bounded as the window is (streams/worker/windows.py), so a check in flight reads the steps
+    a check on the closed run reads: beyond the step limit a step is kept in detail while it is
+    one of the last `tail_steps`, then as its stub (`add`'s `stub`: a tool call's name and
+    outcome; nothing, for a user message or a reasoning step without an error)."""
 
     request_id: str
     goal: str | None = None
     agent_name: str | None = None
     agent_version: str | None = None
     steps: list[StepView] = field(default_factory=list)
+    tail_steps: int = 0  # beyond the step limit, the last ones kept in detail
     _indexes: list[int] = field(default_factory=list)
     _agent: RunAgent = field(default_factory=RunAgent)
+    # the steps beyond the limit kept in detail: (their view, what replaces it once it is not
+    # one of the last `tail_steps` any more)
+    _tail: deque[tuple[StepView, Callable[[], Event | None]]] = field(default_factory=deque)
 
-    @classmethod
-    def of_window(cls, window: Window) -> RunView:
-        run = run_of(window)
-        return cls(
-            run.request_id,
-            run.goal,
-            run.agent_name,
-            run.agent_version,
-            list(run.steps),
-            [s.index for s in run.steps],
-        )
-
-    def add(self, event: Event) -> None:
-        """One new event of the run (the worker gives each once)."""
+    def add(self, event: Event, stub: Callable[[], Event | None] | None = None) -> StepView | None:
+        """One new event of the run (the worker gives each once); `stub`: the event is beyond
+        the step limit, and this makes what the window keeps of it. The step's view as the
+        checks read it now (None: the event is no step)."""
         if isinstance(event, TaskStarted) and self.goal is None:
             self.goal = _text(event.goal)
         self._agent.see(event.agent_name, task=isinstance(event, TaskStarted))
         self.agent_name = self._agent.name or self.agent_name
         self.agent_version = self.agent_version or event.agent_version
-        view = step_view(event)
-        if view is not None:
-            at = bisect_right(self._indexes, view.index)
-            self._indexes.insert(at, view.index)
-            self.steps.insert(at, view)
+        if stub is not None and self.tail_steps <= 0:
+            kept = stub()  # nothing beyond the limit is kept in detail
+            view = None if kept is None else step_view(kept)
+        else:
+            view = step_view(event)
+        if view is None:
+            return None
+        self._insert(view)
+        if stub is not None and self.tail_steps > 0:
+            self._tail.append((view, stub))
+            if len(self._tail) > self.tail_steps:
+                old, make = self._tail.popleft()
+                kept = make()
+                self._replace(old, None if kept is None else step_view(kept))
+        return view
+
+    def _insert(self, view: StepView) -> None:
+        at = bisect_right(self._indexes, view.index)
+        self._indexes.insert(at, view.index)
+        self.steps.insert(at, view)
+
+    def _replace(self, old: StepView, new: StepView | None) -> None:
+        at = bisect_left(self._indexes, old.index)
+        while at < len(self.steps) and self.steps[at] is not old:
+            at += 1
+        if at == len(self.steps):
+            return
+        if new is None:
+            del self.steps[at]
+            del self._indexes[at]
+        else:
+            self.steps[at] = new
 
     def run(self) -> Run:
         """The run so far (no final answer yet)."""

@@ -201,6 +201,23 @@ def read_step(value: bytes | str | dict[str, Any] | HeldStep) -> Event | None:
     return event
 
 
+def is_stub(value: bytes | str | dict[str, Any] | HeldStep) -> bool:
+    """Whether a step record is a stub (a step beyond the step limit, or with capture off)."""
+    return not isinstance(value, HeldStep) and bool(load_record(value).get(DROPPED))
+
+
+def read_counted(value: bytes | str | dict[str, Any] | HeldStep) -> Event:
+    """The event a step record holds, a stub's too (its type, time and usage: what a budget
+    counts), where `read_step` leaves out the stubs that carry nothing to judge."""
+    if isinstance(value, HeldStep):
+        return value.read()
+    record = load_record(value)
+    fields = {k: v for k, v in record.items() if k not in _NOT_EVENT_FIELDS}
+    fields.pop("validation", None)
+    event: Event = _MODELS[str(record.get("type"))].model_construct(**fields)
+    return event
+
+
 def window_of(
     request_id: str,
     records: list[Any],

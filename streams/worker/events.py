@@ -172,8 +172,6 @@ class EventHandler:
             return
         if marker == "idle_close":
             await self.closer.close(request_id, "idle_timeout", None, record.offset)
-            if self.intervener is not None:  # a run that went quiet: its counts are done
-                self.intervener.forget(request_id)
         elif marker == "refresh":
             self.metrics.counts["records_refreshed"] += self.store.refresh(request_id, now)
         elif marker == "flush":

@@ -5,8 +5,9 @@ out on the control topic at once, before the request ends, beside early-stop dec
 At most one intervention per kind (budget, loop) per request: the first crossing of each is
 sent, and recorded in the window's meta (changelog-backed, as early-stop decisions are), so a
 new owner after a rebalance does not send a second, and the evaluation lists it. The counts
-are in memory, not in a table: after a rebalance the new owner starts them from the events it
-reads next, so a loop or a budget can be found later than it would have been, never wrongly.
+live in the run's one state (judges/windows/run_state.py), kept on its open window: dropped
+with the window when its partition moves, and made again from the window's records, those
+another worker added meanwhile included, the first time the window is touched here again.
 Ids are deterministic per request and kind: a crossing sent again after a crash is the same
 intervention.
 """
@@ -17,24 +18,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracejudge.judges.checks.book import CheckBook
-from tracejudge.judges.checks.view import RunView
-from tracejudge.judges.inflight.budgets import Budget, BudgetBook
+from tracejudge.judges.inflight.budgets import BudgetBook
 from tracejudge.judges.inflight.escalation import next_action, normal_of
-from tracejudge.judges.inflight.loops import LoopFound, LoopRules, LoopWatch
-from tracejudge.judges.inflight.spend import BudgetWatch, Crossing
+from tracejudge.judges.inflight.loops import LoopFound, LoopRules
+from tracejudge.judges.inflight.spend import Crossing
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.agent_norms import Norms
 from tracejudge.judges.verdict.encoded import encode
-from tracejudge.judges.windows.records import window_of
+from tracejudge.judges.windows.records import is_stub, read_counted, read_step, step_record
+from tracejudge.judges.windows.run_state import RunState
 from tracejudge.models.agents import group_of
 from tracejudge.models.events import (
     Event,
-    FinalResponse,
     Iteration,
     ReasoningStep,
     ToolCall,
-    UserMessage,
-    usage_of,
 )
 from tracejudge.models.ids import intervention_id
 from tracejudge.models.outputs import Intervention
@@ -42,9 +40,8 @@ from tracejudge.models.signing import ControlKeys, signed
 from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.outputs import Channel, deliver
 from tracejudge.streams.worker.checks import CheckRunner
-from tracejudge.streams.worker.windows import WindowStore
+from tracejudge.streams.worker.windows import OpenWindow, WindowStore
 
-MAX_RUNS = 100_000  # open requests followed at once; past it the oldest is dropped
 STEPS = (ToolCall, ReasoningStep, Iteration)
 
 LOOP_ORDER = ("repeated_failure", "repeated_call", "no_new_result", "alternating_calls")
@@ -57,20 +54,6 @@ LOOP_MESSAGES = {
 
 
 @dataclass
-class _Run:
-    # None once its kind was sent (one per kind per run), or, for the budget, when the agent
-    # has none: nothing left to count
-    loops: LoopWatch | None
-    budget: BudgetWatch | None
-    agent: str | None
-    limits: Budget = field(default_factory=Budget)  # the agent's budget and loop policy
-    calls: int = 0  # tool calls seen: the run's length against its agent's normal
-    # the run as its per-step checks read it, kept up to date from the events (None: not
-    # needed yet; made from the stored window the first time, after a rebalance too)
-    view: RunView | None = None
-
-
-@dataclass
 class Intervener:
     rules: LoopRules
     book: BudgetBook
@@ -78,54 +61,39 @@ class Intervener:
     clock: Callable[[], float]
     store: WindowStore
     metrics: Metrics = field(default_factory=Metrics)
-    runs: dict[str, _Run] = field(default_factory=dict)
     keys: ControlKeys | None = None  # what signs the interventions; None: unsigned
     # a team's checks marked per step, run on the run so far at each new step (None: none)
     checks: CheckBook | None = None
     check_runner: CheckRunner | None = None
 
     async def observe(self, event: Event) -> list[Intervention]:
-        """Count one new event of an open request; send what it crosses."""
+        """Count one new event of an open request (just added to its window); send what it
+        crosses."""
         rid = event.request_id
-        run = self.runs.get(rid)
-        if run is None:
-            if len(self.runs) >= MAX_RUNS:
-                self.runs.pop(next(iter(self.runs)))
-            agent, fired, budget = event.agent_name, self.store.fired(rid), None
-            limits = self.book.for_agent(agent)
-            if "budget" not in fired and not limits.empty:
-                budget = BudgetWatch(limits)
-            stopped = ("loop", "stop") in {(k, a) for k, _, a in self.store.sent(rid)}
-            loops = None if stopped else LoopWatch(limits.loop_rules(self.rules))
-            run = _Run(loops, budget, agent, limits)
-            self.runs[rid] = run
+        window = self.store.open.get(rid)
+        if window is None:
+            return []
+        state = window.run
+        if state is None or state.agent != window.tally.agent_name:
+            # first touched here (new, or read in after an assignment), or its agent is now
+            # known by the task: made from the window's records before this event
+            state = window.run = self._state(rid, window)
+        detailed = self._detailed(window)
         made: list[Intervention] = []
-        if isinstance(event, ToolCall):
-            run.calls += 1
-        if isinstance(event, ToolCall) and run.loops is not None:
-            found = run.loops.observe(
-                event.tool, event.args_summary, event.success, event.result_preview, event.error
-            )
-            # one loop intervention per run: when two rules find it on the same call, the one
-            # whose message says most (a failure repeated before a result repeated)
-            found = sorted(found, key=lambda f: LOOP_ORDER.index(f.kind))
-            made += [m for m in (self._loop(rid, run, found, event),) if m]
-        if run.view is not None:
-            run.view.add(event)
-        if self.checks is not None and isinstance(event, (*STEPS, UserMessage)):
-            made += await self._checks(rid, run, event)
-        if run.budget is not None:
-            usage = usage_of(event)
-            tokens = 0 if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
-            cost = 0.0 if usage is None else usage.cost_usd or 0.0
-            crossed = run.budget.observe(
-                step=isinstance(event, STEPS),
-                tool_call=isinstance(event, ToolCall),
-                tokens=tokens,
-                cost_usd=cost,
-                at=event.ts,
-            )
-            made += [self._budget(rid, run, c, event) for c in crossed]
+        found = sorted(state.loop(event, detailed), key=lambda f: LOOP_ORDER.index(f.kind))
+        # one loop intervention per run: when two rules find it on the same call, the one
+        # whose message says most (a failure repeated before a result repeated)
+        if found and isinstance(event, ToolCall):
+            made += [m for m in (self._loop(rid, state, found, event),) if m]
+        if state.view is not None:
+            state.step(event, None if detailed else self._stub(event))
+            made += await self._checks(rid, state, event)
+        made += [self._budget(rid, state, c, event) for c in state.spend(event)]
+        return await self._send(rid, state, made)
+
+    async def _send(
+        self, rid: str, state: RunState, made: list[Intervention]
+    ) -> list[Intervention]:
         sent: list[Intervention] = []
         for intervention in made:
             if intervention.kind == "budget" and "budget" in self.store.fired(rid):
@@ -146,22 +114,62 @@ class Intervener:
             ).inc()
             sent.append(intervention)
             if intervention.kind == "budget":
-                run.budget = None
+                state.budget = None
             elif intervention.kind == "check":
                 pass  # one per check and run: what was sent says which
             elif intervention.action == "stop":
-                run.loops = None
-            elif run.loops is not None:  # told: the loop has to form again after the steer
-                run.loops.rearm(intervention.crossed)
-        if isinstance(event, FinalResponse):
-            self.runs.pop(rid, None)
+                state.loops = None
+            elif state.loops is not None:  # told: the loop has to form again after the steer
+                state.loops.rearm(intervention.crossed)
         return sent
 
-    def forget(self, request_id: str) -> None:
-        self.runs.pop(request_id, None)
+    def _detailed(self, window: OpenWindow) -> bool:
+        """Whether the window keeps its newest step in detail (within the step limit)."""
+        return self.store.capture and window.meta.step_count <= self.store.max_steps
+
+    def _stub(self, event: Event) -> Callable[[], Event | None]:
+        """What the window keeps of a step beyond the step limit, made when it is needed."""
+        capture = self.store.capture
+        return lambda: read_step(step_record(event, beyond_limit=True, digest=capture))
+
+    def _state(self, rid: str, window: OpenWindow) -> RunState:
+        """The run's state made from its window's records before the newest one: counted as
+        they were, nothing sent for them (what was sent is in the window's meta)."""
+        agent = window.tally.agent_name
+        sent = self.store.sent(rid)
+        limits = self.book.for_agent(agent)
+        state = RunState.start(
+            agent,
+            limits,
+            self.rules,
+            budget_sent=any(k == "budget" for k, _, _ in sent),
+            loops_stopped=("loop", "stop") in {(k, a) for k, _, a in sent},
+            checks=() if self.checks is None else self.checks.per_step(agent),
+            request_id=rid,
+            tail_steps=self.store.tail_steps if self.store.capture else 0,
+        )
+        _, records = self.store.stored(rid)
+        steered = [c for k, c, a in sent if k == "loop" and a == "steer"]
+        steps = 0
+        for record in records[:-1]:
+            event = None if record is None else read_step(record)
+            if event is None:  # a stub with nothing to judge: counted by the budget still
+                if record is not None:
+                    state.spend(read_counted(record))
+                continue
+            if isinstance(event, STEPS):
+                steps += 1
+            detailed = self.store.capture and steps <= self.store.max_steps
+            for found in state.loop(event, detailed and not is_stub(record)):
+                if found.kind in steered and state.loops is not None:
+                    steered.remove(found.kind)
+                    state.loops.rearm(found.kind)
+            state.step(event, None if detailed else self._stub(event))
+            state.spend(event)
+        return state
 
     def _loop(
-        self, rid: str, run: _Run, crossings: list[LoopFound], event: ToolCall
+        self, rid: str, run: RunState, crossings: list[LoopFound], event: ToolCall
     ) -> Intervention | None:
         """A steer on a rule's first crossing; a stop when it crosses again after the steer,
         the agent's policy allows it and the run is longer than its agent's normal. Of the
@@ -173,7 +181,7 @@ class Intervener:
         found = next((f for f in crossings if f.kind in steered), crossings[0])
         steers = steered.count(found.kind)
         stopped = any(k == "loop" and a == "stop" for k, _, a in sent)
-        normal = normal_of(self._norms(run.agent), run.calls)
+        normal = normal_of(self._norms(run.agent), self._calls(rid))
         policy = run.limits.loop_action(found.kind)
         action = next_action(policy, steers, len(steered), stopped, normal)
         if action is None:
@@ -196,58 +204,55 @@ class Intervener:
             run_nonce=event.run_nonce,
         )
 
-    async def _checks(self, rid: str, run: _Run, event: Event) -> list[Intervention]:
-        """The agent's per-step checks not yet sent, on the run up to this step: each that
-        fails the run is sent once, with its action. The view is read from the stored window
-        once, then kept up to date from the events: a cost only agents with per-step checks
-        pay (docs/checks.md)."""
-        assert self.checks is not None and self.check_runner is not None
-        wanted = self.checks.per_step(run.agent)
-        if not wanted:
+    async def _checks(self, rid: str, state: RunState, event: Event) -> list[Intervention]:
+        """The agent's per-step checks that found a failure and were not sent yet: each is sent
+        once, with its action. The checks without code were fed this step (`RunState.step`);
+        the code checks run on the run so far when `RunState.code_due` says so."""
+        assert self.check_runner is not None
+        due = state.code_due()
+        if due:
+            checked = await self.check_runner.run(due, state.run())
+            for check, finding in checked.found:
+                if finding.severity == "fail":
+                    state.found.setdefault(check.name, finding)
+        if not state.found:
             return []
         sent = {c for k, c, _ in self.store.sent(rid) if k == "check"}
-        due = tuple(c for c in wanted if c.name not in sent)
-        if not due or not self.store.is_open(rid):
-            return []
-        if run.view is None:  # the stored window holds this event already
-            meta, records = self.store.stored(rid)
-            window = window_of(
-                rid,
-                records,
-                closed_by="idle_timeout",  # not closed: read as far as it goes
-                step_count=meta.step_count,
-                steps_dropped=meta.steps_dropped,
-                early_stops=[],
-            )
-            run.view = RunView.of_window(window)
-        checked = await self.check_runner.run(due, run.view.run())
-        made: dict[str, Intervention] = {}
-        for check, failure in checked.found:
-            if failure.severity != "fail" or check.name in made:
+        made: list[Intervention] = []
+        for check in state.checks:
+            failure = state.found.get(check.name)
+            # sent once: a finding stays in `found` (the steppers that found one are done)
+            if failure is None or check.name in sent:
                 continue
-            made[check.name] = Intervention(
-                intervention_id=intervention_id(rid, "check", check.action, check.name),
-                request_id=rid,
-                agent_name=run.agent,
-                kind="check",
-                crossed=check.name,
-                evidence=mask(failure.message),  # the check's own words: may quote the run
-                action=check.action,
-                # tracejudge's words and the check's name only: this is what the agent's
-                # model may read (client/interventions.py: steer_text)
-                message=f"This team's check {check.name} failed on this run: "
-                + ("stop." if check.action == "stop" else "change course."),
-                step_index=getattr(event, "step_index", None),
-                ts=self.clock(),
-                run_nonce=event.run_nonce,
+            made.append(
+                Intervention(
+                    intervention_id=intervention_id(rid, "check", check.action, check.name),
+                    request_id=rid,
+                    agent_name=state.agent,
+                    kind="check",
+                    crossed=check.name,
+                    evidence=mask(failure.message),  # the check's own words: may quote the run
+                    action=check.action,
+                    # tracejudge's words and the check's name only: this is what the agent's
+                    # model may read (client/interventions.py: steer_text)
+                    message=f"This team's check {check.name} failed on this run: "
+                    + ("stop." if check.action == "stop" else "change course."),
+                    step_index=getattr(event, "step_index", None),
+                    ts=self.clock(),
+                    run_nonce=event.run_nonce,
+                )
             )
-        return list(made.values())
+        return made
+
+    def _calls(self, rid: str) -> int:
+        window = self.store.open.get(rid)
+        return 0 if window is None else window.tally.tool_calls
 
     def _norms(self, agent: str | None) -> Norms | None:
         book = self.store.baselines
         return None if book is None else book.norms(group_of(agent))
 
-    def _budget(self, rid: str, run: _Run, c: Crossing, event: Event) -> Intervention:
+    def _budget(self, rid: str, run: RunState, c: Crossing, event: Event) -> Intervention:
         return Intervention(
             intervention_id=intervention_id(rid, "budget", "stop", c.limit, 1),
             request_id=rid,

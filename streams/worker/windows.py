@@ -56,6 +56,7 @@ from tracejudge.judges.windows.records import (
     window_of,
     with_fields,
 )
+from tracejudge.judges.windows.run_state import RunState
 from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, Iteration
 from tracejudge.models.window import ClosedBy, Fired, Window
 from tracejudge.streams.commit import Held
@@ -105,6 +106,9 @@ class OpenWindow:
     # what decides it, and its stubs say only "failed". In memory only, bounded (`tail_steps`
     # records); a window rebuilt after a restart has the stubs (and failed steps' digests).
     tail: deque[tuple[int, Event]] = field(default_factory=lambda: deque(maxlen=TAIL_STEPS))
+    # the run's state in flight (loop rules, budget, per-step checks: the interventions'),
+    # made from the records when first needed and dropped with the window
+    run: RunState | None = None
 
 
 @dataclass(frozen=True)
