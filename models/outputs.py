@@ -325,6 +325,13 @@ class Evaluation(_Output):
     closed_by: Literal["final_response", "idle_timeout"]
     step_count: int = Field(ge=0)
     steps_dropped: int = Field(ge=0)
+    events_over_cap: int = Field(
+        default=0,
+        ge=0,
+        description="Events of the request past the worker's cap on events per request "
+        "(TRACEJUDGE_MAX_EVENTS_PER_REQUEST): counted, not read; the verdict is on the run up "
+        "to the cap.",
+    )
     reflection_round: int = Field(default=0, ge=0)
     origin: Origin | None = Field(
         default=None,

@@ -40,6 +40,9 @@ class Window(BaseModel):
     interventions: list[Fired] = Field(
         default_factory=list, description="Interventions sent while the window was open"
     )
+    events_over_cap: int = Field(
+        0, description="Events past the cap on events per request: counted, not read"
+    )
     agent_name: str | None = Field(
         None,
         description="The run's agent by the one rule of models/agents.py (None: found by "
@@ -83,6 +86,7 @@ def assemble_window(
     steps_dropped: int,
     early_stops: list[tuple[str, int]] | None = None,
     interventions: list[Fired] | None = None,
+    events_over_cap: int = 0,
 ) -> Window:
     """Build a Window from validated events in arrival order, ordering steps by step_index.
 
@@ -111,5 +115,6 @@ def assemble_window(
         steps_dropped=steps_dropped,
         early_stops=early_stops or [],
         interventions=interventions or [],
+        events_over_cap=events_over_cap,
         agent_name=agent.name,
     )

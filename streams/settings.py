@@ -26,6 +26,7 @@ from tracejudge.judges.agreement.calibration import CalibrationBook, Calibration
 from tracejudge.judges.checks.book import CheckBook
 from tracejudge.judges.inflight.budgets import BudgetBook
 from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS, EarlyStopPolicy
+from tracejudge.judges.inflight.escalation import CEILING_CALLS
 from tracejudge.judges.inflight.loops import LoopRules
 from tracejudge.judges.llm.client import LLMConfig
 from tracejudge.judges.llm.criteria import CriteriaBook
@@ -153,6 +154,13 @@ class OperationSettings(BaseModel):
         "shows (default: this host's web port).",
     )
     otel_host: str = Field("127.0.0.1", description="Address `tracejudge otel` listens on.")
+    otel_max_spans_per_batch: int = Field(
+        10_000,
+        ge=1,
+        description="Spans `tracejudge otel` reads of one export: past it the rest are refused "
+        "and the exporter told so (OTLP partial success, rejected_spans), and logged. The SDKs' "
+        "batch processors send at most 512 by default.",
+    )
     otel_grpc_port: int = Field(4317, description="OTLP/gRPC port of `tracejudge otel`.")
     otel_http_port: int = Field(4318, description="OTLP/HTTP port of `tracejudge otel`.")
     otel_token: SecretStr = Field(
@@ -420,6 +428,14 @@ class RuleSettings(BaseModel):
     early stops, retries."""
 
     max_trace_steps: int = Field(50, ge=1, description="Steps kept in detail per request.")
+    max_events_per_request: int = Field(
+        20_000,
+        ge=100,
+        description="Events read per request: past it an event is counted, not kept, counted "
+        "or checked (a final_response still closes the request), and the evaluation says how "
+        "many (`events_over_cap`); /metrics counts them as tracejudge_events_total{status="
+        '"over_cap"}. Bounds what one request costs the worker and its changelog.',
+    )
     trace_tail_steps: int = Field(
         10,
         ge=0,
@@ -516,6 +532,13 @@ class RuleSettings(BaseModel):
         True,
         description="Tell a run on the control topic, while it runs, that it crossed its budget "
         "or is in a loop (judges/inflight/loops.py, judges/inflight/budgets.py).",
+    )
+    loop_ceiling_calls: int = Field(
+        CEILING_CALLS,
+        ge=0,
+        description="Tool calls past which a run of an agent with no normal learned yet counts "
+        "as long: its loop, found again after a steer, is stopped (with a normal, the agent's "
+        "own 90th percentile decides). 0: such runs are only steered.",
     )
     budgets_file: str = Field(
         "",

@@ -128,7 +128,7 @@ async def test_a_per_step_check_sees_what_the_closed_runs_check_sees(tmp_path: P
     flight stops on step 300, and the closed run's check finds the same step, which the
     window keeps (as a stub)."""
     path = checks_file(tmp_path, '[default]\nnever_call = ["rm_rf"]\non_step = "steer"\n')
-    w = memory_worker(checks_file=path, max_steps=50)
+    w = memory_worker(checks_file=path, max_trace_steps=50)
     rid = "long-1"
     await w.event({"type": "task_started", "request_id": rid, "goal": "tidy up"})
     for i in range(1, 401):
@@ -151,7 +151,7 @@ def test_the_view_in_flight_is_the_view_of_the_window_it_would_close_as(tmp_path
     import asyncio
 
     path = checks_file(tmp_path, '[default]\nnever_call = ["never"]\n')
-    w = memory_worker(checks_file=path, max_steps=5)
+    w = memory_worker(checks_file=path, max_trace_steps=5)
     rid = "v1"
     store = w.ctx.store
     events: list[dict[str, Any]] = [{"type": "task_started", "request_id": rid, "goal": "g"}]
@@ -187,7 +187,7 @@ def test_the_view_in_flight_is_the_view_of_the_window_it_would_close_as(tmp_path
 async def test_per_step_code_checks_run_in_time_linear_in_the_run(tmp_path: Path) -> None:
     """A per-step code check runs on every step while the run is short, then each time it has
     grown by a sixteenth: on 2,000 steps a few hundred runs of the check, not 2,000."""
-    w = memory_worker(checks="tests.team_checks:counts_its_calls", max_steps=50)
+    w = memory_worker(checks="tests.team_checks:counts_its_calls", max_trace_steps=50)
     rid = "many"
     await w.event({"type": "task_started", "request_id": rid, "goal": "g"})
     for i in range(1, 2001):
@@ -222,3 +222,51 @@ def test_the_closed_runs_checks_and_the_steppers_agree_on_every_cut(tmp_path: Pa
             step = check.stepper(prefix.goal)
             got = next((f for s in prefix.steps if (f := step(s)) is not None), None)
             assert (got is None) == (not expected) and (got is None or got == expected[0])
+
+
+async def test_a_new_agents_runaway_loop_is_stopped_past_the_default_ceiling() -> None:
+    """No normal learned yet: steered twice as before, then, once past the ceiling (here 40
+    calls) and still looping, stopped, the intervention saying by which measure."""
+    w = memory_worker(loop_ceiling_calls=40)
+    rid = "runaway"
+    await w.event({"type": "task_started", "request_id": rid, "goal": "g", "agent_name": "new"})
+    for i in range(1, 121):
+        await w.event(
+            {"type": "tool_call", "request_id": rid, "step_index": i, "tool": "status",
+             "args_summary": "{}", "success": True, "result_preview": "pending"}
+        )  # fmt: skip
+    told = w.channel("control").values()
+    assert [t["action"] for t in told] == ["steer", "steer", "stop"]
+    stop = told[-1]
+    assert stop["step_index"] > 40 and "default ceiling of 40 tool calls" in stop["normal"]
+
+
+async def test_without_a_ceiling_a_new_agent_is_only_steered() -> None:
+    w = memory_worker(loop_ceiling_calls=0)
+    rid = "steered"
+    for i in range(1, 121):
+        await w.event(
+            {"type": "tool_call", "request_id": rid, "step_index": i, "tool": "status",
+             "args_summary": "{}", "success": True, "result_preview": "pending"}
+        )  # fmt: skip
+    assert [t["action"] for t in w.channel("control").values()] == ["steer", "steer"]
+
+
+async def test_events_past_the_cap_are_counted_not_read_and_the_request_still_closes() -> None:
+    w = memory_worker(max_events_per_request=100)
+    rid = "capped"
+    await w.event({"type": "task_started", "request_id": rid, "goal": "g"})
+    for i in range(1, 151):
+        await w.event(
+            {"type": "tool_call", "request_id": rid, "step_index": i, "tool": "ls",
+             "args_summary": str(i), "success": True, "result_preview": str(i)}
+        )  # fmt: skip
+    await w.event({"type": "final_response", "request_id": rid, "output": "listed"})
+    (evaluation,) = w.channel("evaluations").values()
+    assert evaluation["events_over_cap"] == 51  # the task and 99 calls were read
+    assert evaluation["step_count"] == 99
+    assert any("51 events past the cap" in r for r in evaluation["reasons"])
+    over = w.ctx.metrics.registry.get_sample_value(
+        "tracejudge_events_total", {"type": "tool_call", "status": "over_cap"}
+    )
+    assert over == 51

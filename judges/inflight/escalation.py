@@ -5,8 +5,10 @@ A stop cannot be undone (the run is gone, the user waits for a retry); a steer c
 crossing steers, and a run is stopped only when the same rule crosses again after the steer,
 and only once the run is longer than its agent's runs usually are: a long exploratory run that
 is still within its agent's normal is told, not ended. An agent with no normal learned yet
-(fewer runs than the baselines' minimum) is only ever steered. Budgets are limits the team set:
-crossing one stays a stop.
+(fewer runs than the baselines' minimum) is held to a generous ceiling instead
+(`TRACEJUDGE_LOOP_CEILING_CALLS`, 200 tool calls by default; 0: steered only): a new agent's
+runaway loop is ended too, and the intervention says by which measure. Budgets are limits the
+team set: crossing one stays a stop.
 
 Per agent and per rule the team chooses (budgets file): `steer` (never stop), `steer_then_stop`
 (the default) or `stop` (the first crossing stops, as a budget does).
@@ -23,6 +25,10 @@ LoopAction = Literal["steer", "steer_then_stop", "stop"]
 LOOP_ACTIONS: tuple[LoopAction, ...] = ("steer", "steer_then_stop", "stop")
 DEFAULT_LOOP_ACTION: LoopAction = "steer_then_stop"
 MAX_STEERS = 2  # per run: told twice, then left to its normal (or to a stop)
+# tool calls past which a run of an agent with no normal yet counts as longer than normal: far
+# beyond most agents' runs (of the shared coding runs the 90th percentile made 49 calls, the
+# longest 60), so it ends runaways, not long work, and only a loop formed again after a steer
+CEILING_CALLS = 200
 LENGTH = "tool_calls"  # the measure a run's length is held to (agent_norms.MEASURES)
 
 
@@ -34,14 +40,19 @@ class Normal:
     words: str
 
 
-def normal_of(norms: Norms | None, calls: int) -> Normal:
+def normal_of(norms: Norms | None, calls: int, ceiling: int = CEILING_CALLS) -> Normal:
     """`calls`: the run's tool calls so far. Beyond its normal above the 90th percentile of
-    its agent's recent runs (with the sketch's 2 % and one call of slack)."""
+    its agent's recent runs (with the sketch's 2 % and one call of slack); with no normal
+    learned yet, beyond `ceiling` calls (0: never)."""
     if norms is None or not norms.ready or LENGTH not in norms.measures:
         runs, needed = (0, 0) if norms is None else (norms.runs, norms.min_runs)
+        learning = f"no normal learned for this agent yet ({runs} of {needed} runs)"
+        if ceiling <= 0:
+            return Normal(None, f"{learning}: steering only")
         return Normal(
-            None,
-            f"no normal learned for this agent yet ({runs} of {needed} runs): steering only",
+            calls > ceiling,
+            f"{learning}: held to the default ceiling of {ceiling} tool calls; this run has "
+            f"made {calls}",
         )
     p90 = norms.measures[LENGTH].p90
     beyond = calls > p90 * 1.02 + 1

@@ -508,6 +508,11 @@ class RuleJudge:
                 f"note: this agent's normal is still being learned (fewer than "
                 f"{norms.min_runs} runs): nothing judged against it yet"
             )
+        if window.events_over_cap:
+            reasons.append(
+                f"note: {window.events_over_cap} events past the cap on events per request "
+                "were counted, not read: the verdict is on the run up to the cap"
+            )
         if window.steps_dropped:
             reasons.append(
                 f"note: {window.steps_dropped} of {window.step_count} steps beyond the step "

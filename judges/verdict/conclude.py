@@ -115,6 +115,7 @@ class WindowFacts(BaseModel):
     closed_by: ClosedBy
     step_count: int = 0
     steps_dropped: int = 0
+    events_over_cap: int = 0
     iterations_used: int | None = None
     max_iterations: int | None = None
     stopped_early: bool | None = None
@@ -157,6 +158,7 @@ class WindowFacts(BaseModel):
             closed_by=window.closed_by,
             step_count=window.step_count,
             steps_dropped=window.steps_dropped,
+            events_over_cap=window.events_over_cap,
             usage=(stats or RunStats.of(window)).usage,
             trace_id=window.task.trace_id if window.task else None,
             span_id=window.task.span_id if window.task else None,
@@ -375,6 +377,7 @@ def conclude(
         closed_by=facts.closed_by,
         step_count=facts.step_count,
         steps_dropped=facts.steps_dropped,
+        events_over_cap=facts.events_over_cap,
         reflection_round=facts.reflection_round,
         # the parent's verdict is not known here (pure): the publisher fills it in from Redis
         origin=None if facts.parent_request_id is None else unresolved(facts.parent_request_id),

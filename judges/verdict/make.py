@@ -79,6 +79,7 @@ class Closing:
     stats: RunStats | None = None  # counted over every step (None: from the records)
     norms: Norms | None = None  # what is normal for its agent (None: no baselines)
     interventions: list[Fired] = field(default_factory=list)  # sent while it ran
+    events_over_cap: int = 0  # events past the cap on events per request, not read
 
 
 def flagged(evaluation: Evaluation) -> bool:
@@ -97,6 +98,7 @@ def window_for(closing: Closing) -> Window:
         steps_dropped=closing.steps_dropped,
         early_stops=closing.early_stops,
         interventions=closing.interventions,
+        events_over_cap=closing.events_over_cap,
     )
 
 

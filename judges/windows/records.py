@@ -227,6 +227,7 @@ def window_of(
     steps_dropped: int,
     early_stops: list[tuple[str, int]],
     interventions: list[Fired] | None = None,
+    events_over_cap: int = 0,
 ) -> Window:
     """The window its stored records (None: missing) make."""
     events = [e for r in records if r is not None and (e := read_step(r)) is not None]
@@ -238,6 +239,7 @@ def window_of(
         steps_dropped=steps_dropped,
         early_stops=early_stops,
         interventions=interventions,
+        events_over_cap=events_over_cap,
     )
 
 
@@ -271,6 +273,9 @@ class WindowMeta:
     # again after a crash, re-publishes the verdict while the steps are still kept
     closed_offset: int | None = None
     flushed: int = 0  # step records in the table when it closed (the rest were only held)
+    # events past the cap on events per request: counted, never kept (since the window was
+    # last read in: an open window's count is in memory only)
+    over_cap: int = 0
     early_stops: list[list[Any]] = field(default_factory=list)  # [action, iteration]
     interventions: list[list[Any]] = field(default_factory=list)  # [kind, crossed, action, step]
 

@@ -57,12 +57,19 @@ REMOTE_KNOWN_AND_SET = (
 )
 
 
-def spans_of(request: Any) -> list[SpanInfo]:
-    found = []
+def span_count(request: Any) -> int:
+    return sum(len(scope.spans) for r in request.resource_spans for scope in r.scope_spans)
+
+
+def spans_of(request: Any, limit: int | None = None) -> list[SpanInfo]:
+    """The batch's spans, the first `limit` of them (None: all)."""
+    found: list[SpanInfo] = []
     for resource in request.resource_spans:
         described = {a.key: value_of(a.value) for a in resource.resource.attributes}
         for scope in resource.scope_spans:
             for span in scope.spans:
+                if limit is not None and len(found) >= limit:
+                    return found
                 found.append(
                     SpanInfo(
                         trace_id=span.trace_id.hex(),
@@ -140,12 +147,25 @@ class Receiver:
         self.token = settings.otel_token.get_secret_value()
         self.spans = 0
         self.events = 0
+        self.rejected_spans = 0  # past the cap on spans per batch: refused, the exporter told
         self.mapper = BatchMapper(settings)
 
-    async def accept(self, request: Any) -> None:
-        """Publish the events of every span in the batch and wait for the broker."""
+    async def accept(self, request: Any) -> int:
+        """Publish the events of the batch's spans, up to the cap on spans per batch, and wait
+        for the broker; how many spans past the cap were refused (OTLP's partial success)."""
         pending = []
-        spans = spans_of(request)
+        cap = self.settings.otel_max_spans_per_batch
+        spans = spans_of(request, cap)
+        rejected = span_count(request) - len(spans) if len(spans) >= cap else 0
+        if rejected:
+            self.rejected_spans += rejected
+            log.warning(
+                "a span batch of %d spans: the %d past TRACEJUDGE_OTEL_MAX_SPANS_PER_BATCH=%d "
+                "refused (the exporter is told: OTLP partial success)",
+                len(spans) + rejected,
+                rejected,
+                cap,
+            )
         self.spans += len(spans)
         for event in self.mapper.events_of(spans):
             clean = {k: v for k, v in event.items() if v is not None}
@@ -158,6 +178,7 @@ class Receiver:
             )
         await asyncio.gather(*pending)
         self.events += len(pending)
+        return rejected
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
@@ -170,11 +191,23 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignor
             if not _token_matches(str(given), self.receiver.token):
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "give TRACEJUDGE_OTEL_TOKEN")
         try:
-            await self.receiver.accept(request)
+            rejected = await self.receiver.accept(request)
         except Exception as exc:  # the exporter retries UNAVAILABLE
             log.warning("cannot publish a span batch: %r", exc)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot publish to Kafka")
-        return Response()
+        return answer(rejected, self.receiver.settings.otel_max_spans_per_batch)
+
+
+def answer(rejected: int, cap: int) -> Any:
+    """The export's answer: OTLP's partial success when spans past the cap were refused."""
+    said = Response()
+    if rejected:
+        said.partial_success.rejected_spans = rejected
+        said.partial_success.error_message = (
+            f"{rejected} spans past the cap of {cap} spans per batch were refused: send smaller "
+            "batches (the batch span processor's max_export_batch_size)"
+        )
+    return said
 
 
 # OTLP/HTTP's two encodings; anything else (a browser's `text/plain` form post among them) is 415
@@ -220,15 +253,16 @@ def http_app(receiver: Receiver, settings: Settings | None = None) -> web.Applic
         except Exception:
             return web.Response(status=400, text="not an OTLP ExportTraceServiceRequest")
         try:
-            await receiver.accept(message)
+            rejected = await receiver.accept(message)
         except Exception as exc:
             log.warning("cannot publish a span batch: %r", exc)
             return web.Response(status=503, text="cannot publish to Kafka")
+        said = answer(rejected, settings.otel_max_spans_per_batch)
         if as_json:
-            return web.Response(text="{}", content_type="application/json")
-        return web.Response(
-            body=Response().SerializeToString(), content_type="application/x-protobuf"
-        )
+            return web.Response(
+                text=json_format.MessageToJson(said), content_type="application/json"
+            )
+        return web.Response(body=said.SerializeToString(), content_type="application/x-protobuf")
 
     app = web.Application(
         client_max_size=16 * 1024 * 1024,

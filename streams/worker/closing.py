@@ -59,6 +59,7 @@ class WindowCloser:
             stats,
             None if book is None else book.norms(group),
             fired_of(meta),
+            meta.over_cap,
         )
         # The marker goes now, the steps once the outputs are acknowledged: the closing record,
         # delivered again after a crash, finds them and publishes again (same evaluation_id).

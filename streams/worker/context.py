@@ -227,6 +227,7 @@ def _store(settings: Settings, tables: Tables, hold_s: float) -> WindowStore:
         meta=tables.window_meta,
         steps=tables.window_steps,
         max_steps=settings.max_trace_steps,
+        max_events=settings.max_events_per_request,
         capture=settings.trace_capture,
         hold_s=hold_s,
         tail_steps=settings.trace_tail_steps,
@@ -288,6 +289,7 @@ def _intervener(
         keys=settings.signing_keys(settings.topic_prefix),
         checks=None if checks.empty else checks,
         check_runner=runner,
+        ceiling=settings.loop_ceiling_calls,
     )
 
 

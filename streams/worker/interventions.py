@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tracejudge.judges.checks.book import CheckBook
 from tracejudge.judges.inflight.budgets import BudgetBook
-from tracejudge.judges.inflight.escalation import next_action, normal_of
+from tracejudge.judges.inflight.escalation import CEILING_CALLS, next_action, normal_of
 from tracejudge.judges.inflight.loops import LoopFound, LoopRules
 from tracejudge.judges.inflight.spend import Crossing
 from tracejudge.judges.masking.redact import mask
@@ -65,6 +65,7 @@ class Intervener:
     # a team's checks marked per step, run on the run so far at each new step (None: none)
     checks: CheckBook | None = None
     check_runner: CheckRunner | None = None
+    ceiling: int = CEILING_CALLS  # tool calls: an agent with no normal yet (escalation.py)
 
     async def observe(self, event: Event) -> list[Intervention]:
         """Count one new event of an open request (just added to its window); send what it
@@ -181,10 +182,15 @@ class Intervener:
         found = next((f for f in crossings if f.kind in steered), crossings[0])
         steers = steered.count(found.kind)
         stopped = any(k == "loop" and a == "stop" for k, _, a in sent)
-        normal = normal_of(self._norms(run.agent), self._calls(rid))
+        normal = normal_of(self._norms(run.agent), self._calls(rid), self.ceiling)
         policy = run.limits.loop_action(found.kind)
         action = next_action(policy, steers, len(steered), stopped, normal)
         if action is None:
+            later = steers and policy == "steer_then_stop" and normal.beyond is False
+            if later and not stopped and run.loops is not None:
+                # within its normal (or the ceiling) for now: watched again, so the loop is
+                # stopped once the run goes past it, not left to run for good
+                run.loops.rearm(found.kind)
             return None
         message = LOOP_MESSAGES[found.kind]
         if action == "stop" and steers:

@@ -63,7 +63,7 @@ from tracejudge.streams.commit import Held
 from tracejudge.streams.worker.baselines import BaselineBook
 
 SEP = "\x1f"
-AddStatus = Literal["added", "duplicate", "late", "reclose", "replayed"]
+AddStatus = Literal["added", "duplicate", "late", "reclose", "replayed", "over_cap"]
 Marker = Literal["idle_close", "purge", "refresh", "flush", "baselines"]
 HOLD_MAX = 200  # steps of one window held at most
 HOLD_TOTAL = 100_000  # steps held at most in all, before each window adding one is written
@@ -124,6 +124,8 @@ class WindowStore:
     meta: MutableMapping[str, Any]
     steps: MutableMapping[str, Any]
     max_steps: int
+    # events read per request; past it counted (`WindowMeta.over_cap`), not kept
+    max_events: int = 20_000
     # TRACEJUDGE_TRACE_CAPTURE=false: every step kept as a stub (identity, a tool call's name
     # and outcome), never its text; not counted as dropped, since nothing was over a limit
     capture: bool = True
@@ -252,6 +254,9 @@ class WindowStore:
                 key = step_key(rid, seq)
                 self.steps[key] = self.steps[key]
             return "duplicate"
+        if meta.next_seq >= self.max_events and not isinstance(event, FinalResponse):
+            meta.over_cap += 1  # the run's cost to the worker ends here; its close does not
+            return "over_cap"
         window.tally.add(event)
         beyond_limit = False
         if event.type in STEP_TYPES:
@@ -407,6 +412,7 @@ class WindowStore:
             steps_dropped=meta.steps_dropped,
             early_stops=[(str(a), int(i)) for a, i in meta.early_stops],
             interventions=fired_of(meta),
+            events_over_cap=meta.over_cap,
         )
 
     def close(
