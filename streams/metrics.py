@@ -269,7 +269,8 @@ class Metrics:
         r = self.registry
         self.events = Counter(
             "tracejudge_events",
-            "Input events by type and status (added, duplicate, late, counted: judging off).",
+            "Input events by type and status (added, duplicate, late, counted: judging off, "
+            "over_cap: past the cap on events per request).",
             ["type", "status"],
             registry=r,
         )
@@ -302,14 +303,7 @@ class Metrics:
         self.early_stops = Counter(
             "tracejudge_early_stops", "Early-stop decisions, by action.", ["action"], registry=r
         )
-        self.interventions = Counter(
-            "tracejudge_interventions",
-            "Interventions sent to running requests, by kind and what was crossed.",
-            ["kind", "crossed"],
-            registry=r,
-        )
-        self.control_records = _control_counter(r)
-        self.check_failures, self.check_errors = _check_counters(r)
+        self._in_flight_series(r)
         self.verdict_latency = Histogram(
             "tracejudge_verdict_latency_seconds",
             "From the terminal event's broker timestamp to its evaluation published.",
@@ -342,6 +336,23 @@ class Metrics:
             {"version": PACKAGE_VERSION}
         )
         r.register(_Readings(self.readings))
+
+    def _in_flight_series(self, r: CollectorRegistry) -> None:
+        """What runs are told while they run, the team's checks, and the group's moves."""
+        self.revocations = Counter(
+            "tracejudge_partitions_revoked",
+            "Times this worker's partitions were revoked: each is a rebalance of its group (a "
+            "worker joined or left, or this one missed its heartbeats).",
+            registry=r,
+        )
+        self.interventions = Counter(
+            "tracejudge_interventions",
+            "Interventions sent to running requests, by kind and what was crossed.",
+            ["kind", "crossed"],
+            registry=r,
+        )
+        self.control_records = _control_counter(r)
+        self.check_failures, self.check_errors = _check_counters(r)
 
     def _outcome_series(self, r: CollectorRegistry) -> None:
         """Outcome events: the figures they make are `agreement.live`'s."""
@@ -445,7 +456,8 @@ def _check_counters(r: CollectorRegistry) -> tuple[Counter, Counter]:
     )
     errors = Counter(
         "tracejudge_check_errors",
-        "Checks that raised or ran past TRACEJUDGE_CHECK_TIMEOUT_S, left out of a verdict.",
+        "Checks left out of a verdict, by kind: raised, timeout (past TRACEJUDGE_CHECK_TIMEOUT_S), "
+        "bad_answer (not a Failure), ended (ended its check process).",
         ["check", "kind"],
         registry=r,
     )

@@ -413,6 +413,7 @@ def _add_watchdog_and_pages(
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
+        ctx.metrics.revocations.inc()
         ctx.store.unload()  # held records are dropped: read again by the next owner
         await ctx.commits.drain()  # what was handled is acknowledged before others take over
         ctx.partitions.revoked()

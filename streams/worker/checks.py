@@ -50,6 +50,10 @@ class _Ended(Exception):
     """The check process ended, or answered what is not a framed answer."""
 
 
+class _NoProcess(Exception):
+    """No check process was free before the run's checks ran out of time."""
+
+
 class _Process:
     """One check process: started with `subprocess.Popen` (a fork and exec, milliseconds),
     its pipes read and written by the event loop. Not asyncio's subprocess API: its child
@@ -171,7 +175,10 @@ class CheckWall:
         """The check's answer; raises TimeoutError past the deadline (its process killed, if
         it had started) and _Ended when the process ended under it."""
         idle = self._ensure()
-        process = await asyncio.wait_for(idle.get(), max(0.0, deadline - time.monotonic()))
+        try:
+            process = await asyncio.wait_for(idle.get(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise _NoProcess from None
         job = b'{"check":' + orjson.dumps(target) + b',"run":' + run + b"}"
         try:
             answer = await asyncio.wait_for(process.ask(job), max(0.0, deadline - time.monotonic()))
@@ -239,6 +246,8 @@ class CheckRunner:
             return [], TIMED_OUT, "ran past its limit on a run just before: not called for now"
         try:
             answer = await self.wall.call(target, record, deadline)
+        except _NoProcess:  # its neighbours held every process: not the check's doing
+            return [], TIMED_OUT, "no check process was free within the limit"
         except TimeoutError:
             # benched for twice as long at each hang in a row, at most a minute
             pause = min(BENCH_MAX_S, self.timeout_s * 2**late)

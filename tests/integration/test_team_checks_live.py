@@ -228,8 +228,8 @@ def metric(worker: WorkerProcess, name: str, labels: dict[str, str]) -> float:
         text = resp.read().decode()
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in text.splitlines():
-        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
-        if found and ",".join(sorted(found.group(1).split(","))) == want:
+        found = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if found and ",".join(sorted((found.group(1) or "").split(","))) == want:
             return float(found.group(2))
     return 0.0
 
@@ -267,3 +267,110 @@ async def test_checks_that_raise_or_hang_leave_every_request_evaluated_in_time(
     )  # fmt: skip
     assert raised >= 1 and timed_out == len(rids), faulty_worker.tail()
     assert faulty_worker.health()[0] == 200
+
+
+# -- checks that would freeze a worker that ran them on its own threads -----------------------
+
+FREEZES = '''
+import re
+import time
+
+from tracejudge.judges.checks import Failure
+
+
+def spins(run):
+    """CPU-bound for a minute: holds the GIL of whatever process runs it."""
+    until = time.monotonic() + 60
+    n = 0
+    while time.monotonic() < until:
+        n += 1
+    return None
+
+
+def backtracks(run):
+    """A pattern Python's engine takes exponential time on, against the run's long answer."""
+    re.search(r"(a+)+$", (run.final_answer or "")[:60])
+    return None
+
+
+def malformed(run):
+    return Failure("points at half a step", step=2.5)
+
+
+def sneaks(run):
+    """A Failure made malformed after its checks: the worker's own validation must catch it."""
+    found = Failure("a step that is no index")
+    object.__setattr__(found, "step", [3])
+    return found
+
+
+def floods(run):
+    return [Failure("x" * 1_000_000, severity="note") for _ in range(1000)]
+'''
+
+
+@pytest.fixture(scope="module")
+def freezing_worker(
+    kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    folder = tmp_path_factory.mktemp("freezes")
+    (folder / "team_freezes.py").write_text(FREEZES)
+    (folder / "checks.toml").write_text("[default]\nfinal_must_not_match = ['(a+)+$']\n")
+    names = ",".join(f"team_freezes:{n}" for n in ("spins", "backtracks", "malformed", "sneaks",
+                                                   "floods"))  # fmt: skip
+    env = worker_env(
+        kafka_bootstrap,
+        redis_url,
+        folder,
+        "team-freezes",
+        checks=names,
+        checks_file=str(folder / "checks.toml"),
+        check_timeout_s=LIMIT_S,
+    )
+    with on_path(folder):
+        worker = WorkerProcess({**env, "PYTHONPATH": str(folder)}, folder / "worker.log").start()
+        yield worker
+        worker.stop()
+
+
+async def test_checks_that_spin_or_backtrack_never_freeze_the_worker(
+    freezing_worker: WorkerProcess,
+) -> None:
+    """A check spinning the CPU for 60 s, a regular expression backtracking on a long answer
+    (in a team's code, and in the checks file, where RE2 runs it in linear time) and checks
+    returning malformed or enormous findings: every request's verdict within the limit plus
+    1 s, the worker in its group throughout (no partition revoked), each check counted."""
+    worker = freezing_worker
+    bootstrap = worker.settings.kafka_bootstrap
+    revoked = metric(worker, "tracejudge_partitions_revoked_total", {})
+    rids = [f"freezes-{n}" for n in range(8)]
+    for rid in rids:  # one after another, as runs end; each answers with a long run of a's
+        events = refund_request(rid)
+        events[-1] = {**events[-1], "output": "a" * 3000 + "!"}
+        await produce_events(bootstrap, worker.topic("events"), events)
+        await asyncio.sleep(0.5)
+    evaluations = await evaluations_of(worker, set(rids))
+    finals = {
+        r.key.decode(): r.timestamp
+        for r in await consume(bootstrap, worker.topic("events"), until=None, settle_s=0.5)
+        if b'"final_response"' in r.value
+    }
+    records = await consume(bootstrap, worker.topic("evaluations"), until=None)
+    made_at = {r.key.decode(): r.timestamp for r in records if r.key}
+    for rid in rids:
+        late_s = (made_at[rid] - finals[rid]) / 1000
+        assert late_s < LIMIT_S + 1.0, (rid, late_s, worker.tail())
+    for evaluation in evaluations.values():
+        assert len(evaluation["findings"]) <= 40  # the flood clipped: 20 per check at most
+        assert all(len(f["evidence"]) <= 600 for f in evaluation["findings"])
+    kinds = {"spins": "timeout", "backtracks": "timeout", "malformed": "raised",
+             "sneaks": "bad_answer"}  # fmt: skip
+    errors = "tracejudge_check_errors_total"
+    counted = {
+        name: metric(worker, errors, {"check": f"team_freezes:{name}", "kind": kind})
+        for name, kind in kinds.items()
+    }
+    assert all(v >= 1 for v in counted.values()), (counted, worker.tail())
+    assert metric(worker, "tracejudge_partitions_revoked_total", {}) == revoked, worker.tail()
+    assert worker.health()[0] == 200
+    assert worker.process is not None and worker.process.poll() is None  # never exited
