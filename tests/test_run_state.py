@@ -25,7 +25,7 @@ def confirm_run(rid: str = "r1") -> list[dict[str, Any]]:
          "text": "please cancel booking ABC"},
         {"type": "tool_call", "request_id": rid, "step_index": 2, "tool": "get_booking",
          "args_summary": '{"id": "ABC"}', "success": True, "result_preview": "ABC, 2 seats"},
-        {"type": "reasoning_step", "request_id": rid, "step_index": 3,
+        {"type": "reasoning_step", "request_id": rid, "step_index": 3, "phase": "plan",
          "intent_summary": "ask the user to confirm the cancellation"},
         {"type": "user_message", "request_id": rid, "step_index": 4, "text": "yes, go ahead"},
         {"type": "tool_call", "request_id": rid, "step_index": 5, "tool": "cancel_booking",

@@ -38,6 +38,18 @@ _MODELS: dict[str, type[Any]] = {
     "iteration": Iteration,
     "final_response": FinalResponse,
 }
+# Each model's fields made by a factory (an empty list): given to `model_construct` when a
+# record lacks them, where pydantic would otherwise inspect the factory's signature on every
+# call (about 90 µs an event read back, against 8 µs: the close of a 12,000-step run spent
+# 1.6 s of the event loop there)
+_FACTORIES: dict[str, tuple[tuple[str, Any], ...]] = {
+    kind: tuple(
+        (name, f.default_factory)
+        for name, f in model.model_fields.items()
+        if f.default_factory is not None
+    )
+    for kind, model in _MODELS.items()
+}
 DROPPED = "dropped"  # set on the stub of a step beyond the step limit
 # On a window's first step record only: when the window's records were written (so a recovery
 # knows when they are due to be written again) and its partition (for the idle scan).
@@ -197,7 +209,14 @@ def read_step(value: bytes | str | dict[str, Any] | HeldStep) -> Event | None:
     fields = {k: v for k, v in record.items() if k not in _NOT_EVENT_FIELDS}
     if isinstance(fields.get("validation"), dict):
         fields["validation"] = Validation.model_construct(**fields["validation"])
-    event: Event = _MODELS[str(kind)].model_construct(**fields)
+    return _construct(str(kind), fields)
+
+
+def _construct(kind: str, fields: dict[str, Any]) -> Event:
+    for name, factory in _FACTORIES[kind]:
+        if name not in fields:
+            fields[name] = factory()
+    event: Event = _MODELS[kind].model_construct(**fields)
     return event
 
 
@@ -214,8 +233,7 @@ def read_counted(value: bytes | str | dict[str, Any] | HeldStep) -> Event:
     record = load_record(value)
     fields = {k: v for k, v in record.items() if k not in _NOT_EVENT_FIELDS}
     fields.pop("validation", None)
-    event: Event = _MODELS[str(record.get("type"))].model_construct(**fields)
-    return event
+    return _construct(str(record.get("type")), fields)
 
 
 def window_of(
