@@ -30,8 +30,8 @@ from tracejudge.judges.agreement.rule_rates import RuleRate, rule_rates, rule_ta
 from tracejudge.judges.agreement.tally import auc, label_ok
 from tracejudge.models.events import STEP_TYPES, parse_event
 from tracejudge.models.window import Window, assemble_window
+from tracejudge.settings import Settings
 from tracejudge.streams.replay.engine import lines_of, replay
-from tracejudge.streams.settings import Settings
 
 # The bars the verdicts are held to, printed beside the figures
 OK_ALERTED_MAX = 0.15

@@ -73,11 +73,11 @@ from tests.integration.harness import (
 from tests.realservices import ROOT, start_kafka, start_redis
 from tracejudge.judges.agreement.tally import Kept, Tally, cells, kept_of
 from tracejudge.models.outputs import Evaluation
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.report import agreement_json
 from tracejudge.streams.agreement.store import RedisAgreementStore, keys_of
 from tracejudge.streams.replay.engine import lines_of, replay
 from tracejudge.streams.replay.labels import Labelled, read_labels
-from tracejudge.streams.settings import Settings
 
 RULES_ONLY = {"llm_judge_enabled": "false"}
 AUC_TOLERANCE = 0.005  # live = offline: AUC within 0.005, counts exact
@@ -531,7 +531,7 @@ if __name__ == "__main__":
     overrides = dict(item.split("=", 1) for item in args.setting)
     require(args.data, "pass --data tests/data for the 40-run subset")
     # the in-process replay logs a line per evaluation, as the worker does: not wanted here
-    for name in ("tracejudge.streams.worker", "tracejudge.streams.outputs"):
+    for name in ("tracejudge.streams.worker", "tracejudge.streams.shared.outputs"):
         logging.getLogger(name).setLevel(logging.WARNING)
     print(
         "settings: rules only"

@@ -31,8 +31,8 @@ from tracejudge.judges.agreement.tally import wilson
 from tracejudge.judges.rules.judge import RuleJudge
 from tracejudge.models.events import ReasoningStep
 from tracejudge.models.window import Window
+from tracejudge.settings import Settings
 from tracejudge.streams.replay.engine import lines_of, replay
-from tracejudge.streams.settings import Settings
 
 DATA = SHARED_DATA / "who_when_ag2"
 Named = tuple[int | None, str | None]  # (step_index, actor); (None, None): nothing named

@@ -42,11 +42,11 @@ from tracejudge.judges.agreement.tally import Truth, auc, kept_of, label_ok
 from tracejudge.models import names
 from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.outputs import Evaluation
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.calibrations import CalibrationRefresher
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.replay.engine import CollectingChannel, MemoryLookup, lines_of
-from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 
 TARGETS = (0.05, 0.10)

@@ -29,8 +29,8 @@ from typing import Any
 from benchmarks.agreement import labelled_sets
 from benchmarks.data import SHARED_DATA, require
 from tracejudge.judges.agreement.tally import label_ok
+from tracejudge.settings import Settings
 from tracejudge.streams.replay.engine import replay
-from tracejudge.streams.settings import Settings
 
 WARM = "warm-up:"
 STEP_TYPES = ("reasoning_step", "tool_call")

@@ -26,10 +26,10 @@ from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
 from tracejudge.judges.windows.records import step_record
 from tracejudge.models import names
 from tracejudge.models.events import parse_event
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.feed import take
-from tracejudge.streams.ui.server import make_app
-from tracejudge.streams.ui.store import VerdictStore
+from tracejudge.settings import Settings
+from tracejudge.streams.explorer.feed import take
+from tracejudge.streams.explorer.server import make_app
+from tracejudge.streams.explorer.store import VerdictStore
 
 JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="bench", llm=None)
 

@@ -43,9 +43,9 @@ from tracejudge.judges.verdict.conclude import JudgeJob
 from tracejudge.models import names
 from tracejudge.models.events import parse_event
 from tracejudge.prompts import final_judge_prompt
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.replay.engine import CollectingChannel, MemoryLookup, lines_of
-from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 
 SETS = ("swe_java", "tau_airline")

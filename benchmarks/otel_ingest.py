@@ -27,8 +27,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.instrumentations import batches
 from tracejudge.client.otel_mapping import SpanInfo
-from tracejudge.streams.otel.receiver import BatchMapper, spans_of
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.receiver.receiver import BatchMapper, spans_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "otel"

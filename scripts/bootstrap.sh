@@ -24,5 +24,5 @@ fi
 # mypy cannot see through the editable install's import hook (the folders models/, judges/,
 # streams/, prompts/ are installed as tracejudge.*): give it the same names as links.
 mkdir -p build/typecheck/tracejudge
-for d in models judges streams prompts client; do ln -sfn "../../../$d" "build/typecheck/tracejudge/$d"; done
+for d in models judges streams prompts client settings tables; do ln -sfn "../../../$d" "build/typecheck/tracejudge/$d"; done
 ln -sfn ../../../entry/__main__.py build/typecheck/tracejudge/__main__.py

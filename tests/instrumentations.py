@@ -22,9 +22,9 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tracejudge.streams.otel.receiver import BatchMapper, spans_of
+from tracejudge.settings import Settings
+from tracejudge.streams.receiver.receiver import BatchMapper, spans_of
 from tracejudge.streams.replay.engine import replay
-from tracejudge.streams.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "tests" / "instrumented"

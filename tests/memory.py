@@ -14,10 +14,10 @@ from typing import Any, NoReturn
 
 from aiokafka.errors import MessageSizeTooLargeError
 
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.store import AgreementStore
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.replay.engine import MemoryLookup
-from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 
 

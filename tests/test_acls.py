@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tracejudge.models import names
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.acls import (
     DEFAULT_PRINCIPALS,
     ROLES,
@@ -21,7 +22,6 @@ from tracejudge.streams.kafka.acls import (
     role_grants,
 )
 from tracejudge.streams.kafka.admin import topic_specs
-from tracejudge.streams.settings import Settings
 
 
 def settings() -> Settings:

@@ -16,13 +16,13 @@ from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.make import Closing, Judging, make_verdict
 from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.outputs import Evaluation
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.actions import actions_json
 from tracejudge.streams.agreement.live import LiveAgreement
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.demo.samples import sample_traces
 from tracejudge.streams.kafka.status import Status, render_status
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.shared.metrics import Metrics
 
 PARENT = "run:booked-unconfirmed"
 

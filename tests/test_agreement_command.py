@@ -17,9 +17,9 @@ from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tracejudge.judges.agreement.rule_rates import rule_rates, rule_table
 from tracejudge.judges.agreement.tally import Tally, Truth, auc, cells, kept_of, label_ok
 from tracejudge.models.outputs import Evaluation
+from tracejudge.settings import Settings
 from tracejudge.streams.cli.main import main
 from tracejudge.streams.replay.engine import ReplayResult, lines_of, replay
-from tracejudge.streams.settings import Settings
 
 EVENTS = TAU_DATA / "events.jsonl"
 LABELS = TAU_DATA / "labels.json"

@@ -28,15 +28,15 @@ from tracejudge.judges.agreement.tally import (
 from tracejudge.judges.rules.judge import RuleVerdict
 from tracejudge.models import names
 from tracejudge.models.outputs import Evaluation
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.live import LiveAgreement, bounded
 from tracejudge.streams.agreement.outcomes import AgreementOutcomes
 from tracejudge.streams.agreement.report import agreement_json
 from tracejudge.streams.agreement.store import AgreementUnavailable, MemoryAgreementStore
 from tracejudge.streams.kafka.status import Status, render_status
-from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.replay.engine import lines_of, replay
 from tracejudge.streams.replay.report import summary
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.shared.metrics import Metrics
 
 RID = "req-1"
 

@@ -18,9 +18,9 @@ from tests.conftest import TAU_DATA
 from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tracejudge.judges.agreement.tally import Tally, Truth, cells, kept_of, label_ok
 from tracejudge.models.outputs import Evaluation
+from tracejudge.settings import Settings
 from tracejudge.streams.cli.main import main
 from tracejudge.streams.replay.engine import lines_of, replay
-from tracejudge.streams.settings import Settings
 
 EVENTS = TAU_DATA / "events.jsonl"
 LABELS = TAU_DATA / "labels.json"

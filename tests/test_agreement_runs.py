@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 from tracejudge.judges.agreement.tally import Kept, Tally, Truth, View
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.report import agreement_json
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.kafka.status import Status, render_status
 from tracejudge.streams.replay.engine import lines_of, replay
 from tracejudge.streams.replay.report import summary
-from tracejudge.streams.settings import Settings
 
 NOW = 1_700_000_000.0
 SHOP = Kept("shop", "1", 60, View(80, False, False))

@@ -20,8 +20,8 @@ from tracejudge.judges.agreement.calibration import (
     conformal_threshold,
 )
 from tracejudge.judges.agreement.tally import Cell, Tally
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.calibrations import CalibrationRefresher, refresher_of
-from tracejudge.streams.settings import Settings
 
 AGENT = "shop-bot"
 

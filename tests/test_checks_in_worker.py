@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.memory import memory_worker
 from tests.test_checks import refund_run
-from tracejudge.streams.ui.locate import locate
+from tracejudge.streams.explorer.locate import locate
 
 TEAM = "tests.team_checks"
 
@@ -162,7 +162,7 @@ def test_a_check_that_hangs_never_keeps_the_worker_from_exiting() -> None:
     script = """
 import asyncio, time
 from tracejudge.judges.checks.api import Check
-from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.worker.checks import CheckRunner
 from tests.test_checks import refund_run
 from tests.test_rules import window_of

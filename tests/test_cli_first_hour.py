@@ -15,8 +15,8 @@ from pydantic import SecretStr
 
 from tests.cli import clean_env, run_cli
 from tracejudge.models.errors import DependencyUnreachable
+from tracejudge.settings import Settings, SettingsError, changed_settings, load_settings
 from tracejudge.streams.cli.publish import check_lines, line_ranges, report
-from tracejudge.streams.settings import Settings, SettingsError, changed_settings, load_settings
 
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -85,7 +85,7 @@ def test_a_taken_port_is_one_line_naming_it_and_its_setting(
 
 
 def test_the_start_logs_only_changed_settings_masked(caplog: pytest.LogCaptureFixture) -> None:
-    from tracejudge.streams.judging.service import run_judge
+    from tracejudge.streams.judge.service import run_judge
 
     settings = Settings(
         kafka_bootstrap="127.0.0.1:9",

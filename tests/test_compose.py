@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from tracejudge.streams.settings import Settings, unknown_names
-from tracejudge.streams.ui.server import check_exposure
+from tracejudge.settings import Settings, unknown_names
+from tracejudge.streams.explorer.server import check_exposure
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,9 +19,9 @@ from tracejudge.models.outputs import (
     RetryRequest,
     Usage,
 )
+from tracejudge.settings import Settings
 from tracejudge.streams.demo.samples import sample_traces
 from tracejudge.streams.replay.engine import replay
-from tracejudge.streams.settings import Settings
 
 
 def test_published_schemas_are_current() -> None:
@@ -70,7 +70,7 @@ def test_config_is_accepted_after_the_command_too(tmp_path: Path) -> None:
 def test_settings_from_a_file_and_environment_wins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tracejudge.streams.settings import load_settings
+    from tracejudge.settings import load_settings
 
     config = tmp_path / "tracejudge.env"
     config.write_text("TRACEJUDGE_WARN_THRESHOLD=75\nTRACEJUDGE_TOPIC_PREFIX=acme.\n")
@@ -94,7 +94,7 @@ def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
 def test_docker_compose_matches_the_tested_kafka_and_settings() -> None:
     import re
 
-    from tracejudge.streams.settings import Settings
+    from tracejudge.settings import Settings
 
     root = Path(__file__).resolve().parent.parent
     compose = (root / "docker-compose.yml").read_text()

@@ -15,7 +15,7 @@ from tracejudge.judges.llm.answer import InvalidAnswer, parse_answer
 from tracejudge.judges.rules.judge import RuleJudge
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import parse_event
-from tracejudge.streams.visible import exact_json
+from tracejudge.streams.shared.visible import exact_json
 
 DEEP = "[{" * 20_000 + "}]" * 20_000  # past the standard library's recursion limit
 OPENS = "[{(" * 3_000  # what an agent's text can hold: openings, never closed

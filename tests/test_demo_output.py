@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tracejudge.settings import Settings, load_settings
 from tracejudge.streams.cli.main import _epilog
 from tracejudge.streams.demo.run import Serving, _redis
-from tracejudge.streams.settings import Settings, load_settings
 
 PASSWORD = "s3cr3t-redis-pw"
 

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from tests.secure_services import AUTHORIZER_PROPERTIES
+from tracejudge.settings import unknown_names
 from tracejudge.streams.kafka.acls import DEFAULT_PRINCIPALS, ROLES
-from tracejudge.streams.settings import unknown_names
 
 ROOT = Path(__file__).resolve().parents[1]
 USERS = {role: DEFAULT_PRINCIPALS[role].removeprefix("User:") for role in ROLES}

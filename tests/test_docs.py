@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.settings_reference import reference
+from tracejudge.settings import Settings
+from tracejudge.settings.reference import reference
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -23,7 +23,7 @@ def test_the_settings_reference_is_current_and_complete() -> None:
     written = (ROOT / "docs" / "configuration.md").read_text()
     assert written == reference(), (
         "docs/configuration.md is stale: "
-        "python -m tracejudge.streams.settings_reference > docs/configuration.md"
+        "python -m tracejudge.settings.reference > docs/configuration.md"
     )
     for name in Settings.model_fields:
         assert f"`TRACEJUDGE_{name.upper()}`" in written, name

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement import actions, live
-from tracejudge.streams.judging.startup import judge_line
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.judge.startup import judge_line
+from tracejudge.streams.shared.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 JUDGE_PAGES = ("judging.md", "judge-operations.md")

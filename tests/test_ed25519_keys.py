@@ -10,7 +10,7 @@ import pytest
 
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.signing import ControlKeyError, ControlKeys, new_key_pair
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
 
 RECORD = {"type": "intervention", "request_id": "r", "intervention_id": "i", "ts": 1.0}
 

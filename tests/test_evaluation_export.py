@@ -6,7 +6,7 @@ from typing import Any
 
 from tracejudge.client.otel_mapping import SpanInfo, events_of
 from tracejudge.models.events import parse_event
-from tracejudge.streams.otel.evaluations import EVENT_NAME, headers_of, record_of
+from tracejudge.streams.shared.evaluation_export import EVENT_NAME, headers_of, record_of
 
 EVALUATION: dict[str, Any] = {
     "request_id": "r1",

@@ -16,15 +16,15 @@ from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.errors import ConfigurationError
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import JudgeCall
+from tracejudge.settings import Settings
 from tracejudge.streams.cli import exits
 from tracejudge.streams.cli.main import main
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.show import render
-from tracejudge.streams.ui.locate import locate
-from tracejudge.streams.ui.plots import plot
-from tracejudge.streams.ui.server import check_exposure, make_app
-from tracejudge.streams.ui.store import Filters, Verdict, VerdictStore
-from tracejudge.streams.ui.trends import bins, changes, figures, t975, wilson
+from tracejudge.streams.explorer.locate import locate
+from tracejudge.streams.explorer.plots import plot
+from tracejudge.streams.explorer.server import check_exposure, make_app
+from tracejudge.streams.explorer.show import render
+from tracejudge.streams.explorer.store import Filters, Verdict, VerdictStore
+from tracejudge.streams.explorer.trends import bins, changes, figures, t975, wilson
 
 JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None, timelines="all")
 
@@ -338,7 +338,7 @@ async def test_verdicts_without_an_agent_name_are_grouped_under_a_label_that_lin
 
 
 async def test_a_missing_timeline_is_explained_by_the_one_reason_the_facts_give() -> None:
-    from tracejudge.streams.show import Kept, no_timeline
+    from tracejudge.streams.explorer.show import Kept, no_timeline
 
     failed, _, _ = judged("why-1", fail=True, ts=1e9)
     passed, _, _ = judged("why-2", fail=False, ts=1e9)

@@ -12,11 +12,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from tracejudge.judges.agreement.tally import Kept, Tally, Truth, View, cells, wilson
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.agreement import AgreementReader, agreement_of
-from tracejudge.streams.ui.reliability import LEFT, RIGHT, SIZE, TOP
-from tracejudge.streams.ui.server import make_app
-from tracejudge.streams.ui.store import VerdictStore
+from tracejudge.settings import Settings
+from tracejudge.streams.explorer.agreement import AgreementReader, agreement_of
+from tracejudge.streams.explorer.reliability import LEFT, RIGHT, SIZE, TOP
+from tracejudge.streams.explorer.server import make_app
+from tracejudge.streams.explorer.store import VerdictStore
 
 AGENT = "support"
 

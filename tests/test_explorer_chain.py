@@ -16,13 +16,13 @@ from tests.memory import memory_worker
 from tests.test_actions import PARENT, follow_up, run
 from tracejudge.judges.agreement.action_effects import ActionTally, asked, followed, reflection
 from tracejudge.judges.agreement.tally import Kept, View
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.demo.samples import sample_traces
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.agreement import ActionReader, AgreementReader, actions_of
-from tracejudge.streams.ui.chain import MAX_LINKS, chain_of
-from tracejudge.streams.ui.server import make_app
-from tracejudge.streams.ui.store import VerdictStore
+from tracejudge.streams.explorer.agreement import ActionReader, AgreementReader, actions_of
+from tracejudge.streams.explorer.chain import MAX_LINKS, chain_of
+from tracejudge.streams.explorer.server import make_app
+from tracejudge.streams.explorer.store import VerdictStore
 
 
 async def three_rounds() -> list[dict[str, Any]]:

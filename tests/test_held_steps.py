@@ -10,9 +10,9 @@ from typing import Any
 
 from tests.memory import Clock, MemoryChannel, fake_exit
 from tests.test_worker_handlers import final, start, tool
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.replay.engine import MemoryLookup
-from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 
 RID = "req-1"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("models", "judges", "streams", "prompts", "client")
+FOLDERS = ("models", "tables", "judges", "settings", "streams", "prompts", "client")
 
 
 def tracejudge_tree(base: Path, copy: bool) -> Path:
@@ -63,7 +63,7 @@ def test_a_judge_that_imports_the_worker_breaks_the_build(tmp_path: Path) -> Non
     rules.write_text(rules.read_text() + "\nfrom tracejudge.streams.worker import app  # noqa\n")
     result = lint_imports(tree)
     assert result.returncode == 1
-    assert "judges import only models and prompts of ours" in result.stdout
+    assert "judges import only models, tables and prompts of ours" in result.stdout
     assert "BROKEN" in result.stdout
 
 
@@ -93,10 +93,10 @@ def test_the_judges_hold_only_their_role_folders() -> None:
 def test_a_client_that_imports_streams_breaks_the_build(tmp_path: Path) -> None:
     tree = tracejudge_tree(tmp_path, copy=True)
     tracer = tree / "tracejudge" / "client" / "tracer.py"
-    tracer.write_text(tracer.read_text() + "\nfrom tracejudge.streams import settings  # noqa\n")
+    tracer.write_text(tracer.read_text() + "\nimport tracejudge.settings  # noqa\n")
     result = lint_imports(tree)
     assert result.returncode == 1
-    assert "tracejudge.client.tracer -> tracejudge.streams.settings" in result.stdout
+    assert "tracejudge.client.tracer -> tracejudge.settings" in result.stdout
 
 
 def test_importing_the_client_loads_neither_faust_nor_streams() -> None:

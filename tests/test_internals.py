@@ -85,7 +85,7 @@ def test_the_worker_refuses_to_start_on_a_library_that_moved_its_internals(
 ) -> None:
     import mode.worker
 
-    from tracejudge.streams.settings import Settings
+    from tracejudge.settings import Settings
     from tracejudge.streams.worker.run import run_worker
 
     # as if a new mode release had renamed the method the worker overrides

@@ -13,7 +13,7 @@ from tests.memory import memory_worker
 from tracejudge.judges.inflight.savings import estimated_saving
 from tracejudge.judges.rules.agent_norms import Norm, Norms, RunStats
 from tracejudge.models.outputs import InterventionMade, Saving, Usage
-from tracejudge.streams.settings import SettingsError, load_settings
+from tracejudge.settings import SettingsError, load_settings
 
 RID = "run-1"
 

@@ -20,8 +20,8 @@ from tracejudge.judges.llm.breaker import CircuitBreaker
 from tracejudge.judges.llm.client import JudgeError
 from tracejudge.judges.llm.prompt import build_input
 from tracejudge.judges.verdict.conclude import Policy
-from tracejudge.streams.judging.stage import JudgeStage
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.judge.stage import JudgeStage
 
 OK = tool_call_reply(verdict(True, False))
 

@@ -15,7 +15,7 @@ from tracejudge.judges.llm.criteria import CriteriaBook, CriteriaError, with_cri
 from tracejudge.judges.llm.prompt import cache_key
 from tracejudge.judges.verdict.conclude import conclude
 from tracejudge.prompts import final_judge_prompt
-from tracejudge.streams.show import render
+from tracejudge.streams.explorer.show import render
 
 CRITERIA = """
 [default]

@@ -14,7 +14,7 @@ from tests.memory import memory_worker
 from tests.test_judge_input import distinct_failures
 from tests.test_judge_usage import answered, judge_pending
 from tracejudge.models.outputs import JudgeCall
-from tracejudge.streams.show import judge_call, render
+from tracejudge.streams.explorer.show import judge_call, render
 
 
 @pytest.fixture

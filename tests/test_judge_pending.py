@@ -13,8 +13,8 @@ from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tests.memory import MemoryWorker, memory_worker
 from tracejudge.models import names
 from tracejudge.streams.cli.render import render as tail_render
-from tracejudge.streams.show import render as show_render
-from tracejudge.streams.ui.store import VerdictStore
+from tracejudge.streams.explorer.show import render as show_render
+from tracejudge.streams.explorer.store import VerdictStore
 
 
 @pytest.fixture

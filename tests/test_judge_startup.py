@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from tracejudge.streams.judging.startup import endpoint_host, judge_line, log_judge_line
-from tracejudge.streams.settings import Settings, load_settings
+from tracejudge.settings import Settings, load_settings
+from tracejudge.streams.judge.startup import endpoint_host, judge_line, log_judge_line
 
 
 def test_an_api_key_alone_says_a_hosted_model_judges_every_request(
@@ -17,7 +17,7 @@ def test_an_api_key_alone_says_a_hosted_model_judges_every_request(
     monkeypatch.setenv("TRACEJUDGE_LLM_API_KEY", "sk-secret-value")
     monkeypatch.setenv("TRACEJUDGE_REDIS_URL", "")
     settings = load_settings()
-    with caplog.at_level(logging.INFO, "tracejudge.streams.judging.startup"):
+    with caplog.at_level(logging.INFO, "tracejudge.streams.judge.startup"):
         log_judge_line(settings)
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith(

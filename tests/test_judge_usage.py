@@ -20,11 +20,11 @@ from tracejudge.judges.llm.usage import Prices, Tokens, tokens_of
 from tracejudge.judges.rules.judge import RuleJudge
 from tracejudge.judges.verdict.conclude import JudgeJob, Policy, WindowFacts
 from tracejudge.prompts import final_judge_prompt
-from tracejudge.streams.judging.budget import BudgetLimits, SpendBudget
-from tracejudge.streams.judging.jobs import record_outcome
-from tracejudge.streams.judging.stage import JudgeStage
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.judge.budget import BudgetLimits, SpendBudget
+from tracejudge.streams.judge.jobs import record_outcome
+from tracejudge.streams.judge.stage import JudgeStage
+from tracejudge.streams.shared.metrics import Metrics
 
 
 @pytest.fixture

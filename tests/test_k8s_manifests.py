@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from tracejudge.models.errors import ConfigurationError
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.server import check_exposure
+from tracejudge.settings import Settings
+from tracejudge.streams.explorer.server import check_exposure
 
 K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.30.0"

@@ -8,9 +8,9 @@ import pytest
 
 from tests.test_explorer import client_for, settings
 from tracejudge.models.errors import ConfigurationError
-from tracejudge.streams.ui.server import check_exposure
-from tracejudge.streams.ui.store import VerdictStore
-from tracejudge.streams.web_guard import host_allowed, host_names
+from tracejudge.streams.explorer.server import check_exposure
+from tracejudge.streams.explorer.store import VerdictStore
+from tracejudge.streams.shared.web_guard import host_allowed, host_names
 
 TOKEN = "a-long-random-token-0123456789"
 SECURITY = ("Content-Security-Policy", "X-Content-Type-Options", "Referrer-Policy")

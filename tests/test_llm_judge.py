@@ -421,8 +421,8 @@ def test_httpx_guard_refuses_real_hosts() -> None:
 
 
 def _stage(fake_url: str, **settings: Any) -> Any:
-    from tracejudge.streams.judging.stage import JudgeStage
-    from tracejudge.streams.settings import Settings
+    from tracejudge.settings import Settings
+    from tracejudge.streams.judge.stage import JudgeStage
 
     config = Settings.model_validate(
         {

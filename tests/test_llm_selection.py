@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from tests.memory import memory_worker
 from tracejudge.judges.llm.sampling import RateRule, Selection, parse_rates
-from tracejudge.streams.settings import Settings, SettingsError, load_settings
-from tracejudge.streams.show import render
+from tracejudge.settings import Settings, SettingsError, load_settings
+from tracejudge.streams.explorer.show import render
 
 IDS = [f"req-{i:05d}" for i in range(4000)]  # fixed: the counts below are exact, not flaky
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from tracejudge.settings import Settings
 from tracejudge.streams.replay.engine import replay
-from tracejudge.streams.settings import Settings
 
 
 def loop(rid: str, earlier_steps: int) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.memory import memory_worker
-from tracejudge.streams.metrics import Metrics, metric_names
+from tracejudge.streams.shared.metrics import Metrics, metric_names
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 SERIES = re.compile(r"\b(tracejudge_[a-z_]+)\b")

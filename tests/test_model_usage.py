@@ -16,7 +16,7 @@ from tracejudge.judges.windows.records import load_record, step_record
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import Evaluation, Usage
-from tracejudge.streams.metrics import MAX_AGENT_LABELS, OTHER_AGENTS, AgentMetrics
+from tracejudge.streams.shared.metrics import MAX_AGENT_LABELS, OTHER_AGENTS, AgentMetrics
 
 JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None, timelines="all")
 

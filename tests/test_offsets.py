@@ -8,9 +8,9 @@ import pytest
 from aiokafka import TopicPartition
 
 from tests.realservices import free_port
-from tracejudge.streams.commit import SEEK_RETRY_S, STUCK_S, OffsetGuard
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.shared.commit import SEEK_RETRY_S, STUCK_S, OffsetGuard
+from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.worker import watchdog
 from tracejudge.streams.worker.watchdog import StallWatchdog
 

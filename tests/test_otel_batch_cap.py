@@ -13,8 +13,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from tests.test_step_actors import Producer
-from tracejudge.streams.otel.receiver import Receiver, http_app
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.receiver.receiver import Receiver, http_app
 
 
 def batch(spans: int) -> ExportTraceServiceRequest:

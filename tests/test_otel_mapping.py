@@ -130,7 +130,7 @@ def test_without_content_an_answer_says_which_side_left_it_out(
     """Content the receiver does not read, content the instrumentation never captured, and
     the log line naming what sent the spans, once per instrumentation."""
     recorded = batches(Path(__file__).parent / "data" / "otel" / "pydantic_ai-v6-ok.b64.gz")
-    caplog.set_level(logging.INFO, logger="tracejudge.streams.otel.receiver")
+    caplog.set_level(logging.INFO, logger="tracejudge.streams.receiver.receiver")
     off = events_from(recorded, capture_content=False)
     [final] = [e for e in off if e["type"] == "final_response"]
     assert "TRACEJUDGE_OTEL_CAPTURE_CONTENT is off" in final["output"]

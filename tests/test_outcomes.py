@@ -17,9 +17,9 @@ from tracejudge.models import names
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import Outcome, parse_event
 from tracejudge.models.json_schemas import SCHEMA_DIR
+from tracejudge.settings import Settings
 from tracejudge.streams.cli.publish import check_lines
 from tracejudge.streams.replay.engine import lines_of, replay
-from tracejudge.streams.settings import Settings
 
 RID = "req-1"
 

@@ -15,12 +15,12 @@ from tracejudge.client.interventions import InterventionReader, RequestWatch
 from tracejudge.models.events import parse_event
 from tracejudge.models.outputs import Intervention
 from tracejudge.models.signing import ControlKeys, OutcomeKeys, sign_outcome
+from tracejudge.settings import Settings
+from tracejudge.streams.explorer.feed import take
+from tracejudge.streams.explorer.server import make_app
+from tracejudge.streams.explorer.store import VerdictStore
 from tracejudge.streams.replay.engine import replay
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.feed import take
-from tracejudge.streams.ui.server import make_app
-from tracejudge.streams.ui.store import VerdictStore
-from tracejudge.streams.visible import visible
+from tracejudge.streams.shared.visible import visible
 
 KEY = "k" * 40
 KEYS = ControlKeys.parse(KEY)
@@ -140,7 +140,7 @@ async def raw_get(port: int, path: str, authorization: bytes) -> bytes:
 
 async def test_a_token_that_is_not_utf8_is_refused_not_a_server_error() -> None:
     # imported here, as the names below: each test fails on its own on code without them
-    from tracejudge.streams.web_guard import tokens_match
+    from tracejudge.streams.shared.web_guard import tokens_match
 
     assert tokens_match("x\udcff", KEY) is False and tokens_match(KEY, KEY)
     settings = Settings.model_validate({"redis_url": "", "ui_token": KEY})

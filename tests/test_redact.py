@@ -11,8 +11,8 @@ from tracejudge.judges.masking.redact import ID_FIELDS, mask, mask_any, masked_j
 from tracejudge.judges.rules.judge import RuleJudge
 from tracejudge.judges.verdict.conclude import DISABLED, Policy, WindowFacts, conclude
 from tracejudge.models.outputs import RetryRequest
-from tracejudge.streams.logs import mask_log_records
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.shared.logs import mask_log_records
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."

@@ -12,12 +12,12 @@ from tests.conftest import TAU_DATA
 from tests.integration.harness import refund_request
 from tests.memory import memory_worker
 from tracejudge.judges.windows.records import WindowMeta
+from tracejudge.settings import Settings
 from tracejudge.streams.cli.main import main
 from tracejudge.streams.cli.replay import duration_s
 from tracejudge.streams.demo.samples import sample_traces
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.replay.engine import replay, replay_tables
-from tracejudge.streams.settings import Settings
 
 
 async def test_a_replay_gives_the_memory_workers_verdicts() -> None:

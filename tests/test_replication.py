@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.replication import (
     Replication,
     TopicCopies,
@@ -14,7 +15,6 @@ from tracejudge.streams.kafka.replication import (
     replication_gaps,
     topic_overrides,
 )
-from tracejudge.streams.settings import Settings
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tracejudge.models.errors import ConfigurationError
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.app import _faust_credentials
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.memory import memory_worker
-from tracejudge.streams.settings import SettingsError, load_settings
+from tracejudge.settings import SettingsError, load_settings
 from tracejudge.streams.worker.app import _faust_app
 
 
@@ -157,8 +157,8 @@ def test_a_documented_default_holds_when_another_setting_is_given(
     # docs/configuration.md and describe_settings show each field's default; one derived from
     # other settings (the judge is on once an endpoint is given) is "unset", never a value that
     # giving the endpoint contradicts
-    from tracejudge.streams.settings import describe_settings
-    from tracejudge.streams.settings_reference import reference
+    from tracejudge.settings import describe_settings
+    from tracejudge.settings.reference import reference
 
     monkeypatch.setenv("TRACEJUDGE_LLM_BASE_URL", "http://127.0.0.1:8080/v1")
     settings = load_settings()

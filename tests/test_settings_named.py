@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tracejudge.streams.settings import PREFIX, Settings, SettingsError, load_settings
+from tracejudge.settings import PREFIX, Settings, SettingsError, load_settings
 
 KNOWN = {PREFIX + name.upper() for name in Settings.model_fields}
 PRICES = ("TRACEJUDGE_LLM_PRICE_INPUT_PER_MTOK", "TRACEJUDGE_LLM_PRICE_OUTPUT_PER_MTOK")

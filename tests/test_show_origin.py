@@ -10,9 +10,9 @@ import pytest
 
 from tests.test_terminal_text import FORGED_LINE, HOSTILE, evaluation, obeyed
 from tracejudge.models.outputs import Origin
+from tracejudge.settings import Settings
 from tracejudge.streams.cli import main as cli_main
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.show import Found, render
+from tracejudge.streams.explorer.show import Found, render
 
 
 def follow_up(origin: Origin | None) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def test_the_origin_line_shows_control_characters_and_stays_one_line(
     async def fetch(settings: Settings, request_id: str) -> Found:  # Redis, as read
         return Found(follow_up(origin), [], "none")
 
-    monkeypatch.setattr("tracejudge.streams.show.fetch", fetch)
+    monkeypatch.setattr("tracejudge.streams.explorer.show.fetch", fetch)
     assert cli_main._show(Settings(redis_url=""), "r-2", as_json=False) == 0
     out = capsys.readouterr().out
     assert obeyed(out, allowed="\n") == []

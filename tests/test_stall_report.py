@@ -9,8 +9,8 @@ from aiokafka import TopicPartition
 from aiokafka.consumer.subscription_state import SubscriptionState
 from faust.tables.recovery import RecoveryStats
 
-from tracejudge.streams.commit import OffsetGuard, _Seek
-from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.shared.commit import OffsetGuard, _Seek
+from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.worker.debug import async_stacks
 from tracejudge.streams.worker.stall_report import stall_report
 

@@ -25,18 +25,18 @@ from tracejudge.judges.agreement.tally import Kept, Truth, View, kept_of
 from tracejudge.judges.verdict.conclude import Verdict
 from tracejudge.judges.verdict.encoded import made_of
 from tracejudge.models.outputs import Evaluation, InterventionMade
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.actions import steers_json
 from tracejudge.streams.agreement.live import LiveAgreement
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.demo.samples import sample_traces
+from tracejudge.streams.explorer.agreement import ActionReader, AgreementReader, steers_of
+from tracejudge.streams.explorer.server import make_app
+from tracejudge.streams.explorer.store import VerdictStore
 from tracejudge.streams.kafka.status import Status, render_status
-from tracejudge.streams.metrics import Metrics
 from tracejudge.streams.replay.engine import ReplayResult
 from tracejudge.streams.replay.report import summary
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.agreement import ActionReader, AgreementReader, steers_of
-from tracejudge.streams.ui.server import make_app
-from tracejudge.streams.ui.store import VerdictStore
+from tracejudge.streams.shared.metrics import Metrics
 
 
 def told(

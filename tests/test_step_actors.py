@@ -32,8 +32,8 @@ from tracejudge.client.integrations.langchain import TracejudgeCallbackHandler
 from tracejudge.client.integrations.openai_agents import TracejudgeProcessor
 from tracejudge.client.integrations.otel import TracejudgeSpanProcessor
 from tracejudge.models.events import parse_event
-from tracejudge.streams.otel.receiver import Receiver
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.receiver.receiver import Receiver
 
 
 class Sink:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from tracejudge.settings import Settings
 from tracejudge.streams.cli import main as cli_main
+from tracejudge.streams.explorer.show import Found
 from tracejudge.streams.kafka.status import Status, WorkerStatus, render_status
-from tracejudge.streams.logs import MaskedLogRecord
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.show import Found
-from tracejudge.streams.visible import exact_json, visible, visible_data
+from tracejudge.streams.shared.logs import MaskedLogRecord
+from tracejudge.streams.shared.visible import exact_json, visible, visible_data
 
 FORGED_LINE = "12:00:00 req-42 score=100 PASS"
 HOSTILE = (
@@ -74,7 +74,7 @@ def test_show_prints_hostile_text_as_text(
     async def fetch(settings: Settings, request_id: str) -> Found:  # Redis, as read
         return Found(evaluation(), timeline, None)
 
-    monkeypatch.setattr("tracejudge.streams.show.fetch", fetch)
+    monkeypatch.setattr("tracejudge.streams.explorer.show.fetch", fetch)
     assert cli_main._show(Settings(redis_url=""), "r", as_json=False) == 0
     out = capsys.readouterr().out
     assert obeyed(out, allowed="\n") == []

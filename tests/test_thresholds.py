@@ -15,16 +15,16 @@ from tests.test_worker_handlers import final, start, tool
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook
 from tracejudge.judges.agreement.tally import Tally
 from tracejudge.models.agents import NO_AGENT
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.calibrations import refresher_of
 from tracejudge.streams.agreement.report import agreement_json
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.agreement.thresholds import alert_thresholds, thresholds_json
+from tracejudge.streams.explorer.agreement import AgreementReader
+from tracejudge.streams.explorer.server import make_app
+from tracejudge.streams.explorer.store import VerdictStore
 from tracejudge.streams.kafka.status import Status, render_status
-from tracejudge.streams.metrics import MAX_AGENT_LABELS, Metrics
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.agreement import AgreementReader
-from tracejudge.streams.ui.server import make_app
-from tracejudge.streams.ui.store import VerdictStore
+from tracejudge.streams.shared.metrics import MAX_AGENT_LABELS, Metrics
 
 TEAM = "shop-bot"
 CLEAN = 93  # what the rules score a clean run of `run` (two calls that succeeded)

@@ -14,7 +14,7 @@ from tracejudge.judges.verdict.make import Closing, Judging, LLMRouting, make_ve
 from tracejudge.judges.windows.records import step_record
 from tracejudge.models.events import parse_event
 from tracejudge.streams.demo.samples import sample_traces
-from tracejudge.streams.verdict_log import VerdictLog
+from tracejudge.streams.shared.verdict_log import VerdictLog
 
 JUDGING = Judging(tool_call_budget=12, policy=Policy(), version="test", llm=None)
 
@@ -64,7 +64,7 @@ def summary(rid: str, success: bool = True) -> Summary:
 def test_the_verdict_log_writes_counts_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
     now = [0.0]
     verdicts = VerdictLog(interval_s=10, clock=lambda: now[0])
-    caplog.set_level(logging.INFO, logger="tracejudge.streams.outputs")
+    caplog.set_level(logging.INFO, logger="tracejudge.streams.shared.outputs")
     for i in range(100):  # 100 verdicts over 20 s: the first at once, then one line per 10 s
         now[0] = i * 0.2
         verdicts.note(summary(f"r{i}", success=i % 4 != 0))

@@ -6,10 +6,10 @@ import asyncio
 import logging
 
 from tests.memory import memory_worker
-from tracejudge.streams.judging.consumer import JudgeRunner
+from tracejudge.settings import Settings
+from tracejudge.streams.judge.consumer import JudgeRunner
 from tracejudge.streams.kafka.brokers import BrokerCount
-from tracejudge.streams.logs import RepeatFilter
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.shared.logs import RepeatFilter
 from tracejudge.streams.worker.health import health_report
 from tracejudge.streams.worker.watchdog import StallWatchdog
 

@@ -31,7 +31,7 @@ from tracejudge.judges.checks.api import Check, Failure
 from tracejudge.judges.checks.declarative import FINAL, PER_STEP, declared
 from tracejudge.judges.checks.declarative import pattern as compile_pattern
 from tracejudge.judges.checks.view import Run
-from tracejudge.models.agent_tables import for_agent, read_toml, split_tables
+from tracejudge.tables.agent_tables import for_agent, read_toml, split_tables
 
 ENTRY_POINTS = "tracejudge.checks"
 KEYS = ("code", "on_step", *PER_STEP, *FINAL)

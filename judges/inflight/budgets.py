@@ -34,7 +34,7 @@ from typing import Any
 
 from tracejudge.judges.inflight.escalation import DEFAULT_LOOP_ACTION, LOOP_ACTIONS, LoopAction
 from tracejudge.judges.inflight.loops import KINDS, LoopRules
-from tracejudge.models.agent_tables import for_agent, read_toml, split_tables
+from tracejudge.tables.agent_tables import for_agent, read_toml, split_tables
 
 LIMITS = ("steps", "tool_calls", "tokens", "cost_usd", "wall_s")
 INTEGER_LIMITS = ("steps", "tool_calls", "tokens")

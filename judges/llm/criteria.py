@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from tracejudge.judges.llm.answer import DIMENSION_NAME
-from tracejudge.models.agent_tables import for_agent, read_toml, split_tables
 from tracejudge.prompts import JudgePrompt
+from tracejudge.tables.agent_tables import for_agent, read_toml, split_tables
 
 KEYS = ("criteria", "version", "good_example", "bad_example", "dimensions")
 MAX_CHARS = 4_000  # per text: the operator's criteria, not a second prompt

@@ -30,7 +30,7 @@ class Summary:
     usage: Usage | None = None
     passed: bool = False
     # the rules' verdict of a request the judge will amend: counted apart, so that each
-    # request's final verdict is counted once (streams/outputs.py)
+    # request's final verdict is counted once (streams/shared/outputs.py)
     pending: bool = False
     # an iterative workflow's loop: (an early stop was decided, rounds used, the limit)
     iterations: tuple[bool, int, int | None] | None = None

@@ -23,7 +23,7 @@ from tracejudge.judges.agreement.calibration import (
     calibrate_all,
 )
 from tracejudge.judges.agreement.tally import Tally
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from prometheus_client.core import Metric
 from tracejudge.judges.agreement.action_effects import ActionFigures, SteerFigures
 from tracejudge.judges.agreement.rule_rates import RuleRate
 from tracejudge.judges.agreement.tally import Figures, Tally
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement import actions
 from tracejudge.streams.agreement.gauges import gauge_families
 from tracejudge.streams.agreement.store import RedisAgreementStore, keys_of
-from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from tracejudge.judges.agreement.tally import Truth
 from tracejudge.models.events import Outcome
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
-from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.shared.metrics import Metrics
 
 
 @dataclass

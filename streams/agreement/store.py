@@ -47,7 +47,7 @@ from redis.asyncio.client import Pipeline
 
 from tracejudge.judges.agreement.action_effects import ActionTally, Amounts, steer_outcomes
 from tracejudge.judges.agreement.tally import Cell, Kept, Tally, Truth, cells, run_cell
-from tracejudge.streams.redis_batch import batch_of
+from tracejudge.streams.shared.redis_batch import batch_of
 
 log = logging.getLogger(__name__)
 

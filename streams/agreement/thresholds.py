@@ -16,8 +16,8 @@ from typing import Any
 
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook, calibrate_all
 from tracejudge.judges.agreement.tally import Tally
-from tracejudge.streams.metrics import MAX_AGENT_LABELS, AgentMetrics, AgentThreshold
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.shared.metrics import MAX_AGENT_LABELS, AgentMetrics, AgentThreshold
 
 CALIBRATED = "calibrated"
 CONFIGURED = "configured"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tracejudge.streams.cli import exits
 
 if TYPE_CHECKING:  # the parser is built without the worker extra (streams/cli/entry.py)
-    from tracejudge.streams.settings import Settings
+    from tracejudge.settings import Settings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

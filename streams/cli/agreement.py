@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tracejudge.judges.agreement.rule_rates import rule_table
 from tracejudge.judges.agreement.tally import Figures
+from tracejudge.settings import Settings
 from tracejudge.streams.cli import exits
 from tracejudge.streams.replay.agreement import (
     Joined,
@@ -30,8 +31,7 @@ from tracejudge.streams.replay.agreement import (
 )
 from tracejudge.streams.replay.engine import lines_of, replay
 from tracejudge.streams.replay.labels import Labels, LabelsError, outcomes_in, read_labels
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.visible import visible_lines
+from tracejudge.streams.shared.visible import visible_lines
 
 VIEW_NAMES = {
     "rules": "rules",
@@ -44,7 +44,7 @@ VIEW_NAMES = {
 
 def run_agreement(settings: Settings, args: argparse.Namespace) -> int:
     # the worker logs a line per evaluation; this command prints its report instead
-    for name in ("tracejudge.streams.worker", "tracejudge.streams.outputs"):
+    for name in ("tracejudge.streams.worker", "tracejudge.streams.shared.outputs"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if (args.events is None) == (args.evaluations is None):
         print(

@@ -24,15 +24,15 @@ from tracejudge.streams.cli import exits
 from tracejudge.streams.cli.acls import configure as configure_acls
 from tracejudge.streams.cli.acls import run_acls
 from tracejudge.streams.cli.entry import WORKER_EXTRA
-from tracejudge.streams.visible import exact_json, visible, visible_data
+from tracejudge.streams.shared.visible import exact_json, visible, visible_data
 
 # The parser (--help, --version, usage errors) needs nothing of the worker extra: the settings
 # and logging modules, which do, are imported once a command runs, so that the client-only
 # install (`pip install tracejudge`) gets help and a one-line "install the extra", not a
 # traceback (streams/cli/entry.py).
 if TYPE_CHECKING:
+    from tracejudge.settings import Settings
     from tracejudge.streams.kafka.io import PublishReport
-    from tracejudge.streams.settings import Settings
 
 TAIL_KINDS = (
     names.EVALUATIONS,
@@ -62,13 +62,11 @@ OUTPUT_SETTINGS = ("log_level", "log_format")
 @functools.cache  # one table for the parser, not one per command's epilog
 def command_settings() -> dict[str, list[str]]:
     """The settings each command reads (the worker reads them all)."""
-    from tracejudge.streams.settings import (
-        JudgeSettings,
-        KafkaSettings,
-        RedisSettings,
-        RuleSettings,
-        Settings,
-    )
+    from tracejudge.settings import Settings
+    from tracejudge.settings.judge import JudgeSettings
+    from tracejudge.settings.kafka import KafkaSettings
+    from tracejudge.settings.redis import RedisSettings
+    from tracejudge.settings.rules import RuleSettings
 
     return {
         "worker": _names(*Settings.model_fields),
@@ -340,12 +338,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "worker":
             return _worker(settings)
         if args.command == "judge":
-            from tracejudge.streams.judging.service import run_judge
+            from tracejudge.streams.judge.service import run_judge
 
             return run_judge(settings)
         if args.command == "otel":
-            from tracejudge.streams.logs import quiet_library_logs
-            from tracejudge.streams.otel.receiver import serve
+            from tracejudge.streams.receiver.receiver import serve
+            from tracejudge.streams.shared.logs import quiet_library_logs
 
             quiet_library_logs()  # aiokafka logs every retry while the broker is away
             with contextlib.suppress(KeyboardInterrupt):
@@ -362,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "show":
             return _show(settings, args.request_id, args.json)
         if args.command == "ui":
-            from tracejudge.streams.ui.server import serve as serve_ui
+            from tracejudge.streams.explorer.server import serve as serve_ui
 
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(serve_ui(settings))
@@ -404,8 +402,8 @@ def _topics(settings: Settings) -> int:
 
 def _settings(config: str | None) -> Settings | None:
     """The settings, logging set up by them; None once each problem is a line on stderr."""
-    from tracejudge.streams.logs import setup_logging
-    from tracejudge.streams.settings import SettingsError, load_settings
+    from tracejudge.settings import SettingsError, load_settings
+    from tracejudge.streams.shared.logs import setup_logging
 
     try:
         settings = load_settings(config)
@@ -421,7 +419,7 @@ def _settings(config: str | None) -> Settings | None:
 
 
 def _ui_settings(settings: Settings, args: argparse.Namespace) -> Settings:
-    from tracejudge.streams.ui.server import check_exposure
+    from tracejudge.streams.explorer.server import check_exposure
 
     given = {"ui_host": args.host, "ui_port": args.port}
     chosen = settings.model_copy(update={k: v for k, v in given.items() if v is not None})
@@ -451,7 +449,7 @@ def _taken_port(settings: Settings, command: str) -> str | None:
 
 
 def _show(settings: Settings, request_id: str, as_json: bool) -> int:
-    from tracejudge.streams.show import fetch, render
+    from tracejudge.streams.explorer.show import fetch, render
 
     found = asyncio.run(fetch(settings, request_id))
     if found.evaluation is None:

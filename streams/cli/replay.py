@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from tracejudge.models import names
+from tracejudge.settings import Settings, load_settings
 from tracejudge.streams.replay.engine import ReplayResult, lines_of, replay
 from tracejudge.streams.replay.report import agreement, comparison, describe, summary
-from tracejudge.streams.settings import Settings, load_settings
-from tracejudge.streams.visible import visible_lines
+from tracejudge.streams.shared.visible import visible_lines
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

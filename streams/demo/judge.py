@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 
 from tracejudge.judges.masking.redact import mask
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
 
 PROBE_TIMEOUT_S = 3.0
 

@@ -21,6 +21,9 @@ from urllib.parse import urlparse
 
 from tracejudge.judges.masking.redact import mask
 from tracejudge.models import names
+from tracejudge.settings import Settings
+from tracejudge.settings.judge import JudgeSettings
+from tracejudge.settings.kafka import KafkaSettings
 from tracejudge.streams.demo.embedded import (
     Running,
     free_port,
@@ -33,8 +36,7 @@ from tracejudge.streams.demo.judge import judge_problem
 from tracejudge.streams.demo.samples import SampleTrace, sample_traces
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.kafka.io import publish_lines, read_topic
-from tracejudge.streams.settings import JudgeSettings, KafkaSettings, Settings
-from tracejudge.streams.visible import visible_lines
+from tracejudge.streams.shared.visible import visible_lines
 
 IDLE_TIMEOUT_S = 3.0
 PROGRESS_EVERY_S = 10.0  # a line while verdicts are awaited longer than a demo normally takes

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracejudge.models import names
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
 
 ROLES = ("worker", "agent", "receiver", "outcomes", "explorer", "operator")
 DEFAULT_PRINCIPALS = {role: f"User:tracejudge-{role}" for role in ROLES}

@@ -19,6 +19,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.replication import (
     Replication,
     config_values,
@@ -28,7 +29,6 @@ from tracejudge.streams.kafka.replication import (
     warn_of_gaps,
 )
 from tracejudge.streams.kafka.security import check_connection, client_options
-from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from aiokafka.client import AIOKafkaClient
 
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.settings import Settings
 
 # A broker gone from the metadata (fenced after its death) is still counted as missing for this
 # long: "2 of 3 answering" while it is down, not "2 of 2". A broker removed for good stops being

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.settings import Settings
 
 
 @dataclass(frozen=True)

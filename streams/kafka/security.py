@@ -13,7 +13,7 @@ import ssl
 from typing import Any
 
 from tracejudge.models.errors import ConfigurationError, DependencyUnreachable
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
 
 TLS = ("SSL", "SASL_SSL")
 SASL = ("SASL_PLAINTEXT", "SASL_SSL")

@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from tracejudge.judges.agreement.action_effects import ActionTally
 from tracejudge.judges.agreement.tally import Tally
 from tracejudge.models import names
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.actions import (
     action_lines,
     actions_json,
@@ -29,9 +30,8 @@ from tracejudge.streams.agreement.store import AgreementUnavailable
 from tracejudge.streams.agreement.thresholds import threshold_lines, thresholds_json
 from tracejudge.streams.kafka.admin import partition_counts
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.outputs import redis_client
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.visible import visible_lines
+from tracejudge.streams.shared.outputs import redis_client
+from tracejudge.streams.shared.visible import visible_lines
 
 WINDOW_S = 60.0  # "the last minute"
 LAST_BATCH_WAIT_S = 2.0  # reading the input partitions' last batches (`_true_ends`)

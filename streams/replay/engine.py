@@ -16,10 +16,10 @@ from typing import Any, NoReturn
 from tracejudge.judges.agreement.action_effects import ActionTally
 from tracejudge.judges.agreement.tally import Tally
 from tracejudge.models import names
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.store import MemoryAgreementStore
 from tracejudge.streams.kafka.records import InRecord
-from tracejudge.streams.outputs import redis_client
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.shared.outputs import redis_client
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 
 

@@ -10,8 +10,8 @@ from typing import Any
 from tracejudge.judges.agreement.tally import auc, label_ok
 from tracejudge.streams.agreement.actions import steer_lines, steers_json
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
-from tracejudge.streams.metrics import quadrant
 from tracejudge.streams.replay.engine import ReplayResult
+from tracejudge.streams.shared.metrics import quadrant
 
 BANDS = ((0, 19), (20, 39), (40, 59), (60, 79), (80, 100))
 QUADRANTS = ("success_complete", "success_incomplete", "failure_complete", "failure_incomplete")

@@ -1,7 +1,7 @@
 """The Faust app factory: topics, tables, agents, timer, tasks and pages; wiring only.
 
 What happens to a record is in the handlers (`events.py`, `responses.py`, `closing.py`,
-`early_stop.py`, `judging/jobs.py`), which `context.py` builds; every consuming loop here
+`early_stop.py`, `judge/jobs.py`), which `context.py` builds; every consuming loop here
 hands its records to the one error policy (`errors.py`).
 """
 
@@ -21,16 +21,16 @@ from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from tracejudge.models import names
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.calibrations import refresher_of
-from tracejudge.streams.commit import OffsetGuard
-from tracejudge.streams.judging.consumer import JudgeRunner
+from tracejudge.streams.judge.consumer import JudgeRunner
 from tracejudge.streams.kafka import internals, membership
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
-from tracejudge.streams.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from tracejudge.streams.outputs import Prompt, redis_client
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.web_guard import PLAIN_HEADERS, host_allowed, host_names, refusal
+from tracejudge.streams.shared.commit import OffsetGuard
+from tracejudge.streams.shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from tracejudge.streams.shared.outputs import Prompt, redis_client
+from tracejudge.streams.shared.web_guard import PLAIN_HEADERS, host_allowed, host_names, refusal
 from tracejudge.streams.worker import record_handoff
 from tracejudge.streams.worker.context import Channels, Tables, WorkerContext
 from tracejudge.streams.worker.debug import async_stacks
@@ -123,7 +123,7 @@ def create_app(settings: Settings) -> faust.App:
     ctx.commits.admission = guard
 
     # Only a concurrency=1 agent may update tables (faust-streaming #606). Records are
-    # acknowledged (and so committed) only by the commit rule (`streams/commit.py`), which
+    # acknowledged (and so committed) only by the commit rule (`streams/shared/commit.py`), which
     # also keeps every exception out of `async for`, where it would kill the agent silently.
     backlog = _backlog_linger(app, settings)
     ctx.metrics.readings.producer_linger = backlog.current_s

@@ -34,7 +34,7 @@ from tracejudge.judges.checks.api import Check, Failure
 from tracejudge.judges.checks.apply import Checked
 from tracejudge.judges.checks.view import Run
 from tracejudge.judges.checks.wall import ANSWER_LIMIT, FRAME, findings_of, run_record
-from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.shared.metrics import Metrics
 
 log = logging.getLogger(__name__)
 PROCESSES = 2  # check processes by default: the machine's two cores

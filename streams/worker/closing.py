@@ -12,8 +12,8 @@ from tracejudge.judges.rules.judge import RuleJudge
 from tracejudge.judges.verdict.make import Closing, Judging, make_verdict, window_for
 from tracejudge.models.agents import group_of
 from tracejudge.models.window import ClosedBy
-from tracejudge.streams.commit import Held, later
-from tracejudge.streams.outputs import Channel, VerdictPublisher, deliver
+from tracejudge.streams.shared.commit import Held, later
+from tracejudge.streams.shared.outputs import Channel, VerdictPublisher, deliver
 from tracejudge.streams.worker.checks import CheckRunner
 from tracejudge.streams.worker.windows import WindowStore, fired_of
 

@@ -19,18 +19,18 @@ from tracejudge.judges.agreement.calibration import CalibrationBook
 from tracejudge.judges.llm.sampling import parse_rates
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.make import Judging, LLMRouting
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.live import LiveAgreement, agreement_store
 from tracejudge.streams.agreement.outcomes import AgreementOutcomes
 from tracejudge.streams.agreement.store import AgreementStore, RedisAgreementStore
 from tracejudge.streams.agreement.thresholds import alert_thresholds
-from tracejudge.streams.commit import CommitRule
-from tracejudge.streams.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
-from tracejudge.streams.judging.jobs import JudgeJobHandler
-from tracejudge.streams.judging.stage import JudgeStage, judging_version
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.otel.evaluations import evaluation_exporter
-from tracejudge.streams.outputs import Channel, Lookup, RedisSink, VerdictPublisher
-from tracejudge.streams.settings import Settings
+from tracejudge.streams.judge.jobs import JudgeJobHandler
+from tracejudge.streams.judge.stage import JudgeStage, judging_version
+from tracejudge.streams.shared.commit import CommitRule
+from tracejudge.streams.shared.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
+from tracejudge.streams.shared.evaluation_export import evaluation_exporter
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.worker.baselines import BaselineBook
 from tracejudge.streams.worker.checks import CheckRunner, CheckWall
 from tracejudge.streams.worker.closing import WindowCloser

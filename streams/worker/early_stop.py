@@ -12,8 +12,8 @@ from tracejudge.judges.verdict.encoded import encode
 from tracejudge.models.names import REDIS_CONTROL_KEY
 from tracejudge.models.outputs import EarlyStopDecision
 from tracejudge.models.signing import ControlKeys, signed
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.outputs import Channel, Lookup, deliver
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import Channel, Lookup, deliver
 from tracejudge.streams.worker.windows import WindowStore
 
 

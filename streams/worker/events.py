@@ -19,9 +19,9 @@ from tracejudge.models.events import (
 )
 from tracejudge.models.names import MARKER_HEADER
 from tracejudge.models.signing import OutcomeKeys
-from tracejudge.streams.commit import later
 from tracejudge.streams.kafka.records import InRecord
-from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.shared.commit import later
+from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.idle import MarkerLog, Timeouts, marker_applies

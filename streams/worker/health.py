@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracejudge.streams.judging.consumer import JudgeRunner
+from tracejudge.streams.judge.consumer import JudgeRunner
 from tracejudge.streams.kafka.brokers import BrokerCount
 from tracejudge.streams.worker.context import WorkerContext
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tracejudge.models.names import MARKER_HEADER
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.outputs import Channel
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import Channel
 from tracejudge.streams.worker.baselines import BASELINE_MARKER_ID, SEP
 from tracejudge.streams.worker.liveness import PartitionLiveness
 from tracejudge.streams.worker.windows import Marker, WindowStore

@@ -37,8 +37,8 @@ from tracejudge.models.events import (
 from tracejudge.models.ids import intervention_id
 from tracejudge.models.outputs import Intervention
 from tracejudge.models.signing import ControlKeys, signed
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.outputs import Channel, deliver
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import Channel, deliver
 from tracejudge.streams.worker.checks import CheckRunner
 from tracejudge.streams.worker.windows import OpenWindow, WindowStore
 

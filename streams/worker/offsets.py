@@ -1,5 +1,5 @@
 """The group's committed offsets and a partition's first record, read from the broker: what
-the commit rule's gap check (`streams/commit.py` `OffsetGuard`) asks."""
+the commit rule's gap check (`streams/shared/commit.py` `OffsetGuard`) asks."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tracejudge.models.events import Outcome
-from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.shared.metrics import Metrics
 
 
 class OutcomeTaker(Protocol):

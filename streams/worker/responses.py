@@ -14,8 +14,8 @@ from tracejudge.judges.verdict.retries import RetryPlan, plan_retry
 from tracejudge.models.responses import ModelResponse, parse_model_response
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.kafka.records import InRecord
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.outputs import Channel
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import Channel
 
 # Fingerprints of handled answers kept per session: enough to recognise redeliveries.
 MARKS_KEPT = 32

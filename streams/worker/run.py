@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from tracejudge.streams.judging.startup import log_judge_line
+from tracejudge.settings import Settings, changed_settings
+from tracejudge.streams.judge.startup import log_judge_line
 from tracejudge.streams.kafka import internals
 from tracejudge.streams.kafka.admin import prepare_topics
-from tracejudge.streams.logs import quiet_library_logs, worker_logging_config
-from tracejudge.streams.settings import Settings, changed_settings
+from tracejudge.streams.shared.logs import quiet_library_logs, worker_logging_config
 from tracejudge.streams.worker.app import create_app
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tracejudge.streams.commit import OffsetGuard
 from tracejudge.streams.kafka.internals import consumer_flow, consumer_view
+from tracejudge.streams.shared.commit import OffsetGuard
 
 
 def _fields(values: dict[str, object]) -> str:

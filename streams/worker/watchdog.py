@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.brokers import BrokerCensus, BrokerCount
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 

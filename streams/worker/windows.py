@@ -59,7 +59,7 @@ from tracejudge.judges.windows.records import (
 from tracejudge.judges.windows.run_state import RunState
 from tracejudge.models.events import STEP_TYPES, Event, FinalResponse, Iteration
 from tracejudge.models.window import ClosedBy, Fired, Window
-from tracejudge.streams.commit import Held
+from tracejudge.streams.shared.commit import Held
 from tracejudge.streams.worker.baselines import BaselineBook
 
 SEP = "\x1f"

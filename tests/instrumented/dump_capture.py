@@ -12,7 +12,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tracejudge.streams.otel.receiver import value_of
+from tracejudge.streams.receiver.receiver import value_of
 
 
 def main(path: str, full: bool) -> None:

@@ -22,7 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.realservices import ROOT, free_port, stop_process
 from tracejudge.client import Tracer
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
 
 Headers = list[tuple[str, bytes]]
 

@@ -119,7 +119,7 @@ async def test_evaluations_and_kept_verdicts_queued_together_share_one_round_tri
     """The worker writes an evaluation and keeps its verdict for every request: queued in the
     same turn of the loop, a hundred requests' writes go in one pipeline, each caller gets its
     own replies, and an outcome already in is still joined."""
-    from tracejudge.streams.outputs import RedisSink
+    from tracejudge.streams.shared.outputs import RedisSink
 
     prefix = f"{PREFIX}it-{uuid.uuid4().hex[:8]}:"
     store, sink = store_of(redis, prefix), RedisSink(redis, 600)

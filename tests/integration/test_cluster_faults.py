@@ -37,11 +37,11 @@ from tracejudge.client import Tracer
 from tracejudge.judges.windows.records import WindowMeta
 from tracejudge.models import names
 from tracejudge.models.names import MARKER_HEADER, REDIS_EVALUATION_KEY, changelog_topic
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.replication import config_values
 from tracejudge.streams.replay.engine import replay_tables
-from tracejudge.streams.settings import Settings
 from tracejudge.streams.worker.windows import SEP
 
 pytestmark = pytest.mark.integration  # in one process with every test on the cluster: conftest

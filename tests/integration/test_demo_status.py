@@ -23,9 +23,9 @@ from tests.cli import clean_env, run_cli
 from tests.fake_llm import FakeLLM, tool_call_reply, verdict
 from tests.integration.serving_demo import serving_demo
 from tests.realservices import ROOT, free_port
+from tracejudge.settings import Settings
 from tracejudge.streams.demo.embedded import start_tansu
 from tracejudge.streams.kafka.status import collect_status
-from tracejudge.streams.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ from tests.integration.harness import WorkerProcess, produce
 from tests.test_explorer import judged
 from tracejudge.judges.agreement.tally import Figures, Tally, Truth, kept_of
 from tracejudge.models.outputs import Evaluation
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.store import MemoryAgreementStore
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.agreement import auc_text, share_text
+from tracejudge.streams.explorer.agreement import auc_text, share_text
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from tracejudge.client.reflections import follow_up_request_id
 
 pytestmark = pytest.mark.integration
 PLAN = ["lookup_order", "refund_payment", "send_confirmation"]
-# the explorer reads the action tally at most every 30 s (streams/ui/agreement.py REFRESH_S)
+# the explorer reads the action tally at most every 30 s (streams/explorer/agreement.py REFRESH_S)
 FIGURES_WAIT_S = 90.0
 
 

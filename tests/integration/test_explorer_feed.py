@@ -17,8 +17,8 @@ from tests.integration.browser import explorer, wait_until
 from tests.realservices import start_kafka
 from tests.test_explorer import judged
 from tracejudge.models import names
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.admin import ensure_topics
-from tracejudge.streams.settings import Settings
 
 pytestmark = pytest.mark.integration
 

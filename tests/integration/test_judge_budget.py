@@ -12,9 +12,9 @@ from tests.fake_llm import FakeLLM
 from tests.realservices import free_port
 from tests.test_judge_usage import answered, job
 from tracejudge.judges.verdict.conclude import Policy
-from tracejudge.streams.judging.budget import BudgetLimits, SpendBudget
-from tracejudge.streams.judging.stage import JudgeStage
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.judge.budget import BudgetLimits, SpendBudget
+from tracejudge.streams.judge.stage import JudgeStage
 
 pytestmark = pytest.mark.integration
 

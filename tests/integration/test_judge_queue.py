@@ -26,13 +26,13 @@ from tests.test_llm_judge import client_for
 from tracejudge.judges.llm.client import JudgeError
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.models import names
-from tracejudge.streams.judging import consumer as judge_consumer
-from tracejudge.streams.judging.consumer import JudgeRunner
-from tracejudge.streams.judging.rate_limit import SharedTokenLimiter
-from tracejudge.streams.judging.stage import JOB_HEADROOM, JudgeStage
+from tracejudge.settings import Settings
+from tracejudge.streams.judge import consumer as judge_consumer
+from tracejudge.streams.judge.consumer import JudgeRunner
+from tracejudge.streams.judge.rate_limit import SharedTokenLimiter
+from tracejudge.streams.judge.stage import JOB_HEADROOM, JudgeStage
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.kafka.status import WorkerStatus, collect_status, render_status
-from tracejudge.streams.settings import Settings
 
 pytestmark = pytest.mark.integration
 

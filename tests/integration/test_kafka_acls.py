@@ -295,8 +295,8 @@ def test_the_printed_commands_grant_what_apply_grants(broker: Service, tmp_path:
     )
     from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
+    from tracejudge.settings import Settings
     from tracejudge.streams.kafka import acls
-    from tracejudge.streams.settings import Settings
 
     base = worker_env(broker.address, "", tmp_path, "printed", redis_url="")
     principals = [f"--principal={role}=User:printed-{role}" for role in ROLES]

@@ -33,8 +33,8 @@ from tests.instrumentations import batches
 from tests.integration.harness import WorkerProcess, grouped
 from tests.realservices import free_port
 from tracejudge.models.errors import ConfigurationError
-from tracejudge.streams.otel.receiver import check_exposure, serve
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.receiver.receiver import check_exposure, serve
 
 pytestmark = pytest.mark.integration
 

@@ -62,13 +62,13 @@ def test_the_wheel_has_only_tracejudge_at_top_level(wheel: Path) -> None:
         "tracejudge/streams/worker/app.py",
         "tracejudge/streams/cli/__main__.py",
         "tracejudge/__main__.py",  # python -m tracejudge
-        "tracejudge/streams/ui/templates/request.html",
+        "tracejudge/streams/explorer/templates/request.html",
         "tracejudge/client/tracer.py",
         "tracejudge-0.1.0.dist-info/licenses/LICENSE",
     ):
         assert expected in names
     # every folder of the source tree is a package of the wheel
-    for folder in ("models", "judges", "streams", "prompts", "client"):
+    for folder in ("models", "tables", "judges", "settings", "streams", "prompts", "client"):
         for init in (ROOT / folder).rglob("__init__.py"):
             inside = init.relative_to(ROOT).as_posix()
             assert f"tracejudge/{inside}" in names, f"{inside} missing from the wheel"

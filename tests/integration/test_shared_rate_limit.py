@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 
 from tests.fake_llm import tool_call_reply, verdict
 from tests.realservices import free_port
-from tracejudge.streams.judging.cache import JudgeCache
-from tracejudge.streams.judging.rate_limit import SharedRateLimiter
+from tracejudge.streams.judge.cache import JudgeCache
+from tracejudge.streams.judge.rate_limit import SharedRateLimiter
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from tests.test_verdict_making import JUDGING, closings
 from tracejudge.judges.verdict.encoded import Made
 from tracejudge.judges.verdict.make import make_verdict
 from tracejudge.models import names
-from tracejudge.streams.judging.service import ProducerTopic, producer
-from tracejudge.streams.outputs import RedisSink, VerdictPublisher, redis_client
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.judge.service import ProducerTopic, producer
+from tracejudge.streams.shared.outputs import RedisSink, VerdictPublisher, redis_client
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracejudge.streams.ui.store import Verdict
+from tracejudge.streams.explorer.store import Verdict
 
 # Bin widths, the finest first: round ones, so that a bin reads as "12:05-12:10", and none under
 # a minute, since arrivals within a minute (a replay, a burst) say how traffic came, not how the

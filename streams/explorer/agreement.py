@@ -22,11 +22,11 @@ from redis.exceptions import RedisError
 
 from tracejudge.judges.agreement.action_effects import ActionFigures, ActionTally, SteerFigures
 from tracejudge.judges.agreement.tally import Figures, Share, Tally
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.store import AgreementUnavailable, RedisAgreementStore
-from tracejudge.streams.outputs import redis_client
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.reliability import reliability_plot
+from tracejudge.streams.explorer.reliability import reliability_plot
+from tracejudge.streams.shared.outputs import redis_client
 
 log = logging.getLogger(__name__)
 

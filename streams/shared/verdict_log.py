@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from tracejudge.judges.verdict.encoded import Summary
 
-log = logging.getLogger("tracejudge.streams.outputs")  # where the line always was
+log = logging.getLogger("tracejudge.streams.shared.outputs")  # where the line always was
 
 
 @dataclass

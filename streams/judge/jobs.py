@@ -1,7 +1,7 @@
 """The judge stage's handler: a judge job in, a blended verdict published.
 
 The same handler runs in the worker (when it judges: TRACEJUDGE_WORKER_JUDGES) and in
-`tracejudge judge` (`judging/service.py`); both publish through `outputs.VerdictPublisher`.
+`tracejudge judge` (`judge/service.py`); both publish through `outputs.VerdictPublisher`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from tracejudge.judges.verdict.conclude import JudgeJob, JudgeOutcome
 from tracejudge.judges.verdict.encoded import made_of
-from tracejudge.streams.judging.stage import JudgeStage
+from tracejudge.streams.judge.stage import JudgeStage
 from tracejudge.streams.kafka.records import InRecord
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.outputs import VerdictPublisher
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import VerdictPublisher
 
 
 def record_outcome(metrics: Metrics, outcome: JudgeOutcome) -> None:

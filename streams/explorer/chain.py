@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from tracejudge.streams.ui.store import Verdict, VerdictStore
+from tracejudge.streams.explorer.store import Verdict, VerdictStore
 
 MAX_LINKS = 50  # far past any rounds' bound; only a malformed chain is cut
 

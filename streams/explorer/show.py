@@ -18,10 +18,10 @@ from redis.exceptions import RedisError
 
 from tracejudge.judges.masking.redact import mask
 from tracejudge.models import names
+from tracejudge.settings import Settings
+from tracejudge.streams.explorer.locate import Marks, locate
 from tracejudge.streams.kafka.io import read_since
-from tracejudge.streams.outputs import redis_client
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.locate import Marks, locate
+from tracejudge.streams.shared.outputs import redis_client
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Callable, Sequence
 from html import escape
 
-from tracejudge.streams.ui.trends import WIDTH_NAMES, Binned, Bucket, Change
+from tracejudge.streams.explorer.trends import WIDTH_NAMES, Binned, Bucket, Change
 
 WIDTH, HEIGHT = 760, 300
 LEFT, RIGHT, TOP, BOTTOM = 44, 16, 16, 70

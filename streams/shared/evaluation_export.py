@@ -27,8 +27,8 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from tracejudge.models.version import PACKAGE_VERSION
-from tracejudge.streams.metrics import Metrics, quadrant
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.shared.metrics import Metrics, quadrant
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import urllib.parse
 
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,9 @@ from aiohttp import web
 from tracejudge.judges.agreement.tally import Tally
 from tracejudge.judges.masking.redact import ID_FIELDS, mask, mask_any
 from tracejudge.models.version import PACKAGE_VERSION
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.thresholds import rule_json, threshold_of, threshold_words
-from tracejudge.streams.logs import quiet_library_logs
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.show import judge_call, look_up, no_timeline
-from tracejudge.streams.ui.agreement import (
+from tracejudge.streams.explorer.agreement import (
     ActionReader,
     AgreementReader,
     Reading,
@@ -33,15 +31,22 @@ from tracejudge.streams.ui.agreement import (
     share_text,
     steers_of,
 )
-from tracejudge.streams.ui.chain import chain_of
-from tracejudge.streams.ui.feed import feed
-from tracejudge.streams.ui.interventions import intervention_figures
-from tracejudge.streams.ui.locate import locate
-from tracejudge.streams.ui.plots import plot
-from tracejudge.streams.ui.reliability import describe
-from tracejudge.streams.ui.store import QUADRANTS, Filters, VerdictStore, agent_label
-from tracejudge.streams.ui.trends import Figures, bins, changes, figures
-from tracejudge.streams.web_guard import check_token, guard_middleware, host_names, tokens_match
+from tracejudge.streams.explorer.chain import chain_of
+from tracejudge.streams.explorer.feed import feed
+from tracejudge.streams.explorer.interventions import intervention_figures
+from tracejudge.streams.explorer.locate import locate
+from tracejudge.streams.explorer.plots import plot
+from tracejudge.streams.explorer.reliability import describe
+from tracejudge.streams.explorer.show import judge_call, look_up, no_timeline
+from tracejudge.streams.explorer.store import QUADRANTS, Filters, VerdictStore, agent_label
+from tracejudge.streams.explorer.trends import Figures, bins, changes, figures
+from tracejudge.streams.shared.logs import quiet_library_logs
+from tracejudge.streams.shared.web_guard import (
+    check_token,
+    guard_middleware,
+    host_names,
+    tokens_match,
+)
 
 log = logging.getLogger(__name__)
 

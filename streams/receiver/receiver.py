@@ -26,9 +26,9 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from tracejudge.client.otel_conventions import convention_of
 from tracejudge.client.otel_mapping import SpanInfo, TraceNotes, events_of
 from tracejudge.models import names
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.web_guard import (
+from tracejudge.streams.shared.web_guard import (
     PLAIN_HEADERS,
     check_token,
     guard_middleware,

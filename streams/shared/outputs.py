@@ -29,11 +29,11 @@ from tracejudge.judges.agreement.tally import Kept
 from tracejudge.judges.verdict.encoded import Made, chained
 from tracejudge.models.names import REDIS_EVALUATION_KEY, REDIS_TIMELINE_KEY
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
-from tracejudge.streams.commit import later
-from tracejudge.streams.metrics import Metrics, quadrant
-from tracejudge.streams.otel.evaluations import EvaluationExporter
-from tracejudge.streams.redis_batch import batch_of
-from tracejudge.streams.verdict_log import VerdictLog
+from tracejudge.streams.shared.commit import later
+from tracejudge.streams.shared.evaluation_export import EvaluationExporter
+from tracejudge.streams.shared.metrics import Metrics, quadrant
+from tracejudge.streams.shared.redis_batch import batch_of
+from tracejudge.streams.shared.verdict_log import VerdictLog
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ and `CommitRule.handle` is the only code that acknowledges one. For each record,
 Then Faust commits. A crash anywhere before reads the record again; every output carries a
 deterministic id (`evaluation_id`, the decision's key), so a duplicate is recognisable.
 
-The judge-requests consumer follows the same rule with its own consumer (`judging/consumer.py`:
+The judge-requests consumer follows the same rule with its own consumer (`judge/consumer.py`:
 a job is committed once its verdict is published). Outside a record's handling (the judge
 stage, the replay engine, unit tests) `later` awaits the work at once.
 """
@@ -38,10 +38,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tracejudge.streams.kafka.records import InRecord
-from tracejudge.streams.metrics import Metrics
+from tracejudge.streams.shared.metrics import Metrics
 
 if TYPE_CHECKING:  # outputs import `later` from here, and the error policy imports outputs
-    from tracejudge.streams.errors import ErrorPolicy
+    from tracejudge.streams.shared.errors import ErrorPolicy
 
 log = logging.getLogger(__name__)
 

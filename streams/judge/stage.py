@@ -25,10 +25,10 @@ from tracejudge.judges.verdict.conclude import (
 )
 from tracejudge.models.outputs import Alert, JudgeCall
 from tracejudge.prompts import JudgePrompt, final_judge_prompt
-from tracejudge.streams.judging.budget import BudgetLimits, SpendBudget
-from tracejudge.streams.judging.cache import JudgeCache
-from tracejudge.streams.judging.rate_limit import SharedRateLimiter, SharedTokenLimiter
-from tracejudge.streams.settings import Settings
+from tracejudge.settings import Settings
+from tracejudge.streams.judge.budget import BudgetLimits, SpendBudget
+from tracejudge.streams.judge.cache import JudgeCache
+from tracejudge.streams.judge.rate_limit import SharedRateLimiter, SharedTokenLimiter
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class JudgeStage:
 
     async def judged(self, job: JudgeJob) -> tuple[Verdict, JudgeOutcome]:
         """The verdict and how the judge call went, for the caller to record
-        (`judging/jobs.py`)."""
+        (`judge/jobs.py`)."""
         outcome = await self.outcome(job)
         now = time.time()
         verdict = conclude(job.facts, job.rules, outcome, self.policy, self.version, now)

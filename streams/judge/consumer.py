@@ -20,9 +20,9 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.structs import OffsetAndMetadata
 
 from tracejudge.models import names
+from tracejudge.settings import Settings
 from tracejudge.streams.kafka import membership
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -22,22 +22,22 @@ from aiokafka import AIOKafkaProducer
 
 from tracejudge.judges.agreement.calibration import CalibrationBook
 from tracejudge.models import names
+from tracejudge.settings import Settings, changed_settings
 from tracejudge.streams.agreement.calibrations import refresher_of
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.thresholds import alert_thresholds
-from tracejudge.streams.errors import DeadLetters, ErrorPolicy
-from tracejudge.streams.judging.consumer import JudgeRunner
-from tracejudge.streams.judging.jobs import JudgeJobHandler
-from tracejudge.streams.judging.stage import JudgeStage, judging_version
-from tracejudge.streams.judging.startup import log_judge_line
+from tracejudge.streams.judge.consumer import JudgeRunner
+from tracejudge.streams.judge.jobs import JudgeJobHandler
+from tracejudge.streams.judge.stage import JudgeStage, judging_version
+from tracejudge.streams.judge.startup import log_judge_line
 from tracejudge.streams.kafka.admin import ensure_topics
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import client_options
-from tracejudge.streams.logs import quiet_library_logs
-from tracejudge.streams.metrics import CONTENT_TYPE, Metrics
-from tracejudge.streams.otel.evaluations import evaluation_exporter
-from tracejudge.streams.outputs import Headers, RedisSink, VerdictPublisher, redis_client
-from tracejudge.streams.settings import Settings, changed_settings
+from tracejudge.streams.shared.errors import DeadLetters, ErrorPolicy
+from tracejudge.streams.shared.evaluation_export import evaluation_exporter
+from tracejudge.streams.shared.logs import quiet_library_logs
+from tracejudge.streams.shared.metrics import CONTENT_TYPE, Metrics
+from tracejudge.streams.shared.outputs import Headers, RedisSink, VerdictPublisher, redis_client
 
 log = logging.getLogger(__name__)
 

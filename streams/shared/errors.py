@@ -21,8 +21,8 @@ from tracejudge.judges.masking.redact import mask
 from tracejudge.models import names
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.streams.kafka.records import InRecord
-from tracejudge.streams.metrics import Metrics
-from tracejudge.streams.outputs import Channel
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import Channel
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracejudge.models.agents import NO_AGENT
-from tracejudge.streams.metrics import quadrant
+from tracejudge.streams.shared.metrics import quadrant
 
 QUADRANTS = tuple(quadrant(s, i) for s in (True, False) for i in (False, True))
 

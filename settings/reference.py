@@ -1,7 +1,7 @@
 """docs/configuration.md's settings reference, generated from `Settings` (the fields' defaults
 and descriptions are the one source). A test fails when the file is stale:
 
-    python -m tracejudge.streams.settings_reference > docs/configuration.md
+    python -m tracejudge.settings.reference > docs/configuration.md
 """
 
 from __future__ import annotations
@@ -10,14 +10,12 @@ import sys
 
 from pydantic import BaseModel, SecretStr
 
-from tracejudge.streams.settings import (
-    RENAMED,
-    JudgeSettings,
-    KafkaSettings,
-    OperationSettings,
-    RedisSettings,
-    RuleSettings,
-)
+from tracejudge.settings.judge import JudgeSettings
+from tracejudge.settings.kafka import KafkaSettings
+from tracejudge.settings.operation import OperationSettings
+from tracejudge.settings.problems import RENAMED
+from tracejudge.settings.redis import RedisSettings
+from tracejudge.settings.rules import RuleSettings
 
 GROUPS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("Kafka", KafkaSettings),
@@ -38,7 +36,7 @@ value, with one line naming the variable, the value and what is allowed (`TRACEJ
 the scripts' download cache, is the one other `TRACEJUDGE_` name).
 
 This page is generated from the settings themselves
-(`python -m tracejudge.streams.settings_reference > docs/configuration.md`); a test fails when
+(`python -m tracejudge.settings.reference > docs/configuration.md`); a test fails when
 it is stale.
 """
 

@@ -10,9 +10,9 @@ import time
 from aiokafka.errors import KafkaError
 
 from tracejudge.models import names
+from tracejudge.settings import Settings
+from tracejudge.streams.explorer.store import VerdictStore
 from tracejudge.streams.kafka.io import follow_since
-from tracejudge.streams.settings import Settings
-from tracejudge.streams.ui.store import VerdictStore
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracejudge.judges.masking.redact import mask
-from tracejudge.streams.visible import visible_log
+from tracejudge.streams.shared.visible import visible_log
 
 
 class JsonLogFormatter(logging.Formatter):

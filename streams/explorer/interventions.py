@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tracejudge.streams.ui.store import Verdict
+from tracejudge.streams.explorer.store import Verdict
 
 
 @dataclass
