@@ -270,3 +270,30 @@ async def test_events_past_the_cap_are_counted_not_read_and_the_request_still_cl
         "tracejudge_events_total", {"type": "tool_call", "status": "over_cap"}
     )
     assert over == 51
+
+
+async def test_a_budget_is_counted_again_exactly_after_the_partition_moves(
+    tmp_path: Path,
+) -> None:
+    """Worker A reads six steps of a run with a ten-step budget, then the partition moves: B
+    counts A's six from the window's records, and stops the run on its eleventh step."""
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text("[default]\nsteps = 10\n")
+    tables = Tables({}, {}, {})
+    a = memory_worker(tables=tables, budgets_file=str(budgets))
+    b = memory_worker(tables=tables, budgets_file=str(budgets))
+    rid = "budget-moved"
+
+    def call(i: int) -> dict[str, Any]:
+        return {"type": "tool_call", "request_id": rid, "step_index": i, "tool": f"t{i}",
+                "args_summary": str(i), "success": True, "result_preview": f"r{i}"}  # fmt: skip
+
+    await a.event({"type": "task_started", "request_id": rid, "goal": "g"})
+    for i in range(1, 7):
+        await a.event(call(i))
+    a.ctx.store.unload()
+    for i in range(7, 13):
+        await b.event(call(i))
+    (stop,) = b.channel("control").values()
+    assert (stop["kind"], stop["crossed"], stop["step_index"]) == ("budget", "steps", 11)
+    assert a.channel("control").values() == []

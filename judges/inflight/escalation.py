@@ -36,8 +36,9 @@ LENGTH = "tool_calls"  # the measure a run's length is held to (agent_norms.MEAS
 class Normal:
     """Where the run stands against its agent's usual length, in words for the agent."""
 
-    beyond: bool | None  # None: no normal learned for the agent yet
+    beyond: bool | None  # None: no normal learned for the agent yet, and no ceiling
     words: str
+    learning: bool = False  # no normal learned yet: `beyond` is the ceiling's
 
 
 def normal_of(norms: Norms | None, calls: int, ceiling: int = CEILING_CALLS) -> Normal:
@@ -53,6 +54,7 @@ def normal_of(norms: Norms | None, calls: int, ceiling: int = CEILING_CALLS) -> 
             calls > ceiling,
             f"{learning}: held to the default ceiling of {ceiling} tool calls; this run has "
             f"made {calls}",
+            learning=True,
         )
     p90 = norms.measures[LENGTH].p90
     beyond = calls > p90 * 1.02 + 1

@@ -98,7 +98,7 @@ class RunState:
 
     def loop(self, event: Event, detailed: bool) -> list[LoopFound]:
         """What the loop rules find on this event (`detailed`: its arguments and result are
-        known, not only its stub's)."""
+        known: an event as it arrived, or a record kept whole; not a stub read back)."""
         if self.loops is None or not isinstance(event, ToolCall):
             return []
         if not detailed:  # nothing to compare: the rules start again after it

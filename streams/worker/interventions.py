@@ -29,6 +29,7 @@ from tracejudge.judges.windows.records import is_stub, read_counted, read_step, 
 from tracejudge.judges.windows.run_state import RunState
 from tracejudge.models.agents import group_of
 from tracejudge.models.events import (
+    STEP_TYPES,
     Event,
     Iteration,
     ReasoningStep,
@@ -81,7 +82,8 @@ class Intervener:
             state = window.run = self._state(rid, window)
         detailed = self._detailed(window)
         made: list[Intervention] = []
-        found = sorted(state.loop(event, detailed), key=lambda f: LOOP_ORDER.index(f.kind))
+        # the event as it arrived, whole: the loop rules read it, beyond the step limit too
+        found = sorted(state.loop(event, True), key=lambda f: LOOP_ORDER.index(f.kind))
         # one loop intervention per run: when two rules find it on the same call, the one
         # whose message says most (a failure repeated before a result repeated)
         if found and isinstance(event, ToolCall):
@@ -125,7 +127,8 @@ class Intervener:
         return sent
 
     def _detailed(self, window: OpenWindow) -> bool:
-        """Whether the window keeps its newest step in detail (within the step limit)."""
+        """Whether the window keeps its newest step in detail (within the step limit), as the
+        per-step checks read it."""
         return self.store.capture and window.meta.step_count <= self.store.max_steps
 
     def _stub(self, event: Event) -> Callable[[], Event | None]:
@@ -153,15 +156,17 @@ class Intervener:
         steered = [c for k, c, a in sent if k == "loop" and a == "steer"]
         steps = 0
         for record in records[:-1]:
-            event = None if record is None else read_step(record)
-            if event is None:  # a stub with nothing to judge: counted by the budget still
-                if record is not None:
-                    state.spend(read_counted(record))
+            if record is None:
                 continue
-            if isinstance(event, STEPS):
+            event = read_step(record)
+            counted = event if event is not None else read_counted(record)
+            if counted.type in STEP_TYPES:  # as the window counts them for its step limit
                 steps += 1
+            if event is None:  # a stub with nothing to judge: counted by the budget still
+                state.spend(counted)
+                continue
             detailed = self.store.capture and steps <= self.store.max_steps
-            for found in state.loop(event, detailed and not is_stub(record)):
+            for found in state.loop(event, not is_stub(record)):
                 if found.kind in steered and state.loops is not None:
                     steered.remove(found.kind)
                     state.loops.rearm(found.kind)
@@ -187,9 +192,10 @@ class Intervener:
         action = next_action(policy, steers, len(steered), stopped, normal)
         if action is None:
             later = steers and policy == "steer_then_stop" and normal.beyond is False
-            if later and not stopped and run.loops is not None:
-                # within its normal (or the ceiling) for now: watched again, so the loop is
-                # stopped once the run goes past it, not left to run for good
+            if later and normal.learning and not stopped and run.loops is not None:
+                # an agent with no normal yet, within the ceiling for now: watched again, so
+                # its loop is stopped once the run goes past the ceiling, not left to run for
+                # good (an agent with a normal is left to it once told twice, as before)
                 run.loops.rearm(found.kind)
             return None
         message = LOOP_MESSAGES[found.kind]
