@@ -153,6 +153,24 @@ async def test_pushback_is_waited_out_and_never_opens_the_breaker(
 
 
 @pytest.mark.parametrize("status", [429, 503])
+async def test_a_deadline_spent_after_pushback_is_the_servers_pushback_not_a_failure(
+    fake: FakeLLM, status: int
+) -> None:
+    """The server asks to wait, and the call after the wait is still running when the deadline
+    comes (a busy server, or a busy box): the deadline went on the server's word, so the
+    answer is its pushback, and the breaker does not count it."""
+    breaker = CircuitBreaker(failure_threshold=1, cooldown_s=30)
+    slow_down = Reply(status=status, body={}, headers={"Retry-After": "0.2"})
+    late = Reply(status=status, body={}, delay_s=3.0)
+    result = await call(
+        fake, lambda body, n: slow_down if n == 1 else late, breaker=breaker, timeout_s=1.0
+    )
+    assert isinstance(result, JudgeError)
+    assert result.code == ("rate_limited" if status == 429 else "http_5xx"), result
+    assert breaker.state == "closed"
+
+
+@pytest.mark.parametrize("status", [429, 503])
 async def test_pushback_until_the_deadline_is_not_a_breaker_failure(
     fake: FakeLLM, status: int
 ) -> None:

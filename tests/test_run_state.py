@@ -145,11 +145,11 @@ async def test_a_per_step_check_sees_what_the_closed_runs_check_sees(tmp_path: P
     assert finding["step"] == 300
 
 
-def test_the_view_in_flight_is_the_view_of_the_window_it_would_close_as(tmp_path: Path) -> None:
+async def test_the_view_in_flight_is_the_view_of_the_window_it_would_close_as(
+    tmp_path: Path,
+) -> None:
     """At every step of a run past the step limit, the view the per-step checks read is the
     view a check reads of the window as stored at that moment (details, stubs, the tail)."""
-    import asyncio
-
     path = checks_file(tmp_path, '[default]\nnever_call = ["never"]\n')
     w = memory_worker(checks_file=path, max_trace_steps=5)
     rid = "v1"
@@ -167,21 +167,18 @@ def test_the_view_in_flight_is_the_view_of_the_window_it_would_close_as(tmp_path
                  else None, "result_preview": f"r{i}"}
             )  # fmt: skip
 
-    async def feed() -> None:
-        for event in events:
-            await w.event(event)
-            window = store.open[rid]
-            assert window.run is not None and window.run.view is not None
-            meta, records = store.stored(rid)
-            stored = run_of(
-                stored_window(
-                    rid, records, closed_by="idle_timeout", step_count=meta.step_count,
-                    steps_dropped=meta.steps_dropped, early_stops=[],
-                )
-            )  # fmt: skip
-            assert window.run.view.steps == list(stored.steps), event
-
-    asyncio.run(feed())
+    for event in events:
+        await w.event(event)
+        window = store.open[rid]
+        assert window.run is not None and window.run.view is not None
+        meta, records = store.stored(rid)
+        stored = run_of(
+            stored_window(
+                rid, records, closed_by="idle_timeout", step_count=meta.step_count,
+                steps_dropped=meta.steps_dropped, early_stops=[],
+            )
+        )  # fmt: skip
+        assert window.run.view.steps == list(stored.steps), event
 
 
 async def test_per_step_code_checks_run_in_time_linear_in_the_run(tmp_path: Path) -> None:

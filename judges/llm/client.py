@@ -72,6 +72,9 @@ class CallRecord:
     input_halved: bool = False
     latency_s: float | None = None
     unreported: int = field(default=0, repr=False)  # answered attempts without usage
+    # the last pushback's code (rate_limited, http_5xx), None: none: a deadline spent waiting on
+    # the server's word is the server's pushback, not a failure for the breaker
+    pushed_back: str | None = field(default=None, repr=False)
 
     def replied(self, body: Any, answered: bool) -> None:
         """A reply's body: its usage added, its model noted."""
@@ -270,6 +273,12 @@ class LLMClient:
             async with asyncio.timeout_at(deadline):
                 answer = await self._attempts(content, body, reservation, deadline, record)
         except TimeoutError:
+            if record.pushed_back is not None:  # the server asked to wait, up to the deadline
+                raise JudgeError(
+                    record.pushed_back,
+                    f"pushed back until the deadline ({self.config.timeout_s:g}s)",
+                    counts=False,
+                ) from None
             self.breaker.record_failure()
             raise JudgeError("timeout", f"no answer within {self.config.timeout_s:g}s") from None
         except JudgeError as exc:
@@ -384,6 +393,7 @@ class LLMClient:
                     error.detail,
                     counts=False,
                 )
+                record.pushed_back = error.code
                 if pushbacks >= MAX_PUSHBACKS:
                     raise error
                 wait = min(
