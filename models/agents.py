@@ -26,6 +26,7 @@ class RunAgent:
 
     task: str | None = None  # the task_started event's
     first: str | None = None  # the first to arrive
+    name: str | None = None  # the run's agent: the task's, else the first (read on every event)
 
     def see(self, agent_name: object, *, task: bool) -> None:
         if not agent_name:
@@ -34,7 +35,4 @@ class RunAgent:
             self.task = str(agent_name)
         if self.first is None:
             self.first = str(agent_name)
-
-    @property
-    def name(self) -> str | None:
-        return self.task or self.first
+        self.name = self.task or self.first

@@ -6,7 +6,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from tracejudge.models.agents import RunAgent
 from tracejudge.models.events import (
     Event,
     FinalResponse,
@@ -95,9 +94,7 @@ def assemble_window(
     task: TaskStarted | None = None
     final: FinalResponse | None = None
     steps: list[tuple[int, int, Step]] = []
-    agent = RunAgent()
     for arrival, event in enumerate(events):
-        agent.see(event.agent_name, task=isinstance(event, TaskStarted))
         if isinstance(event, TaskStarted):
             task = task or event
         elif isinstance(event, FinalResponse):
@@ -116,5 +113,7 @@ def assemble_window(
         early_stops=early_stops or [],
         interventions=interventions or [],
         events_over_cap=events_over_cap,
-        agent_name=agent.name,
+        # the one rule (models/agents.py): the task's, else the first to arrive
+        agent_name=(task.agent_name if task is not None else None)
+        or next((e.agent_name for e in events if e.agent_name), None),
     )

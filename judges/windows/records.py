@@ -213,9 +213,11 @@ def read_step(value: bytes | str | dict[str, Any] | HeldStep) -> Event | None:
 
 
 def _construct(kind: str, fields: dict[str, Any]) -> Event:
-    for name, factory in _FACTORIES[kind]:
-        if name not in fields:
-            fields[name] = factory()
+    factories = _FACTORIES[kind]
+    if factories:
+        for name, factory in factories:
+            if name not in fields:
+                fields[name] = factory()
     event: Event = _MODELS[kind].model_construct(**fields)
     return event
 

@@ -76,23 +76,25 @@ class Intervener:
         if window is None:
             return []
         state = window.run
-        if state is None or state.agent != window.tally.agent_name:
+        if state is None or state.agent != window.tally.agent.name:
             # first touched here (new, or read in after an assignment), or its agent is now
             # known by the task: made from the window's records before this event
             state = window.run = self._state(rid, window)
         detailed = self._detailed(window)
         made: list[Intervention] = []
-        # the event as it arrived, whole: the loop rules read it, beyond the step limit too
-        found = sorted(state.loop(event, True), key=lambda f: LOOP_ORDER.index(f.kind))
-        # one loop intervention per run: when two rules find it on the same call, the one
-        # whose message says most (a failure repeated before a result repeated)
-        if found and isinstance(event, ToolCall):
-            made += [m for m in (self._loop(rid, state, found, event),) if m]
+        if isinstance(event, ToolCall) and state.loops is not None:
+            # the event as it arrived, whole: the loop rules read it, beyond the step limit too
+            found = state.loop(event, True)
+            if found:
+                # one loop intervention per run: when two rules find it on the same call, the
+                # one whose message says most (a failure repeated before a result repeated)
+                found.sort(key=lambda f: LOOP_ORDER.index(f.kind))
+                made += [m for m in (self._loop(rid, state, found, event),) if m]
         if state.view is not None:
             state.step(event, None if detailed else self._stub(event))
             made += await self._checks(rid, state, event)
         made += [self._budget(rid, state, c, event) for c in state.spend(event)]
-        return await self._send(rid, state, made)
+        return await self._send(rid, state, made) if made else []
 
     async def _send(
         self, rid: str, state: RunState, made: list[Intervention]
@@ -140,7 +142,8 @@ class Intervener:
         """The run's state made from its window's records before the newest one: counted as
         they were, nothing sent for them (what was sent is in the window's meta)."""
         agent = window.tally.agent_name
-        sent = self.store.sent(rid)
+        fresh = window.meta.next_seq <= 1  # this event is the window's first: nothing to read
+        sent = [] if fresh else self.store.sent(rid)
         limits = self.book.for_agent(agent)
         state = RunState.start(
             agent,
@@ -152,7 +155,7 @@ class Intervener:
             request_id=rid,
             tail_steps=self.store.tail_steps if self.store.capture else 0,
         )
-        _, records = self.store.stored(rid)
+        _, records = ([], [None]) if fresh else self.store.stored(rid)
         steered = [c for k, c, a in sent if k == "loop" and a == "steer"]
         steps = 0
         for record in records[:-1]:
