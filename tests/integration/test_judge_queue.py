@@ -235,16 +235,21 @@ async def test_the_client_counts_the_tokens_the_server_reported(
     not the estimate reserved before the call; a 429 without usage counts nothing."""
     client = aioredis.from_url(redis_url)
     prefix = f"tracejudge:test-{uuid.uuid4().hex[:6]}"
-    tokens = SharedTokenLimiter(client, 1_000_000, prefix, pinned(10.0))
+    # one clock for the limiter and the test: two made apart fall in different minutes when
+    # the real clock passes second 10 between them
+    clock = pinned(10.0)
+    tokens = SharedTokenLimiter(client, 1_000_000, prefix, clock)
     fake.script = lambda body, n: (
         tool_call_reply(verdict(True, False)) if n % 2 == 0 else _too_many()
     )
     llm = client_for(fake.base_url)
     llm.tokens = tokens
     try:
+        started = int(clock() // 60)
         for _ in range(3):
             await llm.judge("x" * 3000)  # estimated at >= 1,000 tokens + the answer's 1,024
-        minute = int(pinned(10.0)() // 60)
+        minute = int(clock() // 60)
+        assert minute == started  # the calls took under 50 s: one minute's count
         assert int(await client.get(f"{prefix}:tpm:{minute}") or 0) == 3 * 120
     finally:
         await llm.aclose()
@@ -262,12 +267,13 @@ async def test_tokens_spent_past_the_queue_wait_are_a_budget_fallback(
 ) -> None:
     client = aioredis.from_url(redis_url)
     prefix = f"tracejudge:test-{uuid.uuid4().hex[:6]}"
-    tokens = SharedTokenLimiter(client, 2000, prefix, pinned(10.0))
+    clock = pinned(10.0)  # one clock for the limiter and the test (see above)
+    tokens = SharedTokenLimiter(client, 2000, prefix, clock)
     fake.script = lambda body, n: tool_call_reply(verdict(True, False))
     llm = client_for(fake.base_url, queue_wait_s=0.3)
     llm.tokens = tokens
     try:
-        minute = int(pinned(10.0)() // 60)
+        minute = int(clock() // 60)
         await client.set(f"{prefix}:tpm:{minute}", 1500)  # other workers spent most of it
         with pytest.raises(JudgeError) as failed:
             await llm.judge("x" * 3000)
