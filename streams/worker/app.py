@@ -179,6 +179,7 @@ def create_app(settings: Settings) -> faust.App:
         async def without_faust_monitor() -> None:
             app.sensors.remove(app.monitor)
 
+    _start_check_processes(app, ctx)
     judge_runner = _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard, judge_runner)
     _add_phase_logs(app, settings)
@@ -372,6 +373,19 @@ def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> JudgeRunner | None:
             ctx.errors.exit("the judge consumer stopped", exc)
 
     return runner
+
+
+def _start_check_processes(app: faust.App, ctx: WorkerContext) -> None:
+    """A team's check processes start with the worker, not on the first run that needs them:
+    starting one (Python, the team's modules) takes a second on a busy box, which would be the
+    first runs' verdicts' wait."""
+    runner = ctx.events.closer.check_runner
+    if runner is None:
+        return
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def check_processes() -> None:
+        await runner.wall.ready()
 
 
 def _add_watchdog_and_pages(
