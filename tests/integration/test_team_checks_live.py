@@ -234,9 +234,20 @@ def metric(worker: WorkerProcess, name: str, labels: dict[str, str]) -> float:
     return 0.0
 
 
+async def warmed(worker: WorkerProcess) -> None:
+    """One request judged before the timed ones: a worker's first verdict pays its one-time
+    costs (the first produce to each output topic, its metadata), which are not the checks'."""
+    rid = f"warm-{worker.settings.app_id}"
+    await produce_events(
+        worker.settings.kafka_bootstrap, worker.topic("events"), refund_request(rid)
+    )
+    await evaluations_of(worker, {rid})
+
+
 async def test_checks_that_raise_or_hang_leave_every_request_evaluated_in_time(
     faulty_worker: WorkerProcess,
 ) -> None:
+    await warmed(faulty_worker)
     rids = [f"faulty-{n}" for n in range(6)]
     bootstrap = faulty_worker.settings.kafka_bootstrap
     started = time.monotonic()
@@ -265,7 +276,7 @@ async def test_checks_that_raise_or_hang_leave_every_request_evaluated_in_time(
         faulty_worker, "tracejudge_check_errors_total", {"check": "team_faults:sleeps",
                                                          "kind": "timeout"},
     )  # fmt: skip
-    assert raised >= 1 and timed_out == len(rids), faulty_worker.tail()
+    assert raised >= 1 and timed_out == len(rids) + 1, faulty_worker.tail()  # and the warm-up
     assert faulty_worker.health()[0] == 200
 
 
@@ -289,7 +300,7 @@ def spins(run):
 
 def backtracks(run):
     """A pattern Python's engine takes exponential time on, against the run's long answer."""
-    re.search(r"(a+)+$", (run.final_answer or "")[:60])
+    re.search(r"(a+)+$", (run.final_answer or "")[-40:])  # 39 a and "!": 2**39 tries
     return None
 
 
@@ -342,6 +353,7 @@ async def test_checks_that_spin_or_backtrack_never_freeze_the_worker(
     1 s, the worker in its group throughout (no partition revoked), each check counted."""
     worker = freezing_worker
     bootstrap = worker.settings.kafka_bootstrap
+    await warmed(worker)
     revoked = metric(worker, "tracejudge_partitions_revoked_total", {})
     rids = [f"freezes-{n}" for n in range(8)]
     for rid in rids:  # one after another, as runs end; each answers with a long run of a's
