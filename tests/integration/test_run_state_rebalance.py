@@ -21,25 +21,9 @@ import pytest
 
 from tests.integration.harness import WorkerProcess, consume, produce, values, worker_env
 from tests.realservices import free_port
+from tests.test_run_state import confirm_run as run_events
 
 pytestmark = pytest.mark.integration
-
-
-def run_events(rid: str) -> list[dict[str, Any]]:
-    return [
-        {"type": "task_started", "request_id": rid, "goal": "cancel my booking",
-         "agent_name": "airline"},
-        {"type": "user_message", "request_id": rid, "step_index": 1,
-         "text": "please cancel booking ABC"},
-        {"type": "tool_call", "request_id": rid, "step_index": 2, "tool": "get_booking",
-         "args_summary": '{"id": "ABC"}', "success": True, "result_preview": "ABC, 2 seats"},
-        {"type": "reasoning_step", "request_id": rid, "step_index": 3, "phase": "plan",
-         "intent_summary": "ask the user to confirm the cancellation"},
-        {"type": "user_message", "request_id": rid, "step_index": 4, "text": "yes, go ahead"},
-        {"type": "tool_call", "request_id": rid, "step_index": 5, "tool": "cancel_booking",
-         "args_summary": '{"id": "ABC"}', "success": True},
-        {"type": "final_response", "request_id": rid, "output": "Cancelled booking ABC."},
-    ]  # fmt: skip
 
 
 def sample(worker: WorkerProcess, name: str, **labels: str) -> float:
