@@ -220,6 +220,13 @@ class Recorder:
             stopped_by=stopped_by,
             error=None if error is None else clip(error, SUMMARY_LIMIT),
             actor=_actor(actor),
+            # what was done with this request's control records: how the operator sees an
+            # agent whose keys are not the worker's (tracejudge status, /health)
+            control=(
+                None
+                if self._watch is None or self._reader is None
+                else self._watch.seen(self._reader.keys is not None)
+            ),
         )
         self.finished = True
         if self._reader is not None:  # kept a little longer: one on the last steps still lands

@@ -59,9 +59,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pydantic import ValidationError
 
+from tracejudge.client.control_metrics import export_counts
 from tracejudge.client.transport import kafka_config
 from tracejudge.models.outputs import Intervention
-from tracejudge.models.signing import ControlKeys
+from tracejudge.models.signing import ControlKeys, signed_with
 
 log = logging.getLogger("tracejudge.client")
 
@@ -127,9 +128,22 @@ class RequestWatch:
     run_nonce: str | None = None  # this run's: a record signed for another run is refused
     interventions: list[Intervention] = field(default_factory=list)
     stop: Intervention | None = None  # the first with action "stop"
+    # what the reader did with this request's control records: sent with its final response
+    # (`seen`), so the worker can show an operator an agent whose keys differ from its own
+    refused: dict[str, int] = field(default_factory=dict)
+    unverified: int = 0
     _ids: set[str] = field(default_factory=set)
     _handed: set[str] = field(default_factory=set)  # steers given to the agent, by id
     _handing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def seen(self, verifies: bool) -> dict[str, Any]:
+        """What was done with this request's control records: the final response's `control`."""
+        return {
+            "verifies": verifies,
+            "delivered": len(self.interventions),
+            "refused": dict(self.refused),
+            "unverified": self.unverified,
+        }
 
     def take_steers(self) -> list[Intervention]:
         """The steers that arrived and were not taken yet, in order: each is taken once, by
@@ -187,6 +201,10 @@ class InterventionReader:
         self.rejected = 0  # interventions for watched requests dropped: unsigned, forged, stale
         self.unreadable = 0  # control messages for watched requests that could not be read
         self.unsigned = 0  # of `rejected`, those with no signature at all
+        # of `rejected`, by why (models/events.py: REFUSALS); and signed records taken without
+        # a check because this agent holds no key (`keys` None)
+        self.refused: dict[str, int] = {}
+        self.unverified = 0
         self.restarts = 0  # times the reader's thread was found dead and started again
         self._watched: dict[str, RequestWatch] = {}
         # (monotonic time to forget it, request id), in that order: the grace is one value
@@ -274,6 +292,7 @@ class InterventionReader:
             )
             self._thread.start()
             _OPEN.add(self)
+        export_counts(self)  # the agent's own metrics, where it has OpenTelemetry's API
 
     # --- the reader's thread -------------------------------------------------------------
 
@@ -375,31 +394,24 @@ class InterventionReader:
             self.unreadable += 1
             self._warn("invalid", f"an unreadable control message on {self.topic}; skipped")
             return
-        if another_run(intervention.run_nonce, watch.run_nonce):
-            # made for an earlier run of the same request id (read back, or replayed): the
-            # nonce is signed, so a forger cannot move a record to this run
+        why = self._refusal(raw, intervention, watch)
+        if why is not None:
             self.rejected += 1
-            self._warn("other_run", f"an intervention on {self.topic} of another run; dropped")
+            self.unsigned += int(why == "unsigned")
+            self.refused[why] = self.refused.get(why, 0) + 1
+            watch.refused[why] = watch.refused.get(why, 0) + 1
+            self._warn(why, f"an intervention on {self.topic} {self._words(why, raw)}; dropped")
             return
-        if self.keys is not None and (
-            not self.keys.verify(raw) or intervention.ts < watch.since - CLOCK_SKEW_S
-        ):
-            self.rejected += 1
-            if not raw.get("signature"):
-                # the worker's mistake as often as a forger's: said apart, so it is found
-                self.unsigned += 1
-                self._warn(
-                    "unsigned",
-                    f"an unsigned intervention on {self.topic}, dropped: is the worker's "
-                    "TRACEJUDGE_CONTROL_KEYS set? (or someone else wrote it)",
-                )
-            else:
-                self._warn(
-                    "rejected",
-                    f"an intervention on {self.topic} signed with no key of this agent's, or "
-                    "older than its run; dropped",
-                )
-            return
+        if self.keys is None and raw.get("signature"):
+            # signed by a worker, taken unchecked: anyone who can write the topic could stop
+            # this agent, and a key mismatch would go unseen
+            self.unverified += 1
+            watch.unverified += 1
+            self._warn(
+                "unverified",
+                f"a signed intervention on {self.topic} (key {signed_with(raw)}) obeyed "
+                "without checking it: this agent has no TRACEJUDGE_CONTROL_KEYS",
+            )
         if (
             intervention.request_id != watch.request_id
             or intervention.intervention_id in watch._ids
@@ -416,6 +428,48 @@ class InterventionReader:
                 watch.on_intervention(intervention)
             except Exception:  # the agent's code: logged, and the reader goes on
                 log.exception("tracejudge client: an on_intervention callback raised")
+
+    def _refusal(
+        self, raw: dict[str, Any], intervention: Intervention, watch: RequestWatch
+    ) -> str | None:
+        """Why the record is refused (models/events.py: REFUSALS), None when it is taken."""
+        if another_run(intervention.run_nonce, watch.run_nonce):
+            # made for an earlier run of the same request id (read back, or replayed): the
+            # nonce is signed, so a forger cannot move a record to this run
+            return "other_run"
+        if self.keys is None:
+            return None
+        if not self.keys.verify(raw):
+            return self.keys.why_not(raw)
+        return "stale" if intervention.ts < watch.since - CLOCK_SKEW_S else None
+
+    def _words(self, why: str, raw: dict[str, Any]) -> str:
+        """What the refusal means, with what to look at: the worker's mistake as often as a
+        forger's, so each is said apart."""
+        held = ", ".join(self.keys.key_ids) if self.keys is not None else "none"
+        named = signed_with(raw)
+        return {
+            "other_run": "of another run of this request id",
+            "unsigned": "with no signature: is the worker's TRACEJUDGE_CONTROL_KEYS set? (or "
+            "someone else wrote it)",
+            "unknown_key": f"signed with key {named}, which this agent does not hold (its "
+            f"keys: {held}): the worker's TRACEJUDGE_CONTROL_KEYS and this agent's differ",
+            "expired_key": f"signed with key {named}, past the last day this agent gives it",
+            "bad_signature": f"signed with key {named}, which this agent holds, but the "
+            "signature does not match: another deployment's record, or forged",
+            "stale": "signed, but older than its run",
+        }.get(why, why)
+
+    def counts(self) -> dict[str, int]:
+        """The reader's tallies since it started, for the agent's own metrics: `delivered`,
+        `unverified`, `unreadable`, and `refused_<why>` for each refusal (models/events.py:
+        REFUSALS)."""
+        found = {
+            "delivered": self.delivered,
+            "unverified": self.unverified,
+            "unreadable": self.unreadable,
+        }
+        return found | {f"refused_{why}": n for why, n in sorted(self.refused.items())}
 
     def _forget_ended(self) -> None:
         """The requests whose grace is over (a request watched again since keeps its new

@@ -264,6 +264,30 @@ class Validation(BaseModel):
     )
 
 
+# Why an agent's client refused a control record: no signature; a key it does not hold; a key
+# past its date; a key it holds that did not make the signature; older than the run; made for
+# another run of the request id (models/signing.py: ControlKeys.why_not)
+REFUSALS = ("unsigned", "unknown_key", "expired_key", "bad_signature", "stale", "other_run")
+_COUNT = Annotated[int, Field(ge=0, le=1_000_000)]
+
+
+class ControlSeen(BaseModel):
+    """What the agent's client did with the control records of this request, sent with its
+    final response: how many it obeyed (`delivered`), refused and why, and took without
+    checking them (`unverified`: signed records, and the agent holds no key). A worker and an
+    agent with different keys is the operator's mistake to see: the worker counts these per
+    agent (/metrics, /health, `tracejudge status`)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    verifies: bool = Field(description="The client holds control keys and checks signatures.")
+    delivered: _COUNT = 0
+    # by why (REFUSALS); a reason this version does not know is kept and counted as such
+    refused: dict[Annotated[str, Field(max_length=32)], _COUNT] = Field(
+        default_factory=dict, max_length=16
+    )
+    unverified: _COUNT = 0
+
+
 class FinalResponse(_Event):
     TEXT_LIMITS: ClassVar[dict[str, int]] = {"output": LONG_TEXT_LIMIT, "error": SUMMARY_LIMIT}
     type: Literal["final_response"]
@@ -285,6 +309,21 @@ class FinalResponse(_Event):
         "root span ended in ERROR): its text. Such a run failed and is incomplete, whatever "
         "`output` says.",
     )
+    control: ControlSeen | None = Field(
+        default=None,
+        description="What the agent's client did with this request's control records "
+        "(obeyed, refused and why, taken unverified); set by the client when it watched them.",
+    )
+
+    @field_validator("control", mode="wrap")
+    @classmethod
+    def _control_or_none(cls, value: Any, handler: Callable[[Any], Any]) -> Any:
+        # a report about control, never a reason to lose the answer: one this version cannot
+        # read is dropped, and the final response is judged as without it
+        try:
+            return handler(value)
+        except ValidationError:
+            return None
 
 
 _WITH_USAGE = (ReasoningStep, Iteration, FinalResponse)

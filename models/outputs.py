@@ -415,7 +415,13 @@ class ReflectionRequest(_Output):
 class Alert(_Output):
     type: Literal["alert"] = "alert"
     alert_id: str
-    kind: Literal["low_score", "reflection_exhausted", "judge_unavailable", "retries_exhausted"]
+    kind: Literal[
+        "low_score",
+        "reflection_exhausted",
+        "judge_unavailable",
+        "retries_exhausted",
+        "low_dimension",
+    ]
     severity: Literal["info", "warning", "critical"]
     request_id: str | None
     evaluation_id: str | None = None

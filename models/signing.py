@@ -164,6 +164,42 @@ class ControlKeys:
         except Exception:  # what cannot be checked is not trusted
             return False
 
+    @property
+    def signing_key(self) -> str | None:
+        """The key this side signs with, as records name it (`ed25519:KID`, `hmac:KID`, or
+        `hmac` for a bare key); None when it only verifies. Never the secret."""
+        if self.private is not None:
+            return f"ed25519:{self.private_kid}"
+        if self.macs:
+            return f"hmac:{self.macs[0].kid}" if self.macs[0].kid else "hmac"
+        return None
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Every key this side verifies with, as records name them."""
+        return tuple(f"ed25519:{k.kid}" for k in self.public) + tuple(
+            f"hmac:{m.kid}" if m.kid else "hmac" for m in self.macs
+        )
+
+    def why_not(self, raw: Mapping[str, Any], today: date | None = None) -> str:
+        """Why a record `verify` refused was refused, in one word an operator can act on:
+        `unsigned`, `unknown_key` (signed with a key this side does not hold: another
+        deployment's, or a key never given to it), `expired_key`, or `bad_signature` (a key
+        it holds, a signature that key did not make: a changed record, another deployment's
+        signature, or a forger)."""
+        named = signed_with(raw)
+        if named is None:
+            return "unsigned"
+        if named not in self.key_ids:
+            return "unknown_key"
+        day = today or datetime.now(UTC).date()
+        kid = named.partition(":")[2]
+        dates = [k.not_after for k in self.public if named.startswith(ED25519) and k.kid == kid]
+        dates += [m.not_after for m in self.macs if not named.startswith(ED25519) and m.kid == kid]
+        if dates and all(d is not None and day > d for d in dates):
+            return "expired_key"
+        return "bad_signature"
+
     def _verify_hmac(self, raw: Mapping[str, Any], today: date | None) -> bool:
         claimed = _claimed_mac(raw)
         if claimed is None:
@@ -404,6 +440,22 @@ def signed(record: bytes, keys: ControlKeys | None) -> bytes:
 
 
 _KID_DIGEST = re.compile(r"(?:([A-Za-z0-9_.-]{1,64}):)?([0-9a-f]{64})")
+
+
+def signed_with(raw: Mapping[str, Any]) -> str | None:
+    """The key a record says it was signed with (`ed25519:KID`, `hmac:KID`, `hmac`), read from
+    its signature without checking it; None for a record with no signature, `unknown` for a
+    signature of no shape this version knows."""
+    signature = raw.get(SIGNATURE)
+    if not isinstance(signature, str) or not signature:
+        return None
+    if signature.startswith(ED25519):
+        kid, colon, _ = signature[len(ED25519) :].partition(":")
+        return f"ed25519:{kid[:64]}" if colon else "unknown"
+    claimed = _claimed_mac(raw)
+    if claimed is None:
+        return "unknown"
+    return f"hmac:{claimed[0]}" if claimed[0] else "hmac"
 
 
 def _claimed_mac(raw: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -72,6 +72,7 @@ class Settings(
             rule_weight=self.rule_weight,
             max_iterations=self.max_iterations,
             calibrations=calibrations if self.calibration_enabled else None,
+            criteria=self._criteria_book,
         )
 
     def calibration_rule(self) -> CalibrationRule:

@@ -128,9 +128,13 @@ def test_agreement_measures_a_check_like_a_rule(tmp_path: Path) -> None:
     assert "check:final_must_match" in done.stdout
 
 
-async def test_a_per_step_check_stops_the_run_on_the_step_that_breaks_it(tmp_path: Path) -> None:
+async def test_a_per_step_check_steers_by_default_on_the_step_that_breaks_it(
+    tmp_path: Path,
+) -> None:
+    """A check is a check, not a kill switch: unless the team's table says stop, its failure
+    steers the run, in the check's own words, and the run goes on to be judged as any other."""
     path = tmp_path / "checks.toml"
-    path.write_text('[default]\nnever_call = ["refund"]\n\n[agents."other"]\non_step = "steer"\n')
+    path.write_text('[default]\nnever_call = ["refund"]\n')
     w = memory_worker(checks_file=str(path))
     events = refund_run("20.00")
     for event in events[:3]:
@@ -141,16 +145,44 @@ async def test_a_per_step_check_stops_the_run_on_the_step_that_breaks_it(tmp_pat
     assert (told["kind"], told["crossed"], told["action"], told["step_index"]) == (
         "check",
         "never_call",
-        "stop",
+        "steer",
         3,
     )
-    await w.event({**events[4], "stopped_by": told["intervention_id"]})
+    assert "check never_call" in told["message"] and "loop" not in told["message"]
+    await w.event(events[4])
+    (evaluation,) = w.channel("evaluations").values()
+    assert [(m["kind"], m["action"]) for m in evaluation["interventions"]] == [("check", "steer")]
+    assert not evaluation["passed"]  # the check failed the run: its own severity says so
+    assert len(w.channel("control").values()) == 1  # once per check and run
+
+
+async def test_a_check_that_stops_judges_the_run_on_what_it_did_and_asks_no_reflection(
+    tmp_path: Path,
+) -> None:
+    """`on_step = "stop"`: the refund the check flagged already went through when the stop
+    lands. The run is judged on what it did (not "incomplete, stopped for a loop"), and no
+    reflection asks a worker to finish the request, which would refund a second time."""
+    path = tmp_path / "checks.toml"
+    path.write_text('[default]\nnever_call = ["refund"]\non_step = "stop"\n')
+    w = memory_worker(checks_file=str(path))
+    events = refund_run("20.00")
+    for event in events[:4]:
+        await w.event(event)
+    (told,) = w.channel("control").values()
+    assert told["action"] == "stop"
+    stopped = {**events[4], "output": f"stopped: {told['message']}"}
+    await w.event({**stopped, "stopped_by": told["intervention_id"]})
     (evaluation,) = w.channel("evaluations").values()
     assert [(m["kind"], m["crossed"], m["stopped_after"]) for m in evaluation["interventions"]] == [
         ("check", "never_call", True)
     ]
-    assert not evaluation["passed"] and evaluation["incomplete"]
-    assert len(w.channel("control").values()) == 1  # once per check and run
+    assert not evaluation["passed"] and evaluation["success"]
+    assert not evaluation["incomplete"]  # the refund it was asked for was made
+    said = " ".join(evaluation["reasons"] + evaluation["suggestions"])
+    assert "the team's check never_call" in said and "loop" not in said
+    assert "repeating itself" not in said and "finish the user's request" not in said
+    assert w.channel("reflections").values() == []
+    assert [a["kind"] for a in w.channel("alerts").values()] == ["low_score"]
 
 
 def test_a_check_that_hangs_never_keeps_the_worker_from_exiting() -> None:

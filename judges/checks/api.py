@@ -52,7 +52,7 @@ class Check:
     fn: Callable[[Run], Failure | Iterable[Failure] | None]
     version: str = "1"
     per_step: bool = False
-    action: Literal["steer", "stop"] = "stop"
+    action: Literal["steer", "stop"] = "steer"
     # ours, bounded by the run's length, reading no pattern a file gave (the tool-name checks
     # without code): run where they are asked, without a thread's round trip; a team's code,
     # or a team's regular expression on the run's text, may hang, and runs on the pool

@@ -9,7 +9,7 @@ group), and the checks file (`TRACEJUDGE_CHECKS_FILE`), a TOML file like the bud
     [agents."support-*"]            # fnmatch patterns; an exact name wins, then the first match
     needs_confirmation = ["refund", "cancel_reservation"]
     final_must_not_match = ['(?i)\\bwill (?:arrive|be delivered) (?:by|on)\\b']
-    on_step = "steer"               # what a per-step check's failure sends: stop (default), steer
+    on_step = "stop"                # what a per-step check's failure sends: steer (default), stop
 
 An agent's table replaces the default's entries it names and keeps the others. Checked when read:
 an unknown key, a value of the wrong shape, a pattern that does not compile or a code check that
@@ -43,7 +43,7 @@ class ChecksError(ValueError):
 
 
 def check(
-    *, version: str = "1", per_step: bool = False, action: str = "stop"
+    *, version: str = "1", per_step: bool = False, action: str = "steer"
 ) -> Callable[[Callable[[Run], Any]], Callable[[Run], Any]]:
     """Decorate a code check with its version, and to run it on the run so far at each new step
     (`per_step`; a failure then sends `action`, stop or steer, as a budget does)."""
@@ -77,7 +77,7 @@ def code_check(target: str, where: str) -> Check:
         fn=fn,
         version=str(marks.get("version", "1")),
         per_step=bool(marks.get("per_step", False)),
-        action="steer" if marks.get("action") == "steer" else "stop",
+        action="stop" if marks.get("action") == "stop" else "steer",
     )
 
 
@@ -185,7 +185,7 @@ _SHAPES = {
 
 
 def _checks(table: dict[str, Any], where: str) -> tuple[Check, ...]:
-    action = str(table.get("on_step", "stop"))
+    action = str(table.get("on_step", "steer"))
     made: list[Check] = [code_check(t, where) for t in table.get("code", [])]
     made += [declared(key, key, table[key], action) for key in (*PER_STEP, *FINAL) if key in table]
     return tuple(made)

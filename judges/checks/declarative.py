@@ -144,7 +144,7 @@ def final_must_match(patterns: list[str], present: bool) -> Callable[[Run], Fail
     return check
 
 
-def declared(name: str, key: str, value: object, per_step_action: str = "stop") -> Check:
+def declared(name: str, key: str, value: object, per_step_action: str = "steer") -> Check:
     """One no-code check from a checks file's `key = value` (validated by the file reader)."""
     steppers: dict[str, Callable[[], StepperStart]] = {
         "never_call": lambda: never_call(list(value)),  # type: ignore[call-overload]
@@ -165,7 +165,7 @@ def declared(name: str, key: str, value: object, per_step_action: str = "stop") 
         # are seeded per process: not this)
         version=hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8],
         per_step=key in PER_STEP,
-        action="steer" if per_step_action == "steer" else "stop",
+        action="stop" if per_step_action == "stop" else "steer",
         # ours and bounded: tool names, the go-ahead words, and patterns RE2 runs in linear time
         inline=True,
     )

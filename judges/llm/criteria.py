@@ -12,6 +12,8 @@ From a TOML file (`TRACEJUDGE_LLM_CRITERIA_FILE`), tables like the budgets file'
     bad_example = "Promised delivery 'by Friday' without a shipment lookup."
     [agents."support-*".dimensions]   # optional: scored by the judge beside its own three
     policy_compliance = "Does the run follow the refund and delivery policy above?"
+    [agents."support-*".thresholds]   # optional: a `low_dimension` alert below it
+    policy_compliance = 70
 
 The criteria go to the judge as the operator's instructions, in the system message, outside the
 fenced run data that the run's own text can never leave: a trace cannot write criteria.
@@ -30,7 +32,7 @@ from tracejudge.judges.llm.answer import DIMENSION_NAME
 from tracejudge.prompts import JudgePrompt
 from tracejudge.tables.agent_tables import for_agent, read_toml, split_tables
 
-KEYS = ("criteria", "version", "good_example", "bad_example", "dimensions")
+KEYS = ("criteria", "version", "good_example", "bad_example", "dimensions", "thresholds")
 MAX_CHARS = 4_000  # per text: the operator's criteria, not a second prompt
 MAX_DIMENSIONS = 4  # each one a score the judge must give: a few, not a second rubric
 MAX_DIMENSION_CHARS = 300
@@ -56,6 +58,9 @@ class Criteria:
     bad_example: str | None = None
     # name -> what the judge scores under it, in the file's order
     dimensions: tuple[tuple[str, str], ...] = ()
+    # name -> the score below which a verdict alerts (`low_dimension`), for the dimensions
+    # given one; the others are shown and measured, never alerted on
+    thresholds: tuple[tuple[str, int], ...] = ()
     digest: str = ""  # of everything above: a cached answer under other criteria is never taken
 
     def section(self) -> str:
@@ -140,24 +145,47 @@ def _criteria(table: Any, where: str) -> Criteria:
             f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(KEYS)}"
         )
     for key, value in table.items():
-        if key == "dimensions":
+        if key in ("dimensions", "thresholds"):
             continue
         if not isinstance(value, str) or not value.strip():
             raise CriteriaError(f"{where}: {key} must be a non-empty string")
         if len(value) > MAX_CHARS:
             raise CriteriaError(f"{where}: {key} is {len(value)} characters (at most {MAX_CHARS})")
     dimensions = _dimensions(table.get("dimensions", {}), where)
+    thresholds = _thresholds(table.get("thresholds", {}), dimensions, where)
     if "criteria" not in table and not dimensions:
         raise CriteriaError(f"{where}: criteria is missing (or give dimensions)")
-    digest = hashlib.sha256(repr(sorted(table.items())).encode()).hexdigest()[:8]
+    # of what the judge reads: an alert threshold changed is no reason to ask the model again
+    read = sorted((k, v) for k, v in table.items() if k != "thresholds")
+    digest = hashlib.sha256(repr(read).encode()).hexdigest()[:8]
     return Criteria(
         text=table.get("criteria"),
         version=table.get("version", digest),
         good_example=table.get("good_example"),
         bad_example=table.get("bad_example"),
         dimensions=dimensions,
+        thresholds=thresholds,
         digest=digest,
     )
+
+
+def _thresholds(
+    value: Any, dimensions: tuple[tuple[str, str], ...], where: str
+) -> tuple[tuple[str, int], ...]:
+    """`[...thresholds] name = 70`: an alert when the judge scores the dimension below it."""
+    where = f"{where} thresholds"
+    if not isinstance(value, dict):
+        raise CriteriaError(f"{where}: must be a table of dimension = lowest score (0-100)")
+    named = {name for name, _ in dimensions}
+    for name, floor in value.items():
+        if name not in named:
+            raise CriteriaError(
+                f"{where}: {name!r} is not a dimension of this table "
+                f"({', '.join(sorted(named)) or 'it has none'})"
+            )
+        if isinstance(floor, bool) or not isinstance(floor, int) or not 0 < floor <= 100:
+            raise CriteriaError(f"{where}: {name} must be an integer score 1-100")
+    return tuple(value.items())
 
 
 def _dimensions(value: Any, where: str) -> tuple[tuple[str, str], ...]:

@@ -50,6 +50,11 @@ STOPPED_COST = 50  # completeness: the answer, if any, is what the run had when 
 # agent, a root span ended in ERROR) failed and did not reach its goal, whatever its output says
 CRASHED_CAP = 55
 CRASHED_COST = 50  # execution health
+# A run that repeated itself (the same call in a row, or tracejudge steered it out of a loop) and
+# then answered that it could not do the job: its own answer says the goal was not reached, so
+# it does not pass, whatever the judge reads (judges/verdict/conclude.py)
+GAVE_UP_CAP = 55
+GAVE_UP = ("admitted_failure", "placeholder_answer")
 UNCONFIRMED_COST = 20
 UNCONFIRMED_COST_MAX = 40
 SHORT_OUTPUT = 15
@@ -98,6 +103,9 @@ class RuleVerdict(BaseModel):
     # the error the run ended by (its final response's `error`): a fact of the trace, so the
     # judge's verdict does not take it back (judges/verdict/conclude.py)
     crashed: str | None = None
+    # the run looped and its answer says it could not do the job, in words (None: it did not):
+    # incomplete and below the threshold whatever the judge says (judges/verdict/conclude.py)
+    gave_up: str | None = None
 
 
 def _clamp(value: float) -> int:
@@ -165,8 +173,14 @@ class RuleJudge:
         completeness = self._completeness(
             window, missing, remaining, reasons, suggestions, findings
         )
-        completeness = min(completeness, answer_outcome(window, remaining, reasons, findings))
         stop = stop_that_ended(window)
+        if stop is not None and stop.after_the_fact:
+            # the final response is tracejudge's stop, not an answer to read; the run is judged
+            # on the steps it made, the flagged call included
+            _checked(stop, reasons, suggestions, findings)
+            stop = None
+        else:
+            completeness = min(completeness, answer_outcome(window, remaining, reasons, findings))
         if stop is not None:
             completeness = _clamp(completeness - STOPPED_COST)
             _stopped(stop, reasons, suggestions, findings)
@@ -227,6 +241,12 @@ class RuleJudge:
             rule_score = min(rule_score, TROUBLED_CAP)
         if stop is not None:
             rule_score = min(rule_score, STOPPED_CAP)
+        gave_up = None if stop is not None else _looped_then_gave_up(window, findings)
+        if gave_up is not None:
+            findings.append(("looped_then_gave_up", gave_up))
+            reasons.append(f"the run repeated itself, then gave up ({gave_up})")
+            suggestions.append("find what the repeated call was after, and re-plan there")
+            rule_score = min(rule_score, GAVE_UP_CAP)
         self._notes(window, stats, norms, reasons)
         return RuleVerdict(
             completeness=completeness,
@@ -247,6 +267,7 @@ class RuleJudge:
             actors=_actors(window),
             stopped=None if stop is None else stop.words(),
             crashed=None if crash is None else crash.reason,
+            gave_up=gave_up,
         )
 
     @staticmethod
@@ -560,6 +581,18 @@ def _stopped(
     )
 
 
+def _checked(
+    stop: Stop, reasons: list[str], suggestions: list[str], findings: list[tuple[str, str]]
+) -> None:
+    at = "" if stop.at_step is None else f" at step {stop.at_step}"
+    findings.append(("stopped_by_intervention", f"{stop.kind} {stop.crossed}{at}"))
+    reasons.append(f"{stop.words()}, after the call it flagged had run: judged on what the run did")
+    suggestions.append(
+        f"review the call the check {stop.crossed} flagged{at}: it went through before the "
+        "stop, so undo it if it must not stand"
+    )
+
+
 def _pending(stop: Stop | None, crash: FailedStep | None = None) -> RemainingStep | None:
     """The request left pending by a stop (the stop as the why), or by an error that ended
     the run."""
@@ -599,6 +632,20 @@ def _actors(window: Window) -> dict[int, str]:
         index = final.step_index
         found[max(found, default=0) + 1 if index is None else index] = final.actor or ""
     return found
+
+
+def _looped_then_gave_up(window: Window, findings: list[tuple[str, str]]) -> str | None:
+    """What the answer admits, when the run looped before it: the same call in a row (the
+    rules' loop), or a loop tracejudge steered it out of while it ran. A loop alone is a cost
+    and a give-up alone is incomplete work; together the run spent itself going round and
+    handed the user nothing."""
+    looped = any(rule == "identical_call_loop" for rule, _ in findings) or any(
+        fired[0] == "loop" for fired in window.interventions
+    )
+    if not looped:
+        return None
+    said = next((evidence for rule, evidence in findings if rule in GAVE_UP), None)
+    return None if said is None else f"'{quote_whole(said, 80)}'"
 
 
 def _loop(window: Window, stats: RunStats) -> str | None:

@@ -26,13 +26,25 @@ class Stop:
     """The stop intervention that ended a run before its answer."""
 
     intervention_id: str
-    kind: str  # budget, loop
-    crossed: str  # the budget's limit, or the loop rule
+    kind: str  # budget, loop, check
+    crossed: str  # the budget's limit, the loop rule, or the team's check
     at_step: int | None  # the crossing event's step
     named: bool  # the final response names it (stopped_by)
 
+    @property
+    def after_the_fact(self) -> bool:
+        """A team's check stops on the event it reads: the call it flagged had already run. The
+        run is judged on what it did, not as one cut short of its goal, and never asked to go
+        on (a follow-up could make the same call again)."""
+        return self.kind == "check"
+
     def words(self) -> str:
-        what = f"its {self.crossed} budget" if self.kind == "budget" else f"a {self.crossed} loop"
+        if self.kind == "budget":
+            what = f"its {self.crossed} budget"
+        elif self.kind == "check":
+            what = f"the team's check {self.crossed}"
+        else:
+            what = f"a {self.crossed} loop"
         at = "" if self.at_step is None else f" at step {self.at_step}"
         return f"stopped by tracejudge for {what}{at}"
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook
 from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS
+from tracejudge.judges.llm.criteria import CriteriaBook
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.agent_norms import RunStats
@@ -65,6 +66,12 @@ class Policy:
     # the process runs, so it is held by reference and refreshed in place (its `replace`), and
     # left out of equality. None: calibration off.
     calibrations: CalibrationBook | None = field(default=None, compare=False)
+    # the teams' criteria: the thresholds of their own dimensions (a `low_dimension` alert)
+    criteria: CriteriaBook | None = field(default=None, compare=False)
+
+    def dimension_thresholds(self, agent_name: str | None) -> dict[str, int]:
+        found = None if self.criteria is None else self.criteria.for_agent(agent_name)
+        return {} if found is None else dict(found.thresholds)
 
     def threshold_for(self, agent_name: str | None) -> tuple[int, Calibration | None]:
         """The alert threshold of an agent's verdicts now, and the calibration behind it."""
@@ -265,6 +272,20 @@ def _remaining(rules: RuleVerdict, answer: JudgeAnswer | None) -> list[Remaining
     ]
 
 
+def _failed(verdict: RuleVerdict | JudgeAnswer, rules: RuleVerdict) -> list[FailedStep]:
+    """The verdict's failed steps, and the rules' failures never made good that it left out:
+    they are what keeps `success` false, so the evaluation names them."""
+    if verdict is rules:
+        return list(rules.failed_steps)
+    named = {f.index for f in verdict.failed_steps}
+    return [*verdict.failed_steps, *(f for f in rules.failed_steps if f.index not in named)]
+
+
+def _named(step: FailedStep) -> str:
+    where = "the final response" if step.index is None else f"step {step.index}"
+    return where if step.tool is None else f"{where}, {step.tool}"
+
+
 def _masked_steps(steps: list[FailedStep]) -> list[FailedStep]:
     return [s.model_copy(update={"reason": mask(s.reason)}) for s in steps]
 
@@ -336,6 +357,20 @@ def conclude(
         # the run ended by an error: failed and short of its goal whatever the judge read
         success, incomplete = False, True
         exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
+    if rules.failed_steps and success:
+        # a step failed and was never made good: the design's `success` is false by definition,
+        # a fact of the trace the judge's reading does not take back (it still moves the score
+        # and `incomplete`)
+        success = False
+        reasons.append(
+            "a step failed and was never made good ("
+            + "; ".join(_named(f) for f in rules.failed_steps[:3])
+            + "): success is false whatever the judge read"
+        )
+    if rules.gave_up is not None:
+        # the run went round and its own answer says it could not do the job: not reached
+        incomplete = True
+        exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
     if rules.failed_checks:  # the team's own rule failed it: below the threshold in use
         exact = min(exact, STOPPED_CAP, max(0, threshold - 1))
     overall = round(exact)
@@ -357,7 +392,7 @@ def conclude(
         warn_threshold=threshold,
         success=success,
         incomplete=incomplete,
-        failed_steps=_masked_steps(verdict.failed_steps),
+        failed_steps=_masked_steps(_failed(verdict, rules)),
         remaining_steps=[r.words() for r in remaining],
         remaining=remaining,
         blame=_blame(rules, answer) if not clean else None,
@@ -402,6 +437,28 @@ def conclude(
     return _plan(evaluation, facts, policy, now, exact, rules.stopped)
 
 
+def _low_dimensions(evaluation: Evaluation, policy: Policy, now: float) -> list[Alert]:
+    """A `low_dimension` alert for each of the team's dimensions the judge scored below the
+    threshold the criteria file gives it: one per dimension and evaluation, whether the
+    verdict passed or not (a run can pass overall and break the team's policy)."""
+    thresholds = policy.dimension_thresholds(evaluation.agent_name)
+    scored = evaluation.dimension_scores.criteria or {}
+    return [
+        Alert.of(
+            "low_dimension",
+            f"{evaluation.evaluation_id}:{name}",
+            "warning",
+            f"{name} {scored[name]} below its threshold {floor} (the team's dimension): "
+            f"{evaluation.summary}",
+            now,
+            request_id=evaluation.request_id,
+            evaluation_id=evaluation.evaluation_id,
+        )
+        for name, floor in sorted(thresholds.items())
+        if name in scored and scored[name] < floor
+    ]
+
+
 def unresolved(parent_request_id: str) -> Origin:
     """A follow-up's origin before its parent's verdict is looked up (or where it cannot be)."""
     return Origin(request_id=parent_request_id, root_request_id=parent_request_id, found=False)
@@ -437,6 +494,7 @@ def _plan(
                 evaluation_id=evaluation_id,
             )
         )
+    alerts += _low_dimensions(evaluation, policy, now)
     reflection = None
     round_ = facts.reflection_round
     # a run its budget stopped is not asked to go on: the follow-up would spend past the limit
@@ -444,12 +502,32 @@ def _plan(
     budget = next(
         (m for m in evaluation.interventions if m.kind == "budget" and m.stopped_after), None
     )
+    # nor a run a team's check stopped: the call the check flagged went through before the
+    # stop, and a follow-up told to finish the request could make it again
+    checked = next(
+        (
+            m
+            for m in evaluation.interventions
+            if m.kind == "check" and m.action == "stop" and m.stopped_after
+        ),
+        None,
+    )
     if policy.reflection_enabled and evaluation.incomplete and budget is not None:
         evaluation = evaluation.model_copy(
             update={
                 "reasons": [
                     *evaluation.reasons,
                     f"stopped by its {budget.crossed} budget: no reflection asked",
+                ]
+            }
+        )
+    elif policy.reflection_enabled and evaluation.incomplete and checked is not None:
+        evaluation = evaluation.model_copy(
+            update={
+                "reasons": [
+                    *evaluation.reasons,
+                    f"stopped by the team's check {checked.crossed} after the call it flagged "
+                    "went through: no reflection asked",
                 ]
             }
         )

@@ -40,6 +40,8 @@ class Summary:
     # the evaluation's interventions in full, in the order sent: what each steer did
     # (judges/agreement/action_effects.py `steered`)
     interventions_made: tuple[InterventionMade, ...] = ()
+    # the team's own dimensions the judge scored (name, score): a metric each
+    dimensions: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ def made_of(
         tuple((m.kind, m.stopped_after) for m in evaluation.interventions),
         evaluation.saved,
         tuple(evaluation.interventions),
+        tuple(sorted((evaluation.dimension_scores.criteria or {}).items())),
     )
     return Made(
         evaluation.request_id,

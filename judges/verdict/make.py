@@ -88,6 +88,15 @@ def flagged(evaluation: Evaluation) -> bool:
     return not evaluation.passed or not evaluation.success or evaluation.incomplete
 
 
+def touched(evaluation: Evaluation) -> bool:
+    """A run a team's check found something in (any severity) or tracejudge told something
+    while it ran (a steer too): its timeline is kept with the flagged ones, so the team can
+    open every run its check or its steer touched, the ones that passed included."""
+    return bool(evaluation.interventions) or any(
+        f.rule.startswith("check:") for f in evaluation.findings
+    )
+
+
 def window_for(closing: Closing) -> Window:
     """The closed window as the judges read it."""
     return window_of(
@@ -139,7 +148,9 @@ def make_verdict(
         verdict_made = _noted(verdict_made, why_not)
     # masking a timeline costs about as much as the rules (~200 µs a request): by default only
     # for the requests someone will look into
-    wanted = keep == "all" or (keep == "flagged" and is_flagged)
+    wanted = keep == "all" or (
+        keep == "flagged" and (is_flagged or touched(verdict_made.evaluation))
+    )
     not_kept = "no_redis" if keep == "no_redis" else "off"
     why_no_timeline = "not_flagged" if keep == "flagged" else not_kept
     return made_of(verdict_made, timeline_of(window) if wanted else None, why_no_timeline)

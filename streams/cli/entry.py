@@ -43,6 +43,10 @@ def main() -> int:
         from tracejudge.streams.cli.main import main as run
 
         return run()
+    except BrokenPipeError:
+        # the reader went away (`tracejudge judge --print-prompt | head`): nothing to say it to
+        sys.stderr.close()
+        return 0
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in WORKER_MODULES:
             raise

@@ -138,9 +138,18 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     command("worker", "run the evaluation worker (one per core; more join its group)")
-    command(
+    judge = command(
         "judge",
         "run the LLM judge stage on its own (workers then set TRACEJUDGE_WORKER_JUDGES=false)",
+    )
+    judge.add_argument(
+        "--print-prompt",
+        action="store_true",
+        help="print what the judge is given for an agent's runs (its system message with the "
+        "team's criteria, and the answer schema with the team's dimensions), and exit",
+    )
+    judge.add_argument(
+        "--agent", metavar="NAME", help="with --print-prompt: the agent (default: [default])"
     )
     command("topics", "create every topic (the worker also does it at start)")
     configure_acls(
@@ -321,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = _settings(args.config)
     if settings is None:
         return exits.USAGE_OR_CONFIGURATION
+    if args.command == "judge" and args.print_prompt:  # reads files only: no port, no broker
+        return _print_prompt(settings, args.agent)
     try:
         if args.command == "ui":  # its options, and its exposure, before any connection
             settings = _ui_settings(settings, args)
@@ -392,6 +403,34 @@ def main(argv: list[str] | None = None) -> int:
     return exits.USAGE_OR_CONFIGURATION
 
 
+def _print_prompt(settings: Settings, agent: str | None) -> int:
+    """The judge's prompt for an agent's runs, as the judge stage builds it: no model is asked,
+    nothing is read from Kafka."""
+    from tracejudge.judges.llm.criteria import with_criteria
+    from tracejudge.prompts import final_judge_prompt
+
+    criteria = settings.criteria_book().for_agent(agent)
+    prompt = with_criteria(final_judge_prompt(), criteria)
+    source = settings.llm_criteria_file or "(no TRACEJUDGE_LLM_CRITERIA_FILE)"
+    chosen = "none" if criteria is None else f"version {criteria.version}"
+    print(f"# the judge's prompt for agent {agent or '(any: [default])'}")
+    print(f"# prompt version {prompt.version}; the team's criteria from {source}: {chosen}")
+    if criteria is not None and criteria.thresholds:
+        floors = ", ".join(f"{name} below {floor}" for name, floor in criteria.thresholds)
+        print(f"# low_dimension alerts: {floors}")
+    print("\n## system message\n")
+    print(prompt.system.rstrip())
+    print("\n## answer schema\n")
+    print(json.dumps(prompt.schema, indent=2))
+    fits = settings.llm_input_tokens
+    print(
+        "\n## user message\n\nthe run between <data> and </data>, as JSON (the goal, the "
+        f"steps, the final answer), within {fits} tokens (TRACEJUDGE_LLM_CONTEXT_TOKENS "
+        f"{settings.llm_context_tokens}, less the system message and the answer)"
+    )
+    return exits.OK
+
+
 def _topics(settings: Settings) -> int:
     from tracejudge.streams.kafka.admin import ensure_topics
 
@@ -402,17 +441,11 @@ def _topics(settings: Settings) -> int:
 
 def _settings(config: str | None) -> Settings | None:
     """The settings, logging set up by them; None once each problem is a line on stderr."""
-    from tracejudge.settings import SettingsError, load_settings
+    from tracejudge.streams.cli.configured import loaded
     from tracejudge.streams.shared.logs import setup_logging
 
-    try:
-        settings = load_settings(config)
-    except SettingsError as exc:
-        for problem in exc.problems:
-            print(f"tracejudge: bad configuration: {problem}", file=sys.stderr)
-        return None
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"tracejudge: bad configuration: {exc}", file=sys.stderr)
+    settings = loaded(config)
+    if settings is None:
         return None
     setup_logging(settings.log_level, settings.log_format)
     return settings

@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 from tracejudge.models import names
-from tracejudge.settings import Settings, load_settings
+from tracejudge.settings import Settings
+from tracejudge.streams.cli import exits
+from tracejudge.streams.cli.configured import loaded
 from tracejudge.streams.replay.engine import ReplayResult, lines_of, replay
 from tracejudge.streams.replay.report import agreement, comparison, describe, summary
 from tracejudge.streams.shared.visible import visible_lines
@@ -31,8 +33,14 @@ def duration_s(text: str) -> float:
 def run_replay(settings: Settings, args: argparse.Namespace) -> int:
     # the worker logs a line per evaluation; a replay prints its report instead
     logging.getLogger("tracejudge.streams.worker").setLevel(logging.WARNING)
-    a = load_settings(args.replay_config) if args.replay_config else settings
-    b = load_settings(args.against) if args.against else None
+    a = (
+        loaded(args.replay_config, f"settings A ({args.replay_config})")
+        if args.replay_config
+        else settings
+    )
+    b = loaded(args.against, f"settings B ({args.against})") if args.against else None
+    if a is None or (args.against and b is None):
+        return exits.USAGE_OR_CONFIGURATION
     if args.from_topic:
         from tracejudge.streams.kafka.io import read_since
 

@@ -106,7 +106,9 @@ def run_demo(settings: Settings, timeout_s: float = 180.0, serve: bool = False) 
             _stopping() as children,
         ):
             code, serving = _run(settings, Path(folder), children, timeout_s)
-            if code == 0 and serve and serving is not None:
+            # a playground keeps serving whatever the table showed: the verdicts it has are
+            # what there is to look at
+            if serve and serving is not None and all(child.alive() for child in children):
                 _serve(serving, children)
             return code
     except KeyboardInterrupt:
@@ -259,7 +261,15 @@ def _run(
         _say(f"no verdict for: {', '.join(missing)}; worker log:\n{worker.tail()}")
         return 1, serving
     wrong, judged_otherwise = _compare(traces, verdicts)
+    team = _team_tables(demo_settings)
+    changed = [] if not team else [w for w in wrong if w not in missing]
+    wrong = [w for w in wrong if w not in changed]
     _say(f"done in {time.monotonic() - started:.1f}s.")
+    if changed:
+        _say(
+            f"your {' and '.join(team)} changed the verdicts of: {', '.join(changed)} (the "
+            "expectations are the samples' without them; `tracejudge show` says why)"
+        )
     if judged_otherwise:
         _say(
             "the LLM judge decided success/incomplete otherwise than the rules expect for: "
@@ -275,6 +285,16 @@ def _run(
             "or the explorer, `tracejudge ui`. To browse these verdicts: the demo with --serve."
         )
     return (1 if wrong else 0), serving
+
+
+def _team_tables(settings: Settings) -> list[str]:
+    """The team's own settings that may change the samples' verdicts, in words."""
+    named = {
+        "checks": not settings.check_book.empty,
+        "budgets": bool(settings.budgets_file),
+        "criteria": bool(settings.llm_criteria_file),
+    }
+    return [what for what, given in named.items() if given]
 
 
 def _compare(

@@ -165,6 +165,8 @@ async def verdicts_page(request: web.Request) -> web.Response:
         judge_status=q.get("judge_status", ""),
         since_ts=time.time() - since if since else 0.0,
         request=q.get("request", "").strip(),
+        finding=q.get("finding", ""),
+        check=q.get("check", ""),
     )
     chosen = list(store.newest(filters))
     page, pages = _page_number(q.get("page", "1")), max(1, math.ceil(len(chosen) / PAGE_ROWS))
@@ -194,6 +196,8 @@ async def verdicts_page(request: web.Request) -> web.Response:
         agents=store.agents(),
         quadrants=QUADRANTS,
         statuses=store.judge_statuses(),
+        findings=store.findings(),
+        checks=store.checks(),
         since_choices=list(SINCE),
     )
 

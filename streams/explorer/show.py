@@ -73,8 +73,8 @@ def no_timeline(
         recorded = "off" if _flagged(evaluation) else "not_flagged"
     if recorded == "not_flagged":
         return (
-            "not kept: the request passed, succeeded and is complete, and the worker keeps "
-            "the timelines of flagged requests only (TRACEJUDGE_TIMELINES=flagged; =all keeps "
+            "not kept: the request passed, succeeded and is complete, no check or steer "
+            "touched it, and the worker keeps the timelines of flagged requests only (TRACEJUDGE_TIMELINES=flagged; =all keeps "
             "every one)"
         )
     if recorded == "off":
@@ -111,6 +111,8 @@ def _flagged(e: dict[str, Any]) -> bool:
         or bool(e.get("incomplete"))
         or e.get("judge_status") == "ok"
         or e.get("final") is False  # sent to the judge: kept as for a judged one
+        or bool(e.get("interventions"))  # told while it ran, or a team's check found something
+        or any(str(f.get("rule", "")).startswith("check:") for f in e.get("findings") or [])
     )
 
 

@@ -68,6 +68,10 @@ class Verdict:
     # saved: (tool calls, tokens, cost in USD), an estimate (Evaluation.saved)
     interventions: tuple[tuple[str, bool], ...] = ()
     saved: tuple[int, int, float] | None = None
+    # the rules and checks that found something (`check:<name>` for a team's), and the team's
+    # checks that intervened while it ran: what the finding and check filters read
+    findings: frozenset[str] = frozenset()
+    checks: frozenset[str] = frozenset()
 
     @property
     def alerts(self) -> int:
@@ -108,6 +112,8 @@ class Verdict:
             incomplete=bool(evaluation.get("incomplete")),
             interventions=_interventions(evaluation.get("interventions")),
             saved=_saved(evaluation.get("saved")),
+            findings=_findings(evaluation.get("findings")),
+            checks=_checks(evaluation.get("findings"), evaluation.get("interventions")),
         )
 
     @property
@@ -129,10 +135,14 @@ class Filters:
     judge_status: str = ""
     since_ts: float = 0.0
     request: str = ""  # a part of the request id
+    finding: str = ""  # a rule or check that found something (`check:<name>` for a team's)
+    check: str = ""  # a team's check that found something in the run or intervened in it
 
     def admit(self, v: Verdict) -> bool:
         return (
             (not self.agent or v.agent == self.agent)
+            and (not self.finding or self.finding in v.findings)
+            and (not self.check or self.check in v.checks)
             and (not self.request or self.request in v.request_id)
             and (not self.quadrant or v.quadrant == self.quadrant)
             and (not self.passed or v.passed == (self.passed == "yes"))
@@ -238,6 +248,37 @@ class VerdictStore:
 
     def judge_statuses(self) -> list[str]:
         return sorted({v.judge_status for v in self._verdicts.values()})
+
+    def findings(self) -> list[str]:
+        """The rules and checks that found something in the verdicts held."""
+        return sorted({f for v in self._verdicts.values() for f in v.findings})
+
+    def checks(self) -> list[str]:
+        """The team's checks that found something or intervened in the verdicts held."""
+        return sorted({c for v in self._verdicts.values() for c in v.checks})
+
+
+# how many names a verdict keeps for the filters: an evaluation holds a bounded list already
+# (a check's findings are clipped to 20 per run), this bounds one from an older or odd writer
+FILTER_NAMES = 64
+
+
+def _findings(findings: Any) -> frozenset[str]:
+    if not isinstance(findings, list):
+        return frozenset()
+    rules = (str(f.get("rule"))[:120] for f in findings[:FILTER_NAMES] if isinstance(f, dict))
+    return frozenset(rules)
+
+
+def _checks(findings: Any, made: Any) -> frozenset[str]:
+    named = {f[len("check:") :] for f in _findings(findings) if f.startswith("check:")}
+    if isinstance(made, list):
+        named |= {
+            str(m.get("crossed"))[:120]
+            for m in made[:FILTER_NAMES]
+            if isinstance(m, dict) and m.get("kind") == "check"
+        }
+    return frozenset(named)
 
 
 def _interventions(made: Any) -> tuple[tuple[str, bool], ...]:

@@ -55,6 +55,8 @@ class WorkerStatus:
     counters: dict[str, int] = field(default_factory=dict)
     # where it judges: its judge consumer's queue (`judge` in /health)
     judge: dict[str, Any] | None = None
+    # whether it signs control records, its key id, what agents reported (`control` in /health)
+    control: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -225,13 +227,14 @@ def worker_health(url: str, timeout_s: float = 3.0) -> WorkerStatus:
         body, code = json.loads(exc.read() or b"{}"), exc.code
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return WorkerStatus(url, 0, f"unreachable ({getattr(exc, 'reason', exc)})")
-    judge = body.get("judge")
+    judge, control = body.get("judge"), body.get("control")
     return WorkerStatus(
         url,
         code,
         str(body.get("status", "?")),
         dict(body.get("counters", {})),
         judge if isinstance(judge, dict) else None,
+        control if isinstance(control, dict) else None,
     )
 
 
@@ -272,6 +275,8 @@ def render_status(status: Status) -> str:
             f"{k}={c[k]}" for k in ("events_added", "evaluations", "dead_lettered") if k in c
         )
         lines.append(f"  {w.url}  {w.status} ({w.code})" + (f"  {seen}" if seen else ""))
+        if w.control is not None:
+            lines += control_lines(w.control)
     lines += ["", "agreement with outcomes (per agent, within the retention)"]
     if status.agreement_error is not None:
         lines.append(f"  {status.agreement_error}")
@@ -299,3 +304,40 @@ def render_status(status: Status) -> str:
     else:
         lines += steer_lines(status.steers)
     return visible_lines(lines)  # agent names, errors: trace text, shown, never obeyed
+
+
+def control_lines(control: dict[str, Any]) -> list[str]:
+    """A worker's signing, and each agent that reported trouble with its control records."""
+    key = control.get("key")
+    lines = [
+        f"    signs control with {key}"
+        if control.get("signs")
+        else "    signs no control record (TRACEJUDGE_CONTROL_KEYS unset): agents that "
+        "verify refuse them"
+    ]
+    agents = control.get("agents")
+    for agent, tally in sorted(agents.items() if isinstance(agents, dict) else []):
+        if not isinstance(tally, dict):
+            continue
+        refused = {k[len("refused_") :]: n for k, n in tally.items() if k.startswith("refused_")}
+        unchecked = int(tally.get("runs_not_verifying", 0))
+        if not refused and not unchecked:
+            continue
+        said = ", ".join(f"{n} {why}" for why, n in sorted(refused.items()))
+        parts = [f"refused {sum(refused.values())} ({said})"] if refused else []
+        if unchecked:
+            parts.append(
+                f"{unchecked} of {tally.get('runs', '?')} runs hold no key (obeyed unchecked)"
+            )
+        lines.append(f"    agent {agent}: " + "; ".join(parts) + _hint(refused))
+    return lines
+
+
+def _hint(refused: dict[str, int]) -> str:
+    if refused.get("unknown_key") or refused.get("bad_signature"):
+        return ": its TRACEJUDGE_CONTROL_KEYS and the worker's differ"
+    if refused.get("unsigned"):
+        return ": it verifies, the worker does not sign"
+    if refused.get("expired_key"):
+        return ": the key's last day has passed on the agent"
+    return ""

@@ -29,6 +29,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from tracejudge.models.agents import NO_AGENT
+from tracejudge.models.events import REFUSALS
 from tracejudge.models.version import PACKAGE_VERSION
 
 # Seconds: a verdict is expected within milliseconds of the terminal event, a judged one within
@@ -211,7 +212,43 @@ class AgentMetrics:
             ["agent", "unit"],
             registry=registry,
         )
+        # the teams' own dimensions (at most 4 per criteria table, named in the file; a score
+        # the judge adds that nobody asked for is dropped): a bounded label
+        self.dimension_scores = Histogram(
+            "tracejudge_dimension_score",
+            "The LLM judge's scores of the teams' own dimensions (the criteria file's "
+            "`dimensions`), by agent and dimension.",
+            ["agent", "dimension"],
+            buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+        self.control = Counter(
+            "tracejudge_agent_control_records",
+            "Control records the agents' clients report for their requests (with each final "
+            "response), by agent and what the client did: delivered, unverified (signed, "
+            "taken unchecked: the agent holds no key), refused_<why> (unsigned, unknown_key, "
+            "expired_key, bad_signature, stale, other_run).",
+            ["agent", "outcome"],
+            registry=registry,
+        )
+        # per agent label: the reports' totals and how many runs' clients verify, for /health
+        self.control_seen: dict[str, collections.Counter[str]] = {}
         self._agents: set[str] = set()
+
+    def reported_control(self, agent_name: str | None, seen: Any) -> None:
+        """A final response's `control` (models.events.ControlSeen): counted per agent."""
+        agent = self.agent_label(agent_name)
+        tally = self.control_seen.setdefault(agent, collections.Counter())
+        tally["runs"] += 1
+        tally["runs_verifying" if seen.verifies else "runs_not_verifying"] += 1
+        found = {"delivered": seen.delivered, "unverified": seen.unverified}
+        for why, n in seen.refused.items():
+            key = f"refused_{why if why in REFUSALS else 'other'}"
+            found[key] = found.get(key, 0) + n
+        for outcome, n in found.items():
+            if n:
+                self.control.labels(agent, outcome).inc(n)
+                tally[outcome] += n
 
     def agent_label(self, agent_name: str | None) -> str:
         """An agent's label value: its name among the first MAX_AGENT_LABELS seen, else

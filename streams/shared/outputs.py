@@ -189,6 +189,10 @@ class VerdictPublisher:
         for kind in summary.alert_kinds:
             m.alerts.labels(kind).inc()
         m.agents.evaluated(summary.agent_name, summary.overall_score, summary.passed)
+        for name, score in summary.dimensions:
+            m.agents.dimension_scores.labels(
+                m.agents.agent_label(summary.agent_name), name
+            ).observe(score)
         if summary.usage is not None:
             m.agents.add(summary.agent_name, summary.usage)
         if summary.interventions:

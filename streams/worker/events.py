@@ -11,6 +11,7 @@ from tracejudge.models.events import (
     OUTSIDE_WINDOWS,
     SUMMARY_LIMIT,
     Event,
+    FinalResponse,
     Iteration,
     Outcome,
     ReasoningStep,
@@ -103,6 +104,12 @@ class EventHandler:
         if stopper is not None and status != "late" and self.store.is_open(rid):
             # also on a duplicate: a crash may have come between the event and its decision
             await stopper.check(rid, event.run_nonce)
+        if isinstance(event, FinalResponse) and event.control is not None and status == "added":
+            # what the agent's client did with this run's control records: an agent whose keys
+            # are not the worker's shows on /metrics, /health and `tracejudge status`
+            window = self.store.open.get(rid)
+            agent = event.agent_name if window is None else window.tally.agent_name
+            self.metrics.agents.reported_control(agent, event.control)
         # A duplicate terminal event on an open window means the close it triggered never
         # finished (the worker died in between): finish it now.
         if is_terminal(event) and status != "late" and self.store.is_open(rid):

@@ -54,6 +54,7 @@ def health_report(
         "redis_errors": ctx.lookup.errors,
         "counters": dict(ctx.counters),
     }
+    body["control"] = control_report(ctx)
     if brokers is not None:
         body["brokers"] = {"answering": brokers.answering, "known": brokers.known}
     if waiting_for:
@@ -72,3 +73,17 @@ def _broker_state(brokers: BrokerCount | None) -> str:
     if brokers is None:
         return "ok"
     return "degraded" if brokers.state == "unreachable" else brokers.state
+
+
+def control_report(ctx: WorkerContext) -> dict[str, Any]:
+    """Whether this worker signs control records and with which key (its id, never the key),
+    and what the agents' clients reported doing with them, per agent: an agent refusing them
+    (its keys are not the worker's) or taking them unchecked (it holds none) is a mistake the
+    operator sees here, not only in the agent's own log."""
+    keys = ctx.settings.control_key_set()
+    signing = None if keys is None else keys.signing_key
+    agents = {
+        agent: dict(sorted(tally.items()))
+        for agent, tally in sorted(ctx.metrics.agents.control_seen.items())
+    }
+    return {"signs": signing is not None, "key": signing, "agents": agents}
