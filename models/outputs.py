@@ -426,6 +426,9 @@ class Alert(_Output):
     request_id: str | None
     evaluation_id: str | None = None
     session_id: str | None = None
+    dimension: str | None = Field(
+        default=None, description="A low_dimension alert's: the team's dimension scored low."
+    )
     message: str
     ts: float
 
@@ -441,6 +444,7 @@ class Alert(_Output):
         request_id: str | None,
         evaluation_id: str | None = None,
         session_id: str | None = None,
+        dimension: str | None = None,
     ) -> Alert:
         """An alert whose id is derived from its kind and what it is about (`basis`). The ids
         are named: a misspelt one is an error here, not a field the model would ignore."""
@@ -454,6 +458,7 @@ class Alert(_Output):
                 "request_id": request_id,
                 "evaluation_id": evaluation_id,
                 "session_id": session_id,
+                **({} if dimension is None else {"dimension": dimension}),
             }
         )
 

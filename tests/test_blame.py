@@ -61,8 +61,27 @@ def test_the_failure_never_made_good_is_blamed_on_its_step() -> None:
         ]
     )
     assert e.blame is not None and not e.blame.abstain
-    assert (e.blame.step_index, e.blame.actor, e.blame.source) == (2, "refund", "rules")
+    # one agent ran: it is the one to blame, never the tool ("by refund")
+    assert (e.blame.step_index, e.blame.actor, e.blame.source) == (2, None, "rules")
     assert "payment gateway timeout" in e.blame.reason and e.blame.confidence == 0.6
+
+
+def test_in_a_one_agent_run_blame_names_the_agent_not_a_tool_or_a_graph_node() -> None:
+    named = {**task("b1"), "agent_name": "support-bot"}
+    e = evaluate(
+        [
+            named,
+            think("b1", 1, "agent", "look the order up, then refund it"),
+            call("b1", 2, "get_order", True, actor="tools"),
+            call("b1", 3, "refund", False, error="payment gateway timeout", actor="tools"),
+            final("b1", "I could not refund the order."),
+        ]
+    )
+    assert e.blame is not None and (e.blame.step_index, e.blame.actor) == (3, "support-bot")
+    unnamed = evaluate([task("b0"), think("b0", 1, "agent", "refund it"),
+                        call("b0", 2, "refund", False, error="timeout", actor="tools"),
+                        final("b0", "I could not refund the order.")])  # fmt: skip
+    assert unnamed.blame is not None and unnamed.blame.actor == "agent"  # LangGraph's model node
 
 
 def test_in_a_multi_agent_run_the_agent_that_wrote_the_failing_code_is_blamed() -> None:
@@ -133,7 +152,7 @@ def test_the_judges_step_is_taken_when_it_is_one_of_the_runs(index: int, source:
     )
     assert e.blame is not None and e.blame.source == source
     if source == "judge":  # the run's own record of who took the step, not the judge's word
-        assert (e.blame.step_index, e.blame.actor, e.blame.confidence) == (1, "get_order", 0.7)
+        assert (e.blame.step_index, e.blame.actor, e.blame.confidence) == (1, None, 0.7)
     else:
         assert e.blame.step_index == 2
 

@@ -181,7 +181,9 @@ def steered(
         n for n, on in (("passed", passed), ("success", success), ("incomplete", incomplete)) if on
     ]
     for i, m in enumerate(made):
-        if m.action != "steer":
+        # a loop rule's steers only: a team's check steers once per run and has no loop to
+        # leave (its figures against outcomes are the checks' own, `Tally.check_rates`)
+        if m.action != "steer" or m.kind != "loop":
             continue
         later = made[i + 1 :]
         same = [x for x in later if (x.kind, x.crossed) == (m.kind, m.crossed)]

@@ -125,6 +125,8 @@ class Kept:
     root: str | None = None
     # the rule of each steer the run was sent (action_effects.steer_outcomes), in order
     steered: tuple[str, ...] = ()
+    # the team's own dimensions the judge scored: (name, score, below its threshold)
+    dimensions: tuple[tuple[str, int, bool], ...] = ()
 
     @property
     def judged(self) -> bool:
@@ -179,8 +181,10 @@ class Kept:
             self.round,
             self.root,
         ]
-        if self.steered:  # only then: a run never steered keeps what it kept before
+        if self.steered or self.dimensions:  # only then: other runs keep what they kept before
             row.append(list(self.steered))
+        if self.dimensions:  # by position after the steers: [name, score × 2 + below]
+            row.append([[name, score * 2 + int(low)] for name, score, low in self.dimensions])
         return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -190,6 +194,8 @@ class Kept:
         # a record kept by an older worker has the first ten only
         state, round_, root = row[10:13] if len(row) >= 13 else (None, 0, None)
         steered = tuple(str(r) for r in row[13]) if len(row) >= 14 else ()
+        scored = row[14] if len(row) >= 15 else []
+        dimensions = tuple((str(name), int(n) // 2, bool(int(n) & 1)) for name, n in scored)
 
         def v(n: int | None) -> View | None:
             if n is None:
@@ -215,12 +221,16 @@ class Kept:
             int(round_ or 0),
             root,
             steered,
+            dimensions,
         )
 
 
-def kept_of(evaluation: Evaluation, rules: RuleVerdict | None = None) -> Kept:
+def kept_of(
+    evaluation: Evaluation, rules: RuleVerdict | None = None, low: frozenset[str] = frozenset()
+) -> Kept:
     """What a final evaluation keeps. `rules`: the rules' own verdict, when the judge's may
-    have replaced it (a judged request); without it the evaluation is the rules' own."""
+    have replaced it (a judged request); without it the evaluation is the rules' own. `low`:
+    the team's dimensions it alerted on (scored below their thresholds)."""
     e = evaluation
     threshold = e.warn_threshold
     if rules is None:
@@ -249,7 +259,15 @@ def kept_of(evaluation: Evaluation, rules: RuleVerdict | None = None) -> Kept:
         incomplete=e.incomplete,
         round=e.reflection_round,
         root=None if e.origin is None else e.origin.root_request_id,
-        steered=tuple(m.crossed for m in e.interventions if m.action == "steer"),
+        steered=tuple(
+            m.crossed for m in e.interventions if m.action == "steer" and m.kind == "loop"
+        ),
+        dimensions=tuple(
+            (name, score, name in low)
+            for name, score in sorted((e.dimension_scores.criteria or {}).items())
+        )
+        if e.judge_status == "ok"
+        else (),
     )
 
 
@@ -318,20 +336,44 @@ def cells(kept: Kept, truth: Truth) -> list[Cell]:
     check that failed it."""
     agent = kept.agent or NO_AGENT
     version = kept.version or NO_VERSION
-    return check_cells(kept, truth) + [
-        Cell(
-            agent,
-            version,
-            name,
-            truth.source,
-            kept.judged,
-            truth.ok,
-            view.score,
-            view.alerted,
-            view.flagged,
-        )
-        for name, view in kept.views().items()
+    return (
+        check_cells(kept, truth)
+        + dimension_cells(kept, truth)
+        + [
+            Cell(
+                agent,
+                version,
+                name,
+                truth.source,
+                kept.judged,
+                truth.ok,
+                view.score,
+                view.alerted,
+                view.flagged,
+            )
+            for name, view in kept.views().items()
+        ]
+    )
+
+
+# A team's own dimension, as a view of its own: its score against the outcome, its alerts
+DIMENSION_PREFIX = "dimension:"
+
+
+def dimension_cells(kept: Kept, truth: Truth) -> list[Cell]:
+    """One cell per team dimension the judge scored (view `dimension:<name>`): its figures
+    (AUC, ok runs alerted, alert precision) are a verdict source's, per agent."""
+    agent = kept.agent or NO_AGENT
+    version = kept.version or NO_VERSION
+    return [
+        Cell(agent, version, DIMENSION_PREFIX + name, truth.source, True, truth.ok, score, low, low)
+        for name, score, low in kept.dimensions
     ]
+
+
+def views_of(tally: Tally) -> list[str]:
+    """The team dimensions' views present in a tally, sorted."""
+    return sorted({c.view for c in tally.counts if c.view.startswith(DIMENSION_PREFIX)})
 
 
 def check_cells(kept: Kept, truth: Truth) -> list[Cell]:

@@ -158,17 +158,39 @@ def _named(candidate: _Candidate, window: Window) -> Blame:
                 f"step {author.step_index} ({author.actor}) wrote the call that failed: {reason}"
             )
             step, index = author, author.step_index
-    actor = (
-        getattr(step, "actor", None)
-        or (step.tool if isinstance(step, ToolCall) else None)
-        or window.first("agent_name")
-    )
+    actor = actor_of(window, step)
     return Blame(
         step_index=index,
         actor=actor,
         reason=reason,
         confidence=candidate.confidence,
         source="rules",
+    )
+
+
+def multi_agent(window: Window) -> bool:
+    """Two or more agents spoke in the run (its reasoning steps name two actors): only then is
+    a step's actor who to blame. In a one-agent run an actor is a framework's node (LangGraph's
+    `tools`) and a tool is a tool: the agent is the one to blame."""
+    speakers: set[str] = set()
+    for step in window.steps:
+        if isinstance(step, ReasoningStep) and step.actor:
+            speakers.add(step.actor)
+            if len(speakers) > 1:
+                return True
+    return False
+
+
+def actor_of(window: Window, step: object, multi: bool | None = None) -> str | None:
+    """Who took `step`, as blame names it: in a multi-agent run the step's actor (else its
+    tool's caller is unknown: its tool), else the request's agent. `multi`: `multi_agent`'s
+    answer, when the caller asks for many steps."""
+    agent = window.first("agent_name")
+    if multi_agent(window) if multi is None else multi:
+        own = getattr(step, "actor", None)
+        return own or (step.tool if isinstance(step, ToolCall) else None) or agent
+    return agent or next(
+        (s.actor for s in window.steps if isinstance(s, ReasoningStep) and s.actor), None
     )
 
 

@@ -13,7 +13,7 @@ from tracejudge.judges.answers.generic import assess_answer
 from tracejudge.judges.masking.clipping import head_whole, quote_whole
 from tracejudge.judges.rules.agent_norms import MEASURES, Norms, RunStats
 from tracejudge.judges.rules.answer_checks import answer_outcome
-from tracejudge.judges.rules.blame import blame_of
+from tracejudge.judges.rules.blame import actor_of, blame_of, multi_agent
 from tracejudge.judges.rules.conversation import is_conversation, unconfirmed_changes
 from tracejudge.judges.rules.endings import (
     claim_contradicts_result,
@@ -30,7 +30,6 @@ from tracejudge.judges.rules.stops import Stop, stop_that_ended
 from tracejudge.judges.rules.trouble import relative_findings, trouble_kinds
 from tracejudge.judges.text.kinds import split
 from tracejudge.judges.text.sentences import sentence_at
-from tracejudge.models.events import ToolCall
 from tracejudge.models.outputs import Blame, FailedStep, RemainingStep
 from tracejudge.models.window import Window
 
@@ -623,14 +622,20 @@ def _crash(window: Window) -> FailedStep | None:
 
 
 def _actors(window: Window) -> dict[int, str]:
-    """Every step's index -> who took it: its actor, else its tool, else "" (the agent)."""
-    found = {
-        s.step_index: s.actor or (s.tool if isinstance(s, ToolCall) else "") for s in window.steps
-    }
+    """Every step's index -> who took it, as blame names it (blame.py `actor_of`): in a
+    multi-agent run its actor, else its tool; in a one-agent run the agent ("" when unnamed)."""
+    multi = multi_agent(window)
+    if not multi:  # one agent took every step
+        agent = actor_of(window, None, False) or ""
+        found = dict.fromkeys((s.step_index for s in window.steps), agent)
+    else:
+        found = {s.step_index: actor_of(window, s, True) or "" for s in window.steps}
     final = window.final
     if final is not None:  # numbered as blame numbers it when it has no number
         index = final.step_index
-        found[max(found, default=0) + 1 if index is None else index] = final.actor or ""
+        found[max(found, default=0) + 1 if index is None else index] = (
+            actor_of(window, final, multi) or ""
+        )
     return found
 
 

@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 
 from tracejudge.judges.agreement.calibration import Calibration, CalibrationBook
 from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS
-from tracejudge.judges.llm.criteria import CriteriaBook
 from tracejudge.judges.llm.answer import JudgeAnswer
+from tracejudge.judges.llm.criteria import CriteriaBook
 from tracejudge.judges.masking.redact import mask
 from tracejudge.judges.rules.agent_norms import RunStats
 from tracejudge.judges.rules.judge import STOPPED_CAP, RuleVerdict
@@ -235,7 +235,8 @@ def _blame(rules: RuleVerdict, answer: JudgeAnswer | None) -> Blame | None:
     if named is not None and named.step_index is not None and named.step_index in rules.actors:
         return Blame(
             step_index=named.step_index,
-            actor=mask(rules.actors.get(named.step_index) or named.actor or "") or None,
+            # the run's own record of who took the step, never the judge's free text
+            actor=mask(rules.actors.get(named.step_index) or "") or None,
             reason=mask(named.reason) or "named by the LLM judge",
             confidence=named.confidence,
             source="judge",
@@ -453,6 +454,7 @@ def _low_dimensions(evaluation: Evaluation, policy: Policy, now: float) -> list[
             now,
             request_id=evaluation.request_id,
             evaluation_id=evaluation.evaluation_id,
+            dimension=name,
         )
         for name, floor in sorted(thresholds.items())
         if name in scored and scored[name] < floor

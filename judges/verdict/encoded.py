@@ -64,6 +64,11 @@ class Made:
     origin: Kept | None = None
 
 
+def _low(alerts: list[Any]) -> frozenset[str]:
+    """The team's dimensions this verdict alerted on (their `low_dimension` alerts)."""
+    return frozenset(a.dimension for a in alerts if a.kind == "low_dimension" and a.dimension)
+
+
 def encode(model: Any) -> bytes:
     """Every record the worker produces is encoded here: free text masked, ids kept."""
     return masked_json(model).encode("utf-8")
@@ -112,7 +117,7 @@ def made_of(
         [encode(alert) for alert in verdict.alerts],
         summary,
         timeline=None if timeline is None else json.dumps(timeline, ensure_ascii=False).encode(),
-        kept=kept_of(evaluation, rules) if evaluation.final else None,
+        kept=kept_of(evaluation, rules, low=_low(verdict.alerts)) if evaluation.final else None,
         parent=None if evaluation.origin is None else evaluation.origin.request_id,
     )
 

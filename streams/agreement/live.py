@@ -22,7 +22,7 @@ from prometheus_client.core import Metric
 
 from tracejudge.judges.agreement.action_effects import ActionFigures, SteerFigures
 from tracejudge.judges.agreement.rule_rates import RuleRate
-from tracejudge.judges.agreement.tally import Figures, Tally
+from tracejudge.judges.agreement.tally import Figures, Tally, views_of
 from tracejudge.settings import Settings
 from tracejudge.streams.agreement import actions
 from tracejudge.streams.agreement.gauges import gauge_families
@@ -63,8 +63,9 @@ def bounded(tally: Tally, top: int = TOP_AGENTS) -> Tally:
 def by_agent(tally: Tally) -> dict[tuple[str, str], Figures]:
     """(agent, view) -> figures, for every agent and view with runs."""
     found: dict[tuple[str, str], Figures] = {}
+    dimensions = views_of(tally)  # a team's own dimensions: a view each, beside the sources
     for agent in tally.agents():
-        for view in VIEWS:
+        for view in (*VIEWS, *dimensions):
             figures = tally.figures(view, agent=agent)
             if figures.runs:
                 found[(agent, view)] = figures

@@ -290,7 +290,7 @@ def _run(
 def _team_tables(settings: Settings) -> list[str]:
     """The team's own settings that may change the samples' verdicts, in words."""
     named = {
-        "checks": not settings.check_book.empty,
+        "checks": not settings.check_book().empty,
         "budgets": bool(settings.budgets_file),
         "criteria": bool(settings.llm_criteria_file),
     }

@@ -13,7 +13,8 @@ from tracejudge.streams.explorer.store import Verdict
 @dataclass
 class InterventionFigures:
     runs: int = 0  # runs told at least once
-    # kind -> (told, stopped after it)
+    # kind and action ("loop steer", "check stop") -> (runs told so, runs that made no step
+    # after it: a stop obeyed, or the answer right after a steer), each run once
     kinds: dict[str, tuple[int, int]] = field(default_factory=dict)
     saved_runs: int = 0  # stopped runs with an estimate (their agent had a baseline)
     tool_calls: int = 0
@@ -26,7 +27,10 @@ def intervention_figures(verdicts: Sequence[Verdict]) -> InterventionFigures:
     for verdict in verdicts:
         if verdict.interventions:
             figures.runs += 1
-        for kind, stopped in verdict.interventions:
+        ended: dict[str, bool] = {}
+        for kind, stopped in verdict.interventions:  # a run told twice the same way: once
+            ended[kind] = ended.get(kind, False) or stopped
+        for kind, stopped in ended.items():
             told, stops = figures.kinds.get(kind, (0, 0))
             figures.kinds[kind] = (told + 1, stops + stopped)
         if verdict.saved is not None:

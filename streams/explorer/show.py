@@ -74,8 +74,8 @@ def no_timeline(
     if recorded == "not_flagged":
         return (
             "not kept: the request passed, succeeded and is complete, no check or steer "
-            "touched it, and the worker keeps the timelines of flagged requests only (TRACEJUDGE_TIMELINES=flagged; =all keeps "
-            "every one)"
+            "touched it, and the worker keeps the timelines of flagged requests only "
+            "(TRACEJUDGE_TIMELINES=flagged; =all keeps every one)"
         )
     if recorded == "off":
         return "not kept: the worker that judged it has TRACEJUDGE_TIMELINES=off"
@@ -211,7 +211,7 @@ def render(
             f"  {i.get('kind')} {i.get('crossed')} ({i.get('action')}) at step "
             f"{i.get('at_step', '?')}: "
             + (
-                "stopped"
+                ("stopped" if i.get("action") == "stop" else "no step after it")
                 if i.get("stopped_after")
                 else f"went on {i.get('steps_after', '?')} steps"
             )

@@ -282,10 +282,13 @@ def _checks(findings: Any, made: Any) -> frozenset[str]:
 
 
 def _interventions(made: Any) -> tuple[tuple[str, bool], ...]:
+    """(kind and action, e.g. "loop steer", whether the run made no step after it)."""
     if not isinstance(made, list):
         return ()
     return tuple(
-        (str(m.get("kind")), bool(m.get("stopped_after"))) for m in made if isinstance(m, dict)
+        (f"{m.get('kind')} {m.get('action')}", bool(m.get("stopped_after")))
+        for m in made
+        if isinstance(m, dict)
     )
 
 
