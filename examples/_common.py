@@ -6,8 +6,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from tracejudge.client import Tracer
+
+# LangGraph 1.x says `create_react_agent` moved to `langchain.agents` (to go in 2.0): the
+# examples keep it, as most LangGraph code in use does, and the notice would precede every run
+warnings.filterwarnings("ignore", message="create_react_agent has been moved")
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_PREFIX = "tracejudge."
@@ -64,6 +69,10 @@ def report(tracer: Tracer, request_id: str | None, bootstrap: str = "the broker"
         u = evaluation.usage
         print(f"  usage: {u.model_calls} model calls, {u.input_tokens}+{u.output_tokens} tokens")
     for made in evaluation.interventions:
-        after = "stopped" if made.stopped_after else f"went on {made.steps_after} steps"
-        print(f"  intervention: {made.kind} {made.crossed} at step {made.at_step}: {after}")
+        ended = "stopped" if made.action == "stop" else "no step after it"
+        after = ended if made.stopped_after else f"went on {made.steps_after} steps"
+        print(
+            f"  intervention: {made.kind} {made.crossed} ({made.action}) at step "
+            f"{made.at_step}: {after}"
+        )
     return 0

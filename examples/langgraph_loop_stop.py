@@ -57,7 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     asked: Any = {"messages": [("user", "What is the status of order 7?")]}
     try:
         graph.invoke(asked, {"callbacks": [handler]})
-        print("the run went to its end: no intervention came", file=sys.stderr)
+        # steers may have come (the default for a loop): the evaluation below lists them
+        print(
+            "the run went to its end: no stop came (a steer is listed with the evaluation "
+            'below; a stop needs loop_action = "stop" for this agent, as above)',
+            file=sys.stderr,
+        )
     except InterventionStop as stop:
         told = stop.intervention
         print(f"stopped by tracejudge: {told.kind} {told.crossed} at step {told.step_index}")

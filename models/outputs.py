@@ -283,6 +283,13 @@ class Evaluation(_Output):
     agent_version: str | None = Field(default=None, description="As the request's events gave it.")
     task_id: str | None = None
     overall_score: Score = Field(ge=0, le=100)
+    overall_exact: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="overall_score before rounding (one decimal): what `passed` tested against "
+        "the threshold (59.6 does not pass 60, and is shown as 59.6, not 60).",
+    )
     rule_score: Score = Field(ge=0, le=100)
     llm_score: Score | None = Field(default=None, ge=0, le=100)
     dimension_scores: DimensionScores

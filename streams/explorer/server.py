@@ -37,7 +37,7 @@ from tracejudge.streams.explorer.interventions import intervention_figures
 from tracejudge.streams.explorer.locate import locate
 from tracejudge.streams.explorer.plots import plot
 from tracejudge.streams.explorer.reliability import describe
-from tracejudge.streams.explorer.show import judge_call, look_up, no_timeline
+from tracejudge.streams.explorer.show import judge_call, look_up, no_timeline, score_shown
 from tracejudge.streams.explorer.store import QUADRANTS, Filters, VerdictStore, agent_label
 from tracejudge.streams.explorer.trends import Figures, bins, changes, figures
 from tracejudge.streams.shared.logs import quiet_library_logs
@@ -228,6 +228,7 @@ async def request_page(request: web.Request) -> web.Response:
     return _page(
         "request.html",
         e=evaluation,
+        score=score_shown(evaluation),
         verdict=held,
         chain=chain_of(evaluation, request.app[STORE]),
         timeline=timeline,

@@ -166,7 +166,7 @@ def render(
     lines = [
         f"request {e['request_id']}  agent {e.get('agent_name') or '-'}  "
         f"closed by {e['closed_by']} at {_clock(e.get('ts'))}",
-        f"score {e['overall_score']} ({'pass' if e['passed'] else 'fail'}; threshold "
+        f"score {score_shown(e)} ({'pass' if e['passed'] else 'fail'}; threshold "
         f"{e['warn_threshold']})  success {e['success']}  incomplete {e['incomplete']}  "
         f"judge {'pending' if e.get('final') is False else e['judge_status']}"
         + (f" ({e['judge_error']})" if e.get("judge_error") else ""),
@@ -226,6 +226,19 @@ def render(
         )
     lines.append(_timeline(timeline, locate(e, timeline), no_timeline))
     return "\n".join(lines) + "\n"
+
+
+def score_shown(e: dict[str, Any]) -> str:
+    """The score as a person reads it beside the threshold: the rounded score, unless rounding
+    would put a failing score at the threshold ("59.6", never "60 (fail; threshold 60)")."""
+    exact, rounded = e.get("overall_exact"), e.get("overall_score")
+    if (
+        isinstance(exact, int | float)
+        and rounded != exact
+        and (rounded or 0) >= e.get("warn_threshold", 101) > exact
+    ):
+        return f"{exact:.1f}"
+    return str(rounded)
 
 
 def origin_line(origin: Any) -> str | None:

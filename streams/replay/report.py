@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracejudge.judges.agreement.tally import auc, label_ok
+from tracejudge.settings import Settings
 from tracejudge.streams.agreement.actions import steer_lines, steers_json
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.replay.engine import ReplayResult
@@ -24,7 +25,22 @@ def _quadrant(e: Mapping[str, Any]) -> str:
 def describe(name: str, result: ReplayResult) -> str:
     s = result.settings
     judge = f"LLM judge {s.llm_model}" if s.llm_judge_enabled else "rules only"
-    return f"{name}: {judge}, warn threshold {s.warn_threshold}, rule weight {s.rule_weight}"
+    return (
+        f"{name}: {judge}, warn threshold {s.warn_threshold}, rule weight {s.rule_weight}, "
+        + checks_in(s)
+    )
+
+
+def checks_in(settings: Settings) -> str:
+    """The team's checks a replay ran with, in words: where they came from, how many."""
+    book = settings.check_book()
+    if book.empty:
+        return "no team checks"
+    named = [
+        f"{len(book.common)} in code" if book.common else "",
+        f"checks file {settings.checks_file}" if settings.checks_file else "",
+    ]
+    return "team checks: " + ", ".join(n for n in named if n)
 
 
 def summary(result: ReplayResult) -> list[str]:

@@ -300,8 +300,9 @@ def test_the_loop_example_is_stopped_while_it_runs(pipeline_worker: WorkerProces
     done = run_example(pipeline_worker, "examples.langgraph_loop_stop")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "stopped by tracejudge: loop repeated_call at step " in done.stdout, done.stdout
-    assert "intervention: loop repeated_call at step " in done.stdout
+    assert "intervention: loop repeated_call (stop) at step " in done.stdout
     assert done.stdout.rstrip().endswith(": stopped"), done.stdout
+    assert "no intervention came" not in done.stderr
 
 
 def test_the_reflection_example_finishes_what_its_langgraph_agent_skipped(
