@@ -225,7 +225,7 @@ class Recorder:
             control=(
                 None
                 if self._watch is None or self._reader is None
-                else self._watch.seen(self._reader.keys is not None)
+                else self._watch.seen(getattr(self._reader, "keys", None) is not None)
             ),
         )
         self.finished = True

@@ -206,4 +206,4 @@ def test_the_rule_table_says_which_rules_tell_nothing() -> None:
     assert rates["rare"].on_failed.hits == 1  # a rule fired twice in a run counts once
     table = rule_table(rates.values())
     assert table[1].endswith("<- no better than chance")
-    assert table[2].endswith("(fired on 1 runs: too few to tell)")
+    assert table[2].endswith("(fired on 1 run: too few to tell)")

@@ -67,7 +67,7 @@ def test_a_failed_step_and_its_finding_are_marked_on_the_step_they_concern() -> 
         "← blamed; failed step: payment gateway timeout; unrecovered_failure"
     )
     assert any(
-        line.startswith("blame: step 2 by refund (rules, confidence 0.60): refund failed")
+        line.startswith("blame: step 2 by support (rules, confidence 0.60): refund failed")
         for line in shown
     )
 
@@ -471,6 +471,10 @@ async def test_a_request_page_lists_its_interventions_and_what_stopping_saved() 
          "at_step": 1, "steps_after": 0, "stopped_after": True},
         {"intervention_id": "i2", "kind": "budget", "crossed": "cost_usd", "action": "stop",
          "at_step": 2, "steps_after": 3, "stopped_after": False},
+        {"intervention_id": "i3", "kind": "loop", "crossed": "cycle", "action": "steer",
+         "at_step": 4, "steps_after": 0, "stopped_after": True},
+        {"intervention_id": "i4", "kind": "loop", "crossed": "cycle", "action": "steer",
+         "at_step": 5, "steps_after": 0, "stopped_after": True},
     ]  # fmt: skip
     evaluation["saved"] = {"tool_calls": 12, "tokens": 3400, "cost_usd": 0.25}
     store.add_evaluation(evaluation)
@@ -478,19 +482,21 @@ async def test_a_request_page_lists_its_interventions_and_what_stopping_saved() 
     client = await client_for(store)
     try:
         page = await (await client.get("/requests/loop-1")).text()
-        assert page.count('class="intervention"') == 2
+        assert page.count('class="intervention"') == 4
         assert "repeated_call" in page and "went on" in page
+        assert "no step after it" in page  # a steer the run answered after: not "stopped"
         assert "12 tool calls, 3400 tokens, $0.2500" in page
         plain = await (await client.get("/requests/plain")).text()
         assert 'id="interventions"' not in plain and 'id="saved"' not in plain
         agent_page = await (await client.get("/agents/support")).text()
-        assert '<tr data-kind="budget"><td>budget</td><td class="num">1</td><td class="num">0' in (
-            agent_page
-        )
-        assert '<tr data-kind="loop"><td>loop</td><td class="num">1</td><td class="num">1' in (
-            agent_page
-        )
-        assert "1 stopped runs, at least" in agent_page and "12 tool calls, 3400 tokens" in (
+        budget = '<tr data-kind="budget stop"><td>budget stop</td><td class="num">1</td>'
+        assert budget + '<td class="num">0' in agent_page
+        loop = '<tr data-kind="loop stop"><td>loop stop</td><td class="num">1</td>'
+        assert loop + '<td class="num">1' in agent_page
+        # steered twice, one run: "runs told 1", not 2
+        steer = '<tr data-kind="loop steer"><td>loop steer</td><td class="num">1</td>'
+        assert steer + '<td class="num">1' in agent_page
+        assert "1 stopped run, at least" in agent_page and "12 tool calls, 3400 tokens" in (
             agent_page
         )
     finally:
@@ -498,3 +504,4 @@ async def test_a_request_page_lists_its_interventions_and_what_stopping_saved() 
     shown = render(evaluation, [], "off")
     assert "  loop repeated_call (stop) at step 1: stopped" in shown
     assert "  budget cost_usd (stop) at step 2: went on 3 steps" in shown
+    assert "  loop cycle (steer) at step 4: no step after it" in shown

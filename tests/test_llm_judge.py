@@ -615,6 +615,18 @@ def _unfinished_run() -> tuple[WindowFacts, Any]:
     return WindowFacts.of(window), rules
 
 
+def _unanswered_run() -> tuple[WindowFacts, Any]:
+    """A run the rules call successful and incomplete (every call succeeded, a planned step
+    never ran): every verdict the judge gives differs from it in success or in incomplete, and
+    no failure never made good holds `success` false whatever the judge says."""
+    window = window_of(
+        trace("I found flights; booking is next.", [("search", True), ("book", True)], ["pay"])
+    )
+    rules = RuleJudge().judge(window)
+    assert (rules.success, rules.incomplete) == (True, True) and not rules.failed_steps
+    return WindowFacts.of(window), rules
+
+
 def test_conclude_takes_the_rules_verdict_when_the_judge_gave_only_scores() -> None:
     facts, rules = _unfinished_run()
     answer = parse_answer(tool_call_reply(ONLINE_EVALUATION_ANSWER).body)
@@ -664,7 +676,7 @@ async def test_the_success_incomplete_designs_lenient_forms_keep_the_scores(
     answer = await judge_once(fake, tool_call_reply({**given, **scores}))
     assert (answer.success, answer.incomplete, answer.llm_score) == (success, incomplete, 70)
     assert JudgeAnswer.model_validate_json(masked_json(answer)) == answer  # the cache's trip
-    facts, rules = _unfinished_run()
+    facts, rules = _unanswered_run()
     e = conclude(facts, rules, JudgeOutcome("ok", answer=answer), Policy(), "v", 0.0).evaluation
     assert (e.judge_status, e.llm_score, e.dimension_scores.relevance) == ("ok", 70, 70)
     assert (e.success, e.incomplete) == (success, incomplete)  # the judge's verdict decides

@@ -322,15 +322,13 @@ def _keys(kid: str, not_after: str | None, shared: bool = False) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        # a usage error, as argparse treats a missing argument (exit 2), with the whole help
-        # (every command) on stderr rather than one line naming COMMAND
+    if args.command is None:  # a usage error (exit 2), with the whole help on stderr
         parser.print_help(sys.stderr)
         return exits.USAGE_OR_CONFIGURATION
     settings = _settings(args.config)
     if settings is None:
         return exits.USAGE_OR_CONFIGURATION
-    if args.command == "judge" and args.print_prompt:  # reads files only: no port, no broker
+    if args.command == "judge" and args.print_prompt:  # files only: no port, no broker
         return _print_prompt(settings, args.agent)
     try:
         if args.command == "ui":  # its options, and its exposure, before any connection
