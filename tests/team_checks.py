@@ -58,3 +58,9 @@ def stuck(run: Run) -> Failure | None:
 def counts_its_calls(run: Run) -> Failure | None:
     """A note on every run it reads: how often it was called shows in the metric."""
     return Failure(f"read {len(run.steps)} steps", severity="note")
+
+
+def note_every_refund(run: Run) -> Failure | None:
+    """A note on each run that refunds: the verdict unchanged, the run findable."""
+    refunds = run.calls("refund")
+    return Failure("a refund was made", refunds[0].index, severity="note") if refunds else None

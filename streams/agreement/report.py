@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracejudge.judges.agreement.tally import Tally
+from tracejudge.judges.agreement.tally import DIMENSION_PREFIX, Tally, views_of
 
 SOURCES = ("rules", "judge", "blend")
 
@@ -55,6 +55,11 @@ def agreement_lines(by_agent: dict[str, Any]) -> list[str]:
             runs, labels = entry.get("judged_runs"), judged["blend"]["runs"]
             counted = f"{runs}" if runs == labels else _counted(runs, labels)
             lines.append(f"    judged runs ({counted}): {sides}")
+        for name, d in entry.get("dimensions", {}).items():
+            lines.append(
+                f"    the team's dimension {name}: {_auc(d)}  ok alerted "
+                f"{_share(d['ok_alerted'])}  failed flagged {_share(d['failed_flagged'])}"
+            )
         for check in entry.get("checks", []):
             lines.append(
                 f"    {check['rule']}: failed {_share(check['on_ok'])} of ok runs, "
@@ -66,7 +71,8 @@ def agreement_lines(by_agent: dict[str, Any]) -> list[str]:
 
 def agreement_json(tally: Tally) -> dict[str, Any]:
     """agent -> {"runs": requests with outcomes, "final": figures, "judged_runs": runs the
-    judge read, "judged": {rules, judge, blend: figures}, "checks": [each team check's rates]}
+    judge read, "judged": {rules, judge, blend: figures}, "checks": [each team check's rates],
+    "dimensions": {each team dimension: figures}}
     (judged: only where the judge read some of its runs; checks: only where one failed a run
     with an outcome). The figures count outcome labels: `runs` there is labels, a run
     labelled by two sources counted twice."""
@@ -84,5 +90,12 @@ def agreement_json(tally: Tally) -> dict[str, Any]:
         checks = tally.check_rates(agent)
         if checks:  # a team's checks, against the same outcomes
             entry["checks"] = [r.as_dict() for r in checks]
+        dimensions = {  # a team's own dimensions, each a score against the same outcomes
+            view[len(DIMENSION_PREFIX) :]: figures.as_dict()
+            for view in views_of(tally)
+            if (figures := tally.figures(view, agent=agent)).runs
+        }
+        if dimensions:
+            entry["dimensions"] = dimensions
         found[agent] = entry
     return found

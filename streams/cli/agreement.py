@@ -172,8 +172,10 @@ def _read(joined: Joined, labelled: str) -> list[str]:
 
 
 def _views(found: dict[str, Figures]) -> list[str]:
+    # a team's dimension is a view named `dimension:<name>`: the column is as wide as it
+    w = max([10, *(len(VIEW_NAMES.get(name, name)) for name in found)])
     lines = [
-        f"  {'view':<10} {'runs':>5} {'ok':>5} {'failed':>6}  {'AUC [95 %]':<19} "
+        f"  {'view':<{w}} {'runs':>5} {'ok':>5} {'failed':>6}  {'AUC [95 %]':<19} "
         f"{'ok runs alerted':<22} {'failed runs flagged':<22} alert precision"
     ]
     for name, f in found.items():
@@ -183,7 +185,8 @@ def _views(found: dict[str, Figures]) -> list[str]:
         if f.auc is not None and f.auc_interval is not None:
             auc = f"{f.auc:.3f} [{f.auc_interval[0]:.2f}-{f.auc_interval[1]:.2f}]"
         lines.append(
-            f"  {VIEW_NAMES[name]:<10} {f.runs:>5} {f.ok_runs:>5} {f.failed_runs:>6}  {auc:<19} "
+            f"  {VIEW_NAMES.get(name, name):<{w}} {f.runs:>5} {f.ok_runs:>5} "
+            f"{f.failed_runs:>6}  {auc:<19} "
             f"{share(f.ok_alerted):<22} {share(f.failed_flagged):<22} "
             f"{share(f.alert_precision)}"
         )

@@ -21,7 +21,7 @@ from typing import Generic, Literal, TypeVar
 from redis.exceptions import RedisError
 
 from tracejudge.judges.agreement.action_effects import ActionFigures, ActionTally, SteerFigures
-from tracejudge.judges.agreement.tally import Figures, Share, Tally
+from tracejudge.judges.agreement.tally import DIMENSION_PREFIX, Figures, Share, Tally, views_of
 from tracejudge.settings import Settings
 from tracejudge.streams.agreement.live import agreement_store
 from tracejudge.streams.agreement.store import AgreementUnavailable, RedisAgreementStore
@@ -170,6 +170,11 @@ def agreement_of(tally: Tally, agent: str) -> Agreement | None:
         for view, label in (("rules", "rules"), ("judge", "LLM judge"), ("blend", "blend")):
             figures = tally.figures(view, agent=agent, judged=True)
             columns.append(Column(f"{label}, judged runs", view, figures))
+    for view in views_of(tally):  # a team's own dimension: its score against the outcomes
+        figures = tally.figures(view, agent=agent)
+        if figures.runs:
+            name = view[len(DIMENSION_PREFIX) :]
+            columns.append(Column(f"the team's {name}", view, figures))
     by_source: Counter[str] = Counter()
     for cell, n in tally.counts.items():
         if cell.agent == agent and cell.view == "rules" and n > 0:

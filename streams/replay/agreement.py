@@ -21,7 +21,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from tracejudge.judges.agreement.rule_rates import RuleRate, rule_rates
-from tracejudge.judges.agreement.tally import NO_VERSION, Figures, Kept, Share, Tally, View, kept_of
+from tracejudge.judges.agreement.tally import (
+    NO_VERSION,
+    Figures,
+    Kept,
+    Share,
+    Tally,
+    View,
+    kept_of,
+    views_of,
+)
 from tracejudge.judges.rules.judge import RuleVerdict
 from tracejudge.models.agents import NO_AGENT
 from tracejudge.models.outputs import Evaluation
@@ -58,12 +67,20 @@ class Joined:
 async def join(result: ReplayResult, labels: Labels) -> Joined:
     """A replay's final verdicts (each judged one with its judge job's rules) and the labels."""
     kept: dict[str, Kept] = {}
+    low: dict[str, set[str]] = {}  # evaluation id -> the team dimensions it alerted on
+    for alert in result.alerts:
+        if alert.get("kind") == "low_dimension" and alert.get("dimension"):
+            low.setdefault(str(alert.get("evaluation_id")), set()).add(str(alert["dimension"]))
     for rid, published in result.evaluations.items():
         evaluation = Evaluation.model_validate(published)
         if not evaluation.final:  # a pending verdict whose judge job never ran: never kept
             continue
         job = result.judge_jobs.get(rid)
-        kept[rid] = kept_of(evaluation, RuleVerdict.model_validate(job["rules"]) if job else None)
+        kept[rid] = kept_of(
+            evaluation,
+            RuleVerdict.model_validate(job["rules"]) if job else None,
+            frozenset(low.get(evaluation.evaluation_id, ())),
+        )
     return await _joined(kept, labels)
 
 
@@ -246,6 +263,10 @@ def views(tally: Tally, block: Block) -> dict[str, Figures]:
         found["rules_judged"] = tally.figures("rules", judged=True, **block.where())
         found["judge"] = tally.figures("judge", judged=True, **block.where())
         found["blend"] = blend
+    for view in views_of(tally):  # a team's own dimensions, each scored against the outcomes
+        figures = tally.figures(view, **block.where())
+        if figures.runs:
+            found[view] = figures
     return found
 
 
