@@ -143,6 +143,9 @@ class RequestWatch:
             "delivered": len(self.interventions),
             "refused": dict(self.refused),
             "unverified": self.unverified,
+            "read": [
+                i.intervention_id for i in self.interventions if i.intervention_id in self._handed
+            ][:32],
         }
 
     def take_steers(self) -> list[Intervention]:

@@ -286,6 +286,9 @@ class ControlSeen(BaseModel):
         default_factory=dict, max_length=16
     )
     unverified: _COUNT = 0
+    # the steers handed to the agent's model (their intervention ids): a steer that arrived
+    # after the agent's last model call was never read, and is not counted as one that was
+    read: list[Annotated[str, Field(max_length=128)]] = Field(default_factory=list, max_length=32)
 
 
 class FinalResponse(_Event):

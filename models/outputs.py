@@ -260,6 +260,12 @@ class InterventionMade(BaseModel):
         description="The run ended for it: its final response names this intervention "
         "(`stopped_by`), or it made no step after the crossing event."
     )
+    read: bool | None = Field(
+        default=None,
+        description="A steer's: the agent's model was given it (its client reported so with "
+        "the final response); false: it came after the agent's last model call. None: not "
+        "reported (a stop, or a client that does not say).",
+    )
 
 
 class Saving(BaseModel):

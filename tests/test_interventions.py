@@ -152,6 +152,7 @@ async def test_the_evaluation_lists_the_intervention_and_whether_the_run_stopped
             "at_step": 3,
             "steps_after": 1,
             "stopped_after": True,
+            "read": None,  # the final response did not say (no client reported it)
         }
     ]
 

@@ -84,6 +84,7 @@ def test_the_client_counts_each_refusal_and_reports_them_with_the_answer(
         "delivered": 1,
         "refused": {"unsigned": 1, "unknown_key": 2},
         "unverified": 0,
+        "read": [],  # the steer was never handed to a model
     }
 
 

@@ -282,3 +282,57 @@ async def test_a_looping_run_through_the_worker_counts_the_steers_its_evaluation
     # only a steer that is the rule's last entry left the loop (no crossing after it)
     assert (f.sent, f.left_loop) == (len(steers), int(last["action"] == "steer"))
     assert f.passed == len(steers) * evaluation["passed"]
+
+
+def test_a_steer_the_agent_never_read_is_counted_apart_not_as_one_it_heeded() -> None:
+    read = told("repeated_call", "steer").model_copy(update={"read": True})
+    unread = told("repeated_call", "steer", at=6).model_copy(update={"read": False})
+    (f,) = counted(steered("a", [read, unread], closed_by="final_response", **VERDICT)).values()
+    assert (f.sent, f.unread, f.left_loop, f.ended) == (1, 1, 0, 1)  # it crossed again
+    words = steers_json_words(f)
+    assert "steered 1 (and 1 the agent never read)" in words
+
+
+def steers_json_words(f: SteerFigures) -> str:
+    from dataclasses import asdict
+
+    from tracejudge.streams.agreement.actions import steer_words
+
+    return steer_words(asdict(f))
+
+
+def test_a_checks_steer_is_not_a_loop_rules() -> None:
+    made = [told("needs_confirmation", "steer", kind="check")]
+    assert steered("a", made, closed_by="final_response", **VERDICT) == []
+
+
+async def test_the_client_says_which_steers_its_model_was_given() -> None:
+    """A steer taken by the integration (handed to the model) is `read`; one that came after
+    the agent's last model call is not; the evaluation says which."""
+    from tests.test_intervention_reader import dead_address, intervention, recorder
+    from tracejudge.client import InterventionReader
+    from tracejudge.models.ids import intervention_id
+
+    w = memory_worker()
+    reader = InterventionReader(dead_address(), "t.control", {}, warn_interval_s=3600)
+    try:
+        req, sent = recorder(reader, agent_name="looper")
+        rid = req.request_id
+        first = intervention_id(rid, "loop", "steer", "repeated_call", 1)
+        second = intervention_id(rid, "loop", "steer", "repeated_call", 2)
+        reader._take(rid.encode(), intervention(rid, action="steer", intervention_id=first))
+        assert [s.intervention_id for s in req.pending_steers()] == [first]  # given to the model
+        reader._take(rid.encode(), intervention(rid, action="steer", intervention_id=second))
+        req.final("done")  # no model call after the second steer
+        control = sent[-1]["control"]
+        assert control["read"] == [first] and control["delivered"] == 2
+        events = [e for e in sent if e["type"] != "final_response"]
+        for e in events:
+            await w.event(e)
+        w.ctx.store.record_intervention(rid, "loop", "repeated_call", "steer", None)
+        w.ctx.store.record_intervention(rid, "loop", "repeated_call", "steer", None)
+        await w.event(sent[-1])
+        (evaluation,) = w.channel("evaluations").values()
+        assert [m["read"] for m in evaluation["interventions"]] == [True, False]
+    finally:
+        reader.close()

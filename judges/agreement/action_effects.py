@@ -42,6 +42,7 @@ GENERIC_RETRY = "generic_retry"  # a generic or clarifying answer's retry reques
 STEER = "steer:"  # a loop rule's steer: the action steer:<rule>, apart from the others
 STEER_COUNTS = (
     "sent",
+    "unread",
     "left_loop",
     "ended",
     "stopped",
@@ -185,6 +186,9 @@ def steered(
         # leave (its figures against outcomes are the checks' own, `Tally.check_rates`)
         if m.action != "steer" or m.kind != "loop":
             continue
+        if m.read is False:  # the agent never saw it: what came after says nothing of it
+            found[ActionCell(agent or NO_AGENT, steer_action(m.crossed), "unread").key()] += 1
+            continue
         later = made[i + 1 :]
         same = [x for x in later if (x.kind, x.crossed) == (m.kind, m.crossed)]
         names = ["sent", *verdict]
@@ -214,6 +218,9 @@ class SteerFigures:
     """What came of the steers sent for one loop rule (`steered`, `steer_outcomes`)."""
 
     sent: int
+    # sent and never given to the agent's model (its client said so): not in the figures below,
+    # which are of the steers the agent read (or whose client does not say)
+    unread: int
     left_loop: int  # no later crossing of the rule in the run
     ended: int  # closed on its final response, no stop after the steer
     stopped: int  # a later stop for the rule, the run stopped after it

@@ -260,7 +260,9 @@ def kept_of(
         round=e.reflection_round,
         root=None if e.origin is None else e.origin.root_request_id,
         steered=tuple(
-            m.crossed for m in e.interventions if m.action == "steer" and m.kind == "loop"
+            m.crossed
+            for m in e.interventions
+            if m.action == "steer" and m.kind == "loop" and m.read is not False
         ),
         dimensions=tuple(
             (name, score, name in low)

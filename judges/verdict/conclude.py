@@ -202,6 +202,7 @@ def interventions_made(window: Window) -> list[InterventionMade]:
     whether the run stopped after it)."""
     made = []
     told: dict[tuple[str, str, str], int] = {}  # a loop's steers are counted per rule
+    read = _steers_read(window)
     for kind, crossed, action, at in window.interventions:
         nth = told[kind, crossed, action] = told.get((kind, crossed, action), 0) + 1
         iid = intervention_id(window.request_id, kind, action, crossed, nth)
@@ -216,10 +217,22 @@ def interventions_made(window: Window) -> list[InterventionMade]:
                     "at_step": at,
                     "steps_after": after,
                     "stopped_after": stopped,
+                    "read": None if read is None or action != "steer" else iid in read,
                 }
             )
         )
     return made
+
+
+def _steers_read(window: Window) -> set[str] | None:
+    """The steers the agent's client says it handed to the model (the final response's
+    `control.read`); None when it says nothing (no final, an older client, no reader)."""
+    final = window.final
+    control = None if final is None else final.control
+    if isinstance(control, dict):  # a window read back from its records: not validated again
+        ids = control.get("read")
+        return {str(i) for i in ids[:32]} if isinstance(ids, list) else None
+    return None if control is None else set(control.read)
 
 
 def evaluator_version(rules_version: str, judge_version: str | None = None) -> str:

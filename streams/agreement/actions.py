@@ -165,7 +165,9 @@ def steer_words(f: Mapping[str, Any]) -> str:
     """One rule's steer figures in words, as status, the explorer and replay show them."""
     outcomes = f["outcome_ok"] + f["outcome_failed"]
     return (
-        f"steered {f['sent']}: left the loop {f['left_loop']}, ended on its own {f['ended']}, "
+        f"steered {f['sent']}"
+        + (f" (and {f['unread']} the agent never read)" if f.get("unread") else "")
+        + f": left the loop {f['left_loop']}, ended on its own {f['ended']}, "
         f"stopped {f['stopped']}; passed {f['passed']}, success {f['success']}, incomplete "
         f"{f['incomplete']}"
         + (f"; outcomes ok {f['outcome_ok']} of {outcomes}" if outcomes else "")
