@@ -111,3 +111,32 @@ def test_the_command_prints_json_for_these_settings() -> None:
         "pattern": "literal",
         "operations": ["Write", "Describe"],
     } in plan["outcomes"]["grants"]
+
+
+def test_the_printed_commands_say_what_admin_properties_holds_and_which_broker() -> None:
+    def acls(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tracejudge.streams.cli", "acls"],
+            capture_output=True, text=True, timeout=60, check=False,
+            env={"PATH": "/usr/bin:/bin", "TRACEJUDGE_REDIS_URL": "", **env},
+        )  # fmt: skip
+
+    default = acls()
+    assert default.returncode == 0
+    assert "TRACEJUDGE_KAFKA_BOOTSTRAP is not set: using the default 127.0.0.1:9092" in (
+        default.stderr
+    )
+    assert "#   security.protocol=PLAINTEXT" in default.stdout
+    secured = acls(
+        TRACEJUDGE_KAFKA_BOOTSTRAP="kafka-1:9093",
+        TRACEJUDGE_KAFKA_SECURITY_PROTOCOL="SASL_SSL",
+        TRACEJUDGE_KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
+        TRACEJUDGE_KAFKA_SASL_USERNAME="worker",
+        TRACEJUDGE_KAFKA_SASL_PASSWORD="worker-secret-password",
+    )
+    assert secured.returncode == 0 and secured.stderr == ""
+    out = secured.stdout
+    assert "#   sasl.mechanism=SCRAM-SHA-512" in out and "ScramLoginModule required" in out
+    assert "#   ssl.truststore.location=" in out
+    assert "worker-secret-password" not in out  # the admin's credentials, never the worker's
+    assert "--bootstrap-server kafka-1:9093" in out

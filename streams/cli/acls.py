@@ -59,18 +59,24 @@ def run_acls(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(acls.as_json(grants, principals), indent=2))
         return 0
+    if "kafka_bootstrap" not in settings.model_fields_set:
+        # said, not assumed: the commands (or --apply) would name a broker nobody chose
+        print(
+            f"tracejudge: TRACEJUDGE_KAFKA_BOOTSTRAP is not set: using the default "
+            f"{settings.kafka_bootstrap}",
+            file=sys.stderr,
+        )
     if not args.apply:
+        print("\n".join(acls.admin_properties(settings)))
         print("\n".join(acls.kafka_acls_commands(grants, principals, settings.kafka_bootstrap)))
         return 0
-    from confluent_kafka import KafkaException
-
     from tracejudge.streams.kafka.security import check_connection
 
     asyncio.run(check_connection(settings))  # one clear line for a broker away or refusing
     try:
         count = acls.apply(settings, principals, grants=grants)
-    except KafkaException as exc:
-        print(f"tracejudge: the cluster refused the ACLs: {exc.args[0]}", file=sys.stderr)
+    except acls.AclsRefused as exc:
+        print(f"tracejudge: {exc}", file=sys.stderr)
         return exits.UNREACHABLE
     roles = ", ".join(f"{role} {principals[role]}" for role in grants)
     print(f"applied {count} ACLs: {roles}")

@@ -26,9 +26,12 @@ own way.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,6 +254,44 @@ def librdkafka_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
+def admin_properties(settings: Settings) -> list[str]:
+    """What `admin.properties` (kafka-acls.sh's --command-config) holds for this deployment's
+    connection, as comment lines: the admin principal's own credentials go in place of the
+    placeholders (never this process's secrets)."""
+    protocol = settings.kafka_security_protocol
+    lines = [
+        "# admin.properties: kafka-acls.sh's client settings, for a principal allowed to alter",
+        f"# the cluster's ACLs; for this deployment (security.protocol {protocol}):",
+        f"#   security.protocol={protocol}",
+    ]
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        module = (
+            "plain.PlainLoginModule"
+            if settings.kafka_sasl_mechanism == "PLAIN"
+            else "scram.ScramLoginModule"
+        )
+        lines += [
+            f"#   sasl.mechanism={settings.kafka_sasl_mechanism}",
+            f"#   sasl.jaas.config=org.apache.kafka.common.security.{module} required "
+            'username="ADMIN" password="ADMIN-PASSWORD";',
+        ]
+    if protocol in ("SSL", "SASL_SSL"):
+        cafile = settings.kafka_ssl_cafile or "/path/to/ca.pem"
+        lines += ["#   ssl.truststore.type=PEM", f"#   ssl.truststore.location={cafile}"]
+        if settings.kafka_ssl_certfile:
+            lines += [
+                "#   ssl.keystore.type=PEM",
+                "#   ssl.keystore.location=/path/to/admin-cert-and-key.pem",
+            ]
+    if protocol == "PLAINTEXT":
+        lines.append("#   (an empty file will do: PLAINTEXT has no credentials)")
+    return lines
+
+
+class AclsRefused(RuntimeError):
+    """The cluster did not take the ACLs: its reason, in one line."""
+
+
 def apply(
     settings: Settings,
     principals: Mapping[str, str],
@@ -259,12 +300,52 @@ def apply(
 ) -> int:
     """Create every binding of `grants` (default: every role's; creating one that exists is a
     no-op on the broker); returns how many. The connection's principal must be allowed to
-    alter the cluster's ACLs."""
+    alter the cluster's ACLs.
+
+    The request runs in a child process: a broker that answers CreateAcls with what librdkafka
+    cannot parse (Tansu, the demo's broker, has no authorizer) makes librdkafka fail an
+    assertion and abort its process, which must not be the command's. AclsRefused says what
+    went wrong either way."""
+    wanted = dict(role_grants(settings) if grants is None else grants)
+    context = multiprocessing.get_context("spawn")  # no forked copy of a running client
+    with ProcessPoolExecutor(1, mp_context=context) as pool:
+        future = pool.submit(
+            _create, librdkafka_config(settings), wanted, dict(principals), timeout_s
+        )
+        try:
+            count, refused = future.result(timeout=timeout_s + 60)
+        except BrokenProcessPool:
+            raise AclsRefused(
+                f"the broker at {settings.kafka_bootstrap} answered the ACL request with what "
+                "the Kafka client cannot read (it aborted): does it support ACLs, with an "
+                "authorizer configured? (Tansu, the demo's broker, does not)"
+            ) from None
+    if refused is not None:
+        raise AclsRefused(f"the cluster refused the ACLs: {refused}")
+    return count
+
+
+def _create(
+    config: dict[str, Any],
+    grants: Mapping[str, list[Grant]],
+    principals: Mapping[str, str],
+    timeout_s: float,
+) -> tuple[int, str | None]:
+    """In the child: (bindings created, None), or (0, the broker's reason). Its stderr goes
+    nowhere: librdkafka's protocol lines and an assertion's message are not the operator's to
+    read; the parent says what happened."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    wanted = bindings(role_grants(settings) if grants is None else grants, principals)
-    admin = AdminClient(librdkafka_config(settings))
-    futures = admin.create_acls(wanted, request_timeout=timeout_s)
-    for future in futures.values():
-        future.result(timeout=timeout_s)  # raises KafkaException with the broker's reason
-    return len(wanted)
+    wanted = bindings(grants, principals)
+    admin = AdminClient(config)
+    try:
+        futures = admin.create_acls(wanted, request_timeout=timeout_s)
+        for future in futures.values():
+            future.result(timeout=timeout_s)  # raises KafkaException with the broker's reason
+    except KafkaException as exc:
+        return 0, str(exc.args[0])
+    return len(wanted), None
