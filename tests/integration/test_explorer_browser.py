@@ -165,3 +165,28 @@ def test_the_list_pages_and_the_plot_bins_two_hours_with_counts(
         assert "before: v1" in rows and "after: v2" in rows
         assert time.strftime("%H:%M", time.gmtime(changed_at)) in rows
         screenshot(page, "agent")
+
+
+def test_a_request_page_never_scrolls_sideways_at_1400_px(pipeline_worker: WorkerProcess) -> None:
+    """A run's text has long unbroken runs (JSON arguments, ids, paths, a token): they wrap, the
+    page stays as wide as the window."""
+    s = pipeline_worker.settings
+    unbroken = '{"path":"' + "/".join(f"segment{i:03d}" for i in range(40)) + '"}'
+    with Tracer(s.kafka_bootstrap, redis_url=s.redis_url, topic_prefix=s.topic_prefix) as tracer:
+        with tracer.traced("read " + "x" * 300, agent_name=f"wide-{uuid.uuid4().hex[:6]}") as req:
+            req.tool_call("read_file", args=unbroken, success=False, error="E" * 400)
+            req.final("Could not read " + unbroken)
+        assert tracer.flush(10)
+        assert tracer.wait_for_evaluation(req.request_id, timeout=60) is not None
+    log = pipeline_worker.log.with_name("explorer-wide.log")
+    with explorer(pipeline_worker.env, log) as base, browser() as page:
+        page.set_window_size(1400, 1000)
+        page.get(f"{base}/requests/{urllib.parse.quote(req.request_id)}")
+        wait_until(
+            lambda: bool(page.find_elements(By.ID, "findings")), 30, lambda: page.page_source
+        )
+        wide, shown = page.execute_script(
+            "return [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        assert wide <= shown, (wide, shown)
+        screenshot(page, "request-1400")
