@@ -21,9 +21,9 @@ pytestmark = pytest.mark.integration
 def test_apply_against_a_broker_without_acls_is_one_line_not_an_abort(tmp_path: Path) -> None:
     broker, bootstrap = start_tansu(tmp_path)
     try:
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")
-        } | {"TRACEJUDGE_KAFKA_BOOTSTRAP": bootstrap}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEJUDGE_")} | {
+            "TRACEJUDGE_KAFKA_BOOTSTRAP": bootstrap
+        }
         done = subprocess.run(
             [sys.executable, "-m", "tracejudge.streams.cli", "acls", "--apply"],
             capture_output=True, text=True, timeout=180, cwd=ROOT, env=env, check=False,
