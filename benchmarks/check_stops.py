@@ -75,7 +75,7 @@ async def measure(name: str, checks: dict[str, str]) -> dict[str, Any]:
     from tracejudge.settings import Settings
 
     events = events_of(SHARED / name / "events.jsonl")
-    settings = Settings(redis_url="", **checks)
+    settings = Settings.model_validate({"redis_url": "", **checks})
     full = await judged(settings, events)
     stops = [
         (rid, m)
