@@ -439,6 +439,7 @@ def signed(record: bytes, keys: ControlKeys | None) -> bytes:
     return record if keys is None else keys.sign(record)
 
 
+_KID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _KID_DIGEST = re.compile(r"(?:([A-Za-z0-9_.-]{1,64}):)?([0-9a-f]{64})")
 
 
@@ -450,8 +451,9 @@ def signed_with(raw: Mapping[str, Any]) -> str | None:
     if not isinstance(signature, str) or not signature:
         return None
     if signature.startswith(ED25519):
-        kid, colon, _ = signature[len(ED25519) :].partition(":")
-        return f"ed25519:{kid[:64]}" if colon else "unknown"
+        kid, colon, _ = signature[len(ED25519) : len(ED25519) + 66].partition(":")
+        # the id is the record's text: only a well-formed one is repeated (in logs, counts)
+        return f"ed25519:{kid}" if colon and _KID.fullmatch(kid) else "unknown"
     claimed = _claimed_mac(raw)
     if claimed is None:
         return "unknown"

@@ -43,6 +43,9 @@ def test_a_refused_record_says_why() -> None:
     dated = keys(WORKER + "@2020-01-01")
     assert not dated.verify(record) and dated.why_not(record) == "expired_key"
     assert agent.signing_key == "hmac:prod-2026" and agent.key_ids == ("hmac:prod-2026",)
+    # a key id is the record's own text: repeated in a log line only when well formed
+    hostile = {**record, "signature": "ed25519:\x1b[2J\nforged-line:AAAA"}
+    assert signed_with(hostile) == "unknown" and agent.why_not(hostile) == "unknown_key"
 
 
 @pytest.fixture
