@@ -145,3 +145,15 @@ def test_a_score_rounded_up_to_the_threshold_is_shown_as_tested() -> None:
         [],
     )  # fmt: skip
     assert "score 59.6 (fail; threshold 60)" in shown
+
+
+def test_a_complete_run_with_a_failure_to_make_good_never_says_work_remains() -> None:
+    from tests.test_rules import window_of
+    from tests.test_stopped_verdicts import verdict_of
+
+    sms = next(t for t in sample_traces("s") if t.name == "failed, complete")
+    e = verdict_of(window_of(sms.events)).evaluation
+    assert not e.incomplete and e.remaining_steps  # the SMS never sent: a failure, not work
+    assert "failed step(s) to make good" in e.summary and "work remaining" not in e.summary
+    shown = render(e.model_dump(mode="json"), [])
+    assert "to make good (the goal was reached):" in shown and "\nremaining:" not in shown

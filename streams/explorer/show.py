@@ -200,7 +200,10 @@ def render(
             for s in e["failed_steps"]
         ]
     if e.get("remaining_steps"):
-        lines.append("remaining:")
+        # with the goal reached, what is left is a failure to make good, not work remaining
+        lines.append(
+            "remaining:" if e.get("incomplete") else "to make good (the goal was reached):"
+        )
         lines += [f"  - {_short(r)}" for r in e["remaining_steps"]]
     blame = blame_line(e.get("blame"))
     if blame:
