@@ -202,3 +202,59 @@ async def test_a_real_answer_in_the_online_evaluation_designs_shape_keeps_its_sc
         (s.index, s.tool) for s in rules.failed_steps
     ]
     assert any("no verdict" in reason for reason in e.reasons)
+
+
+def test_the_docs_recipe_tries_a_teams_criteria_on_a_local_model_server(
+    llm_server: Service, tau_events: Path, tmp_path: Path
+) -> None:
+    """docs/checks.md, "Trying criteria against a local model": its judge.env, pointed at the
+    llama.cpp server, its two commands. Form, not opinion: the prompt names the team's
+    criteria, and the replay's judged verdicts carry the team's dimension, scored by the real
+    server under the schema's grammar, with a row for it in the agreement block."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.realservices import ROOT
+
+    docs = (ROOT / "docs" / "checks.md").read_text()
+    recipe = re.search(r"cat > judge\.env <<'ENV'\n(.*?)ENV\n(.*?)```", docs, re.S)
+    assert recipe is not None
+    settings, commands = recipe.group(1), recipe.group(2)
+    settings = settings.replace("http://127.0.0.1:8080/v1", llm_server.address)
+    settings = settings.replace("TRACEJUDGE_LLM_MODEL=local", f"TRACEJUDGE_LLM_MODEL={MODEL_ALIAS}")
+    # what a 135M model on two cores needs: time, and the room its context has
+    settings += "TRACEJUDGE_LLM_TIMEOUT_S=300\nTRACEJUDGE_LLM_MAX_ATTEMPTS=1\n"
+    settings += "TRACEJUDGE_LLM_MAX_INPUT_CHARS=6000\nTRACEJUDGE_LLM_MAX_TOKENS=2560\n"
+    (tmp_path / "judge.env").write_text(settings)
+    (tmp_path / "criteria.toml").write_text(
+        '[default]\nversion = "r1"\ncriteria = "Never promise a delivery date."\n'
+        '[default.dimensions]\npolicy_compliance = "Does the run follow the airline policy?"\n'
+    )
+    (events,) = short_tau_traces(tau_events, uuid.uuid4().hex[:6], 1)
+    (tmp_path / "recorded.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (tmp_path / "labels.json").write_text(json.dumps({events[0]["request_id"]: True}))
+    env = {"PATH": "/usr/bin:/bin", "TRACEJUDGE_REDIS_URL": ""}
+    ran = []
+    for line in commands.strip().splitlines():
+        words = line.split("#")[0].split()
+        assert words[0] == "tracejudge", line
+        command = [sys.executable, "-m", "tracejudge.streams.cli", *words[1:]]
+        done = subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+        )
+        ran.append(done)
+    prompt, replayed = ran
+    assert prompt.returncode == 0, prompt.stderr
+    assert (
+        "Never promise a delivery date." in prompt.stdout and "policy_compliance" in prompt.stdout
+    )
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    (judged,) = [
+        json.loads(line)
+        for line in (tmp_path / "replayed" / "evaluations-B.jsonl").read_text().splitlines()
+    ]
+    assert judged["judge_status"] == "ok", judged
+    score = judged["dimension_scores"]["criteria"]["policy_compliance"]
+    assert isinstance(score, int) and 0 <= score <= 100
+    assert "dimension:policy_compliance" in replayed.stdout
