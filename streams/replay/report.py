@@ -104,7 +104,23 @@ def agreement(result: ReplayResult, labels: Mapping[str, Any]) -> list[str]:
         f"labels    {len(ok)} labelled ({len(good)} ok, {len(bad)} failed)   AUC {score:.3f}",
         f"flagged   failed runs {share(bad)}   ok runs {share(good)}"
         "   (flagged: not passed, not success or incomplete)",
+        *_dimension_lines(evs, ok),
     ]
+
+
+def _dimension_lines(evs: Mapping[str, Any], ok: Mapping[str, bool]) -> list[str]:
+    """A line per team dimension the judge scored on labelled runs: its own AUC."""
+    scored: dict[str, dict[str, float]] = {}
+    for rid in ok:
+        criteria = (evs[rid].get("dimension_scores") or {}).get("criteria") or {}
+        for name, value in criteria.items():
+            scored.setdefault(name, {})[rid] = float(value)
+    lines = []
+    for name, scores in sorted(scored.items()):
+        found = auc(scores, {r: ok[r] for r in scores})
+        shown = "-" if found != found else f"{found:.3f}"  # NaN: ok and failed runs needed
+        lines.append(f"dimension:{name}   {len(scores)} scored   AUC {shown}")
+    return lines
 
 
 def comparison(a: ReplayResult, b: ReplayResult, top: int = 10) -> list[str]:
