@@ -293,8 +293,8 @@ class Evaluation(_Output):
         default=None,
         ge=0,
         le=100,
-        description="overall_score before rounding (one decimal): what `passed` tested against "
-        "the threshold (59.6 does not pass 60, and is shown as 59.6, not 60).",
+        description="overall_score before rounding, cut to one decimal: what `passed` tested "
+        "against the threshold (59.6 does not pass 60, and is shown as 59.6, not 60).",
     )
     rule_score: Score = Field(ge=0, le=100)
     llm_score: Score | None = Field(default=None, ge=0, le=100)

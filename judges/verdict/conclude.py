@@ -6,6 +6,7 @@ decides the verdicts when it is valid and is blended into the score.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -398,7 +399,8 @@ def conclude(
         agent_version=facts.agent_version,
         task_id=facts.task_id,
         overall_score=overall,
-        overall_exact=round(exact, 1),
+        # cut, not rounded, to a tenth: 59.96 is 59.9, never a "60" that did not pass 60
+        overall_exact=math.floor(exact * 10) / 10,
         rule_score=rules.rule_score,
         llm_score=llm_score,
         dimension_scores=dimensions,
