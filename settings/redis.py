@@ -40,6 +40,7 @@ class RedisSettings(BaseModel):
         "flagged",
         description="Which requests keep their steps (clipped to 300 characters and masked) in "
         "Redis beside the evaluation, with the same TTL, for `tracejudge show`: all, flagged "
-        "(not passed, not success, or incomplete; and every judged one) or off. Masking them "
+        "(not passed, not success, or incomplete; every judged one; and every one a team's "
+        "check found something in or tracejudge steered or stopped) or off. Masking them "
         "costs about as much as the rules.",
     )
