@@ -128,17 +128,23 @@ def test_agreement_measures_a_check_like_a_rule(tmp_path: Path) -> None:
     assert "check:final_must_match" in done.stdout
 
 
+async def refunding(tmp_path: Path, table: str, sent: int) -> tuple[Any, list[dict[str, Any]]]:
+    """A worker with the checks file `table`, sent the first `sent` events of a refund run."""
+    path = tmp_path / "checks.toml"
+    path.write_text(table)
+    w = memory_worker(checks_file=str(path))
+    events = refund_run("20.00")
+    for event in events[:sent]:
+        await w.event(event)
+    return w, events
+
+
 async def test_a_per_step_check_steers_by_default_on_the_step_that_breaks_it(
     tmp_path: Path,
 ) -> None:
     """A check is a check, not a kill switch: unless the team's table says stop, its failure
     steers the run, in the check's own words, and the run goes on to be judged as any other."""
-    path = tmp_path / "checks.toml"
-    path.write_text('[default]\nnever_call = ["refund"]\n')
-    w = memory_worker(checks_file=str(path))
-    events = refund_run("20.00")
-    for event in events[:3]:
-        await w.event(event)
+    w, events = await refunding(tmp_path, '[default]\nnever_call = ["refund"]\n', 3)
     assert w.channel("control").values() == []  # nothing broken yet
     await w.event(events[3])  # the refund call
     (told,) = w.channel("control").values()
@@ -162,12 +168,8 @@ async def test_a_check_that_stops_judges_the_run_on_what_it_did_and_asks_no_refl
     """`on_step = "stop"`: the refund the check flagged already went through when the stop
     lands. The run is judged on what it did (not "incomplete, stopped for a loop"), and no
     reflection asks a worker to finish the request, which would refund a second time."""
-    path = tmp_path / "checks.toml"
-    path.write_text('[default]\nnever_call = ["refund"]\non_step = "stop"\n')
-    w = memory_worker(checks_file=str(path))
-    events = refund_run("20.00")
-    for event in events[:4]:
-        await w.event(event)
+    table = '[default]\nnever_call = ["refund"]\non_step = "stop"\n'
+    w, events = await refunding(tmp_path, table, 4)
     (told,) = w.channel("control").values()
     assert told["action"] == "stop"
     stopped = {**events[4], "output": f"stopped: {told['message']}"}

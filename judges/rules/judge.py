@@ -176,7 +176,7 @@ class RuleJudge:
         if stop is not None and stop.after_the_fact:
             # the final response is tracejudge's stop, not an answer to read; the run is judged
             # on the steps it made, the flagged call included
-            _checked(stop, reasons, suggestions, findings)
+            _stopped(stop, reasons, suggestions, findings)
             stop = None
         else:
             completeness = min(completeness, answer_outcome(window, remaining, reasons, findings))
@@ -575,23 +575,20 @@ def _stopped(
 ) -> None:
     at = "" if stop.at_step is None else f" at step {stop.at_step}"
     findings.append(("stopped_by_intervention", f"{stop.kind} {stop.crossed}{at}"))
+    if stop.after_the_fact:  # a team's check: the call it flagged had run when the stop came
+        reasons.append(
+            f"{stop.words()}, after the call it flagged had run: judged on what the run did"
+        )
+        suggestions.append(
+            f"review the call the check {stop.crossed} flagged{at}: it went through before the "
+            "stop, so undo it if it must not stand"
+        )
+        return
     reasons.append(f"{stop.words()} before its answer: the goal was not reached")
     suggestions.append(
         f"find what made the run cross its {stop.crossed} budget"
         if stop.kind == "budget"
         else "find what kept the run repeating itself, and re-plan there"
-    )
-
-
-def _checked(
-    stop: Stop, reasons: list[str], suggestions: list[str], findings: list[tuple[str, str]]
-) -> None:
-    at = "" if stop.at_step is None else f" at step {stop.at_step}"
-    findings.append(("stopped_by_intervention", f"{stop.kind} {stop.crossed}{at}"))
-    reasons.append(f"{stop.words()}, after the call it flagged had run: judged on what the run did")
-    suggestions.append(
-        f"review the call the check {stop.crossed} flagged{at}: it went through before the "
-        "stop, so undo it if it must not stand"
     )
 
 
