@@ -52,10 +52,8 @@ def split(rid: str, events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
             step = {k: v for k, v in e.items() if k not in ("agent_name", "session_key", "task_id")}
             turns[-1].append({**common, **step, "request_id": turns[-1][0]["request_id"],
                               "step_index": len(turns[-1])})  # fmt: skip
-    # the user's last words with nothing after them ("Thank you! ###STOP###"): the end of the
-    # conversation, not a request
-    while turns and len(turns[-1]) == 1:
-        turns.pop()
+    # the user's last words often get no answer ("Thank you! ###STOP###"): still a turn, a
+    # request the worker closes when it goes quiet, as a chat's would be
     return turns
 
 

@@ -27,7 +27,11 @@ def session_window(
     """The conversation as one window: steps numbered in turn order."""
     events: list[Event] = []
     step = 0
-    last = len(turns) - 1
+    # the conversation's answer is the last one the agent gave: a last turn without one (the
+    # user's closing words, a hand-off call) leaves the turn before it as the answer
+    final: Event | None = None
+    answered = [n for n, turn in enumerate(turns) if any(_is_final(e) for e in turn)]
+    last = answered[-1] if answered else len(turns) - 1
     for n, turn in enumerate(turns):
         for raw in turn:
             event = _event(raw)
@@ -41,7 +45,7 @@ def session_window(
                 events.append(parse_event({**said, "text": event.goal or ""}))
             elif isinstance(event, FinalResponse):
                 if n == last:
-                    events.append(parse_event({**fields, "step_index": step + 1}))
+                    final = parse_event({**fields, "step_index": 0})  # numbered once all is in
                 else:
                     step += 1
                     events.append(
@@ -52,6 +56,13 @@ def session_window(
             else:
                 step += 1
                 events.append(parse_event({**fields, "step_index": step}))
+    if final is not None:
+        events.append(final.model_copy(update={"step_index": step + 1}))
     return assemble_window(
         session_key, events, closed_by=closed_by, step_count=step, steps_dropped=0
     )
+
+
+def _is_final(value: Event | dict[str, Any]) -> bool:
+    kind = value.get("type") if isinstance(value, dict) else value.type
+    return kind == "final_response"
