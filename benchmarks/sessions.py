@@ -2,8 +2,9 @@
 session of requests, one per user turn (the user's message is the request's goal, the agent's
 work its steps, its reply the request's answer; the run's reward the session's outcome). The
 requests are replayed through the worker (rules only) and their verdicts aggregated per session
-(min, last, mean of the scores), against the session verdict: the rules on the conversation
-assembled from its turns (`judges/sessions/assemble.py`). AUC of each against the reward.
+(min, last, mean of the scores), against the session verdicts the worker's session agent made
+(judges/sessions/judge.py). AUC of each against the reward; the replay's CPU per event with
+sessions off and on, side by side.
 
     python -m benchmarks.sessions
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -69,8 +71,6 @@ def reply(turn: list[dict[str, Any]]) -> None:
 
 def main() -> int:
     from tracejudge.judges.agreement.tally import auc
-    from tracejudge.judges.rules.judge import RuleJudge
-    from tracejudge.judges.sessions.assemble import session_window
     from tracejudge.settings import Settings
     from tracejudge.streams.replay.engine import replay
 
@@ -86,35 +86,37 @@ def main() -> int:
         (e["request_id"].encode(), json.dumps(e).encode())
         for turns in sessions.values() for turn in turns for e in turn
     ]  # fmt: skip
-    result = asyncio.run(replay(Settings.model_validate({"redis_url": ""}), records))
+    took: dict[bool, float] = {}
+    results = {}
+    for on in (False, True, False, True):  # side by side, twice: the second of each counts
+        settings = Settings.model_validate({"redis_url": "", "sessions_enabled": on})
+        started = time.process_time()
+        results[on] = asyncio.run(replay(settings, records))
+        took[on] = time.process_time() - started
+    result = results[True]
     verdicts = result.evaluations
-    scores: dict[str, dict[str, float]] = {
-        "min": {}, "last": {}, "mean": {}, "session, rules alone": {}, "session, in the worker": {}
-    }  # fmt: skip
-    judge = RuleJudge()
-    assembled: list[tuple[bytes, bytes]] = []
+    scores: dict[str, dict[str, float]] = {"min": {}, "last": {}, "mean": {}, "session verdict": {}}
+    final = 0
     for rid, turns in sessions.items():
         per = [verdicts[t[0]["request_id"]]["overall_score"] for t in turns]
         scores["min"][rid], scores["last"][rid] = min(per), per[-1]
         scores["mean"][rid] = sum(per) / len(per)
-        window = session_window(rid, turns)
-        verdict = judge.judge(window)
-        scores["session, rules alone"][rid] = verdict.rule_exact or verdict.rule_score
-        events = [window.task, *window.steps, window.final]
-        assembled += [
-            (rid.encode(), e.model_dump_json(exclude_none=True).encode())
-            for e in events
-            if e is not None
-        ]
-    # the conversation as the worker judges a request: with its agent's normal learned
-    whole = asyncio.run(replay(Settings.model_validate({"redis_url": ""}), assembled))
-    for rid in sessions:
-        scores["session, in the worker"][rid] = whole.evaluations[rid]["overall_score"]
+        verdict = result.sessions[(AGENT, rid)]
+        final += verdict["final"]
+        scores["session verdict"][rid] = verdict["overall_exact"]
+    revisions = len(result.session_verdicts)
     print(f"{len(sessions)} sessions, {len(records)} events in {len(verdicts)} requests")
+    print(f"{final} of {len(sessions)} sessions final; {revisions} session verdict revisions")
     print("| session score | AUC against the reward |\n|---|---|")
     for name, by_session in scores.items():
         print(f"| {name} | {auc(by_session, ok):.3f} |")
-    return 0
+    per_event = {on: took[on] / len(records) * 1e6 for on in took}
+    print(
+        f"replay CPU per event: sessions off {per_event[False]:.1f} µs, "
+        f"on {per_event[True]:.1f} µs (+{per_event[True] - per_event[False]:.1f} µs; "
+        f"{(took[True] - took[False]) / len(verdicts) * 1e3:.2f} ms per request of a session)"
+    )
+    return 0 if final == len(sessions) else 1
 
 
 if __name__ == "__main__":

@@ -388,13 +388,37 @@ class Outcome(_Event):
         return self.score >= 0.5
 
 
+class SessionEnd(_Event):
+    """The end of a conversation (a session of requests sharing `session_key`): the session's
+    verdict is made final now instead of after TRACEJUDGE_SESSION_IDLE_S of quiet. Keyed, like
+    every event, by its `request_id`: the session's last request (the verdict waits for that
+    request's turn), or any id of its own when the session ends outside a request.
+
+    Not a step: it never opens, reopens or closes a request's window. A request of the session
+    closing after it resumes the session, which is judged again (a new revision)."""
+
+    TEXT_LIMITS: ClassVar[dict[str, int]] = {"reason": SUMMARY_LIMIT}
+    type: Literal["session_end"]
+    session_key: str = Field(min_length=1, max_length=256)  # type: ignore[assignment]
+    reason: str | None = Field(
+        default=None, description="Why it ended, in words (the user left, a hand-off, ...)."
+    )
+
+
 Event = Annotated[
-    TaskStarted | UserMessage | ReasoningStep | ToolCall | Iteration | FinalResponse | Outcome,
+    TaskStarted
+    | UserMessage
+    | ReasoningStep
+    | ToolCall
+    | Iteration
+    | FinalResponse
+    | Outcome
+    | SessionEnd,
     Field(discriminator="type"),
 ]
 STEP_TYPES = frozenset({"user_message", "reasoning_step", "tool_call", "iteration"})
-# not part of any window: routed by the worker to the agreement store
-OUTSIDE_WINDOWS = frozenset({"outcome"})
+# not part of any window: an outcome goes to the agreement store, a session's end to its session
+OUTSIDE_WINDOWS = frozenset({"outcome", "session_end"})
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 

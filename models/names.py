@@ -18,18 +18,22 @@ ALERTS = "alerts"
 RETRIES = "retries"
 CONTROL = "control"
 DLQ = "dlq"
-OUTPUTS = (EVALUATIONS, REFLECTIONS, ALERTS, RETRIES, CONTROL, DLQ)
+SESSIONS = "sessions"  # session verdicts, one record per revision (models/sessions.py)
+OUTPUTS = (EVALUATIONS, REFLECTIONS, ALERTS, RETRIES, CONTROL, DLQ, SESSIONS)
 
-# Internal: closed requests waiting for the LLM judge, consumed by the judge stage.
+# Internal: closed requests waiting for the LLM judge, consumed by the judge stage; the turns
+# of sessions (and their ends), keyed by session, consumed by the worker's session agent.
 JUDGE_REQUESTS = "judge-requests"
-INTERNAL = (JUDGE_REQUESTS,)
+SESSION_TURNS = "session-turns"
+INTERNAL = (JUDGE_REQUESTS, SESSION_TURNS)
 
 # Faust tables; their changelog topics are created at start like every other topic.
 WINDOW_META = "window-meta"
 WINDOW_STEPS = "window-steps"
 RETRY_STATE = "retry-state"
 BASELINES = "baselines"  # each agent's normal, per partition (worker/baselines.py)
-TABLES = (WINDOW_META, WINDOW_STEPS, RETRY_STATE, BASELINES)
+SESSION_STATE = "session-state"  # each open or recent session's turns (streams/sessions/)
+TABLES = (WINDOW_META, WINDOW_STEPS, RETRY_STATE, BASELINES, SESSION_STATE)
 
 # Consumer group of the judge stage: `{app_id}` + this suffix.
 JUDGE_GROUP_SUFFIX = "-judge"
@@ -44,6 +48,9 @@ def changelog_topic(app_id: str, table: str) -> str:
 REDIS_EVALUATION_KEY = "tracejudge:evaluation:{request_id}"
 REDIS_CONTROL_KEY = "tracejudge:control:{request_id}"
 REDIS_TIMELINE_KEY = "tracejudge:timeline:{request_id}"  # masked steps, beside the evaluation
+# a session's verdicts: each revision under its number (never overwritten), and the latest
+REDIS_SESSION_KEY = "tracejudge:session:{session}"
+REDIS_SESSION_REVISION_KEY = "tracejudge:session:{session}:{revision}"
 REDIS_LLM_PREFIX = "tracejudge:llm"  # rate limit counters, worker heartbeats, budgets
 
 # Headers.

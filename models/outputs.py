@@ -434,11 +434,14 @@ class Alert(_Output):
         "judge_unavailable",
         "retries_exhausted",
         "low_dimension",
+        "session_low_score",
     ]
     severity: Literal["info", "warning", "critical"]
     request_id: str | None
     evaluation_id: str | None = None
-    session_id: str | None = None
+    session_id: str | None = Field(
+        default=None, description="A session_low_score alert's: the session's session_key."
+    )
     dimension: str | None = Field(
         default=None, description="A low_dimension alert's: the team's dimension scored low."
     )

@@ -12,6 +12,7 @@ from tracejudge.models.events import (
     Iteration,
     Outcome,
     ReasoningStep,
+    SessionEnd,
     TaskStarted,
     ToolCall,
     UserMessage,
@@ -99,7 +100,7 @@ def assemble_window(
             task = task or event
         elif isinstance(event, FinalResponse):
             final = final or event
-        elif not isinstance(event, Outcome):  # never part of a window: the worker routes it
+        elif not isinstance(event, Outcome | SessionEnd):  # never in a window: routed apart
             steps.append((event.step_index, arrival, event))
     steps.sort(key=lambda item: (item[0], item[1]))
     return Window(

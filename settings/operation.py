@@ -46,6 +46,36 @@ class OperationSettings(BaseModel):
     idle_check_interval_s: float = Field(
         5.0, gt=0, description="How often idle windows are looked for."
     )
+    sessions_enabled: bool = Field(
+        True,
+        description="Judge conversations: the requests of an agent sharing a session_key get a "
+        "session verdict, revised as each closes (docs/sessions.md). false: no turn is kept. "
+        "Requests without a session_key cost nothing either way.",
+    )
+    session_idle_s: float = Field(
+        600.0,
+        gt=0,
+        description="A session with no request closing for this long gets its final verdict "
+        "(a session_end event makes it final at once). A later request resumes it.",
+    )
+    session_end_grace_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long a session_end waits for the turn of the request it names (closed "
+        "on another partition, or not yet) before the session is made final without it.",
+    )
+    session_retention_s: float = Field(
+        86_400.0,
+        gt=0,
+        description="How long a final session is kept, so that a request resuming it is judged "
+        "with the conversation before it; after that such a request starts a new session.",
+    )
+    session_max_turns: int = Field(
+        200,
+        ge=2,
+        description="Turns of a session kept with their steps: past it, the oldest but the "
+        "first keep only their verdicts (a session's state stays a bounded record).",
+    )
     closed_retention_s: float = Field(
         3600.0, ge=0, description="How long a closed request is remembered to drop late events."
     )

@@ -25,11 +25,24 @@ def session_window(
     session_key: str, turns: Sequence[Turn], closed_by: ClosedBy = "final_response"
 ) -> Window:
     """The conversation as one window: steps numbered in turn order."""
+    return assembled(session_key, turns, closed_by)[0]
+
+
+# a step of the assembled conversation -> (its turn, 0-based; its step_index in its request)
+Origins = dict[int, tuple[int, int]]
+
+
+def assembled(
+    session_key: str, turns: Sequence[Turn], closed_by: ClosedBy = "final_response"
+) -> tuple[Window, Origins]:
+    """The conversation as one window, and where each of its steps came from."""
+    origins: Origins = {}
     events: list[Event] = []
     step = 0
     # the conversation's answer is the last one the agent gave: a last turn without one (the
     # user's closing words, a hand-off call) leaves the turn before it as the answer
     final: Event | None = None
+    final_step = 0
     answered = [n for n, turn in enumerate(turns) if any(_is_final(e) for e in turn)]
     last = answered[-1] if answered else len(turns) - 1
     for n, turn in enumerate(turns):
@@ -41,13 +54,16 @@ def session_window(
                 if n == 0:  # the conversation's goal, and its first turn
                     events.append(parse_event({**fields, "step_index": 0}))
                 step += 1
+                origins[step] = (n, event.step_index or 0)
                 said = {"type": "user_message", "request_id": session_key, "step_index": step}
                 events.append(parse_event({**said, "text": event.goal or ""}))
             elif isinstance(event, FinalResponse):
                 if n == last:
                     final = parse_event({**fields, "step_index": 0})  # numbered once all is in
+                    final_step = event.step_index or 0
                 else:
                     step += 1
+                    origins[step] = (n, event.step_index)
                     events.append(
                         parse_event({"type": "reasoning_step", "request_id": session_key,
                                      "step_index": step, "phase": "synthesis",
@@ -55,12 +71,15 @@ def session_window(
                     )  # fmt: skip
             else:
                 step += 1
+                origins[step] = (n, getattr(event, "step_index", 0) or 0)
                 events.append(parse_event({**fields, "step_index": step}))
     if final is not None:
+        origins[step + 1] = (last, final_step)
         events.append(final.model_copy(update={"step_index": step + 1}))
-    return assemble_window(
+    window = assemble_window(
         session_key, events, closed_by=closed_by, step_count=step, steps_dropped=0
     )
+    return window, origins
 
 
 def _is_final(value: Event | dict[str, Any]) -> bool:

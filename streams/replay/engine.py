@@ -87,6 +87,10 @@ class ReplayResult:
     # request_id -> the judge job sent for it (the last one): its `rules` are what the rules
     # said where the judge's verdict replaced theirs (`kept_of`'s `rules`)
     judge_jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # every session verdict revision in the order published, and each session's last
+    # ((agent, session_key) -> verdict): final, since a replay ends every session at its end
+    session_verdicts: list[dict[str, Any]] = field(default_factory=list)
+    sessions: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
     # the outcome events in the file joined to the verdicts, as the live worker joins them
     # (a memory store: same semantics); None when the file holds no outcome
     agreement: Tally | None = None
@@ -102,7 +106,7 @@ async def replay(
 ) -> ReplayResult:
     """Feed (key, value) records in order; close what is still open at the end as the idle
     timeout would; run queued judge jobs as the judge consumer would."""
-    channels = Channels(*(CollectingChannel() for _ in range(8)))
+    channels = _channels()
     # a replay judges what it queues itself, whatever the cluster's workers do
     settings = settings.model_copy(update={"worker_judges": True})
     redis = redis_client(settings.redis_url) if settings.llm_judge_enabled else None
@@ -119,6 +123,7 @@ async def replay(
     ctx.partitions.observe({p: 0 for p in range(settings.partitions)}, {})  # all live
     topic = settings.topic(names.EVENTS)
     jobs = _JobDrain(ctx, channels, settings)
+    sessions = _SessionDrain(ctx, channels, settings)
     count = 0
     try:
         for count, (key, value) in enumerate(records, start=1):
@@ -126,11 +131,13 @@ async def replay(
                 key = b""
             await ctx.errors.run(InRecord(topic, 0, count, key, value, {}), ctx.events)
             await jobs.run()
+            await sessions.run()
             if progress is not None:
                 progress(count)
         for rid in list(ctx.store.open):
             await ctx.events.closer.close(rid, "idle_timeout")
         await jobs.run(final=True)
+        await sessions.run(final=True)
     finally:
         if ctx.judge_jobs is not None:
             await ctx.judge_jobs.aclose()
@@ -150,7 +157,7 @@ async def replay_tables(settings: Settings, records: Iterable[InRecord]) -> Tabl
     closed at the end (a window left open stays open) and no judge job is run (a verdict
     changes no table). Every step is written at once (no hold: which steps a live worker
     wrote depends on timing, whether a window is open does not)."""
-    channels = Channels(*(CollectingChannel() for _ in range(8)))
+    channels = _channels()
     tables = Tables({}, {}, {}, {})
     ctx = WorkerContext.build(
         settings.model_copy(update={"worker_judges": False}),
@@ -166,6 +173,38 @@ async def replay_tables(settings: Settings, records: Iterable[InRecord]) -> Tabl
         await ctx.errors.run(record, ctx.events)
     await asyncio.sleep(0)  # the acknowledged verdicts' callbacks: their steps forgotten
     return tables
+
+
+def _channels() -> Channels:
+    return Channels(
+        *(CollectingChannel() for _ in range(8)),
+        session_turns=CollectingChannel(),
+        sessions=CollectingChannel(),
+    )
+
+
+@dataclass
+class _SessionDrain:
+    """Turns (and ends) the closer sent, handled by the session agent's handler in the order
+    sent, as the session agent takes them; at the end, every session made final."""
+
+    ctx: WorkerContext
+    channels: Channels
+    settings: Settings
+    done: int = 0
+
+    async def run(self, final: bool = False) -> None:
+        handler = self.ctx.sessions
+        turns = self.channels.session_turns
+        if handler is None or not isinstance(turns, CollectingChannel):
+            return
+        topic = self.settings.topic(names.SESSION_TURNS)
+        while self.done < len(turns.sent):
+            key, value = turns.sent[self.done]
+            self.done += 1
+            await self.ctx.errors.run(InRecord(topic, 0, self.done, key, value, {}), handler)
+        if final:
+            await handler.close_all()
 
 
 @dataclass
@@ -205,6 +244,7 @@ def _result(
         return channel.values()
 
     evaluations = {e["request_id"]: e for e in sent(channels.evaluations)}
+    revisions = sent(channels.sessions)
     control = sent(channels.control)
     return ReplayResult(
         settings=settings,
@@ -216,6 +256,8 @@ def _result(
         interventions=[c for c in control if c.get("type") == "intervention"],
         dead_letters=ctx.counters["dead_lettered"],
         judge_jobs={j["facts"]["request_id"]: j for j in sent(channels.judge_requests)},
+        session_verdicts=revisions,
+        sessions={(v["agent_name"], v["session_key"]): v for v in revisions},
     )
 
 

@@ -324,6 +324,20 @@ class Metrics:
         self.windows_closed = Counter(
             "tracejudge_windows_closed", "Windows closed, by cause.", ["closed_by"], registry=r
         )
+        self.session_turns = Counter(
+            "tracejudge_session_turns",
+            "Closed requests of sessions taken by the session agent, by status (added, "
+            "replaced: judged again, same: delivered again).",
+            ["status"],
+            registry=r,
+        )
+        self.session_verdicts = Counter(
+            "tracejudge_session_verdicts",
+            "Session verdict revisions published, by agent, what made them (turn, resumed, "
+            "ended, idle) and whether they passed.",
+            ["agent", "cause", "passed"],
+            registry=r,
+        )
         self.reflections = Counter(
             "tracejudge_reflections", "Reflection requests published.", registry=r
         )

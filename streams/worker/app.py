@@ -27,6 +27,7 @@ from tracejudge.streams.judge.consumer import JudgeRunner
 from tracejudge.streams.kafka import internals, membership
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.security import SASL, client_options, ssl_context
+from tracejudge.streams.sessions.scanner import SessionScanner
 from tracejudge.streams.shared.commit import OffsetGuard
 from tracejudge.streams.shared.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tracejudge.streams.shared.outputs import Prompt, redis_client
@@ -180,6 +181,7 @@ def create_app(settings: Settings) -> faust.App:
             app.sensors.remove(app.monitor)
 
     _start_check_processes(app, ctx)
+    _add_session_agent(app, ctx, channels)
     judge_runner = _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard, judge_runner)
     _add_phase_logs(app, settings)
@@ -233,6 +235,8 @@ def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Ch
         retries=Prompt(topic(names.RETRIES), partial(_send_lingering, app)),
         control=Prompt(topic(names.CONTROL), partial(_send_lingering, app)),
         dlq=topic(names.DLQ),
+        session_turns=topic(names.SESSION_TURNS),
+        sessions=topic(names.SESSIONS),
     )
     tables = Tables(
         window_meta=table(names.WINDOW_META),
@@ -240,6 +244,8 @@ def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Ch
         window_steps=table(names.WINDOW_STEPS, value_type=bytes),
         retry_state=table(names.RETRY_STATE),
         baselines=table(names.BASELINES),
+        # a session's state, encoded by its store (sessions/state.py)
+        sessions=table(names.SESSION_STATE, value_type=bytes),
     )
     return events_topic, responses_topic, channels, tables
 
@@ -373,6 +379,30 @@ def _add_judge_stage(app: faust.App, ctx: WorkerContext) -> JudgeRunner | None:
             ctx.errors.exit("the judge consumer stopped", exc)
 
     return runner
+
+
+def _add_session_agent(app: faust.App, ctx: WorkerContext, channels: Channels) -> None:
+    """Session verdicts: the session agent (one session's records in order, its state in a
+    table: concurrency 1) and the timer that finds sessions idle, past an end's grace or
+    past retention (docs/sessions.md). Sessions off: the topic is read and nothing kept."""
+    handler = ctx.sessions
+    turns = channels.session_turns
+    if handler is None or turns is None:
+        return
+    scanner = SessionScanner(handler, turns, time.time)
+
+    @app.agent(turns, concurrency=1)  # type: ignore[misc]
+    async def sessions(stream: Any) -> None:
+        async for event in stream.noack().events():
+            ctx.liveness.last_progress = time.monotonic()
+            await ctx.commits.handle(InRecord.of_faust(event), handler, event.ack)
+
+    @app.timer(interval=ctx.settings.idle_check_interval_s)  # type: ignore[untyped-decorator]
+    async def find_due_sessions() -> None:
+        live = ctx.partitions
+        if live.live_since and scanner.indexed_for != live.assignments:
+            log.info("sessions read in from the table: %d", scanner.reindex(live.assignments))
+        await scanner.scan()
 
 
 def _start_check_processes(app: faust.App, ctx: WorkerContext) -> None:

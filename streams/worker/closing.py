@@ -9,8 +9,12 @@ from dataclasses import dataclass
 from tracejudge.judges.checks.book import CheckBook
 from tracejudge.judges.checks.view import run_of
 from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.sessions.turns import turn_of
 from tracejudge.judges.verdict.make import Closing, Judging, make_verdict, window_for
 from tracejudge.models.agents import group_of
+from tracejudge.models.outputs import Evaluation
+from tracejudge.models.sessions import session_id
+from tracejudge.models.window import Window
 from tracejudge.models.window import ClosedBy
 from tracejudge.streams.shared.commit import Held, later
 from tracejudge.streams.shared.outputs import Channel, VerdictPublisher, deliver
@@ -28,6 +32,8 @@ class WindowCloser:
     # a team's checks, and what runs them within their time limit (None: no checks anywhere)
     checks: CheckBook | None = None
     check_runner: CheckRunner | None = None
+    # where a closed request of a session goes as its turn (None: sessions off)
+    session_turns: Channel | None = None
 
     def __post_init__(self) -> None:
         self.rules = RuleJudge(tool_call_budget=self.judging.tool_call_budget)
@@ -76,15 +82,20 @@ class WindowCloser:
             if self.checks is None
             else self.checks.for_agent(closing.stats.agent_name if closing.stats else None)
         )
-        if checks and self.check_runner is not None:
-            # built once for the checks and the judges alike; without checks nothing is added
-            window = window_for(closing)
+        # built once for the checks, the judges and the session's turn alike; with neither
+        # checks nor sessions nothing is added
+        window = window_for(closing) if checks or self.session_turns is not None else None
+        if checks and self.check_runner is not None and window is not None:
             checked = await self.check_runner.run(checks, run_of(window))
             made = make_verdict(self.judging, closing, self.rules, window, checked)
         else:
-            made = make_verdict(self.judging, closing, self.rules)
+            made = make_verdict(self.judging, closing, self.rules, window)
         if made.evaluation is not None:  # final, or pending the judge's
             await self.publisher.publish(made, closing.terminal_at)
+            if window is not None and self.session_turns is not None:
+                if window.first("session_key"):  # a request of a session: its turn
+                    evaluation = Evaluation.model_validate_json(made.evaluation)
+                    await self._turn(window, evaluation, closing.now)
         if made.job is not None:
             # the judge runs in its own consumer: the agent goes on closing windows meanwhile
             await deliver(self.judge_requests, closing.request_id.encode(), made.job)
@@ -92,3 +103,14 @@ class WindowCloser:
         self.store.forget_steps(closing.request_id, count)
         if held is not None:  # the window's held input records may be acknowledged now
             held.release()
+
+    async def _turn(self, window: Window, evaluation: Evaluation, now: float) -> None:
+        """The request as a turn of its session, to the session agent (keyed by session). The
+        rules' verdict of the request: where the LLM judge's comes later, the session is judged
+        with the rules' (the session's own verdict reads the whole conversation)."""
+        assert self.session_turns is not None and evaluation.session_key is not None
+        times = [e.ts for e in (window.task, *window.steps, window.final) if e and e.ts]
+        turn = turn_of(window, evaluation, min(times, default=now), now)
+        key = session_id(turn.agent_name, turn.session_key).encode("utf-8")
+        await deliver(self.session_turns, key, turn.model_dump_json().encode("utf-8"))
+        self.publisher.metrics.counts["session_turns_sent"] += 1

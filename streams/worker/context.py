@@ -29,6 +29,7 @@ from tracejudge.streams.judge.stage import JudgeStage, judging_version
 from tracejudge.streams.shared.commit import CommitRule
 from tracejudge.streams.shared.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.shared.evaluation_export import evaluation_exporter
+from tracejudge.streams.sessions.handler import SessionHandler, SessionOutputs, SessionTimes
 from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.shared.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.worker.baselines import BaselineBook
@@ -56,6 +57,10 @@ class Channels:
     retries: Channel
     control: Channel
     dlq: Channel
+    # the turns of sessions and their ends, keyed by session (None: sessions off), and the
+    # session verdicts (None: the same)
+    session_turns: Channel | None = None
+    sessions: Channel | None = None
 
 
 @dataclass
@@ -64,6 +69,7 @@ class Tables:
     window_steps: Table
     retry_state: Table
     baselines: Table = field(default_factory=dict)
+    sessions: Table = field(default_factory=dict)
 
 
 @dataclass
@@ -87,6 +93,8 @@ class WorkerContext:
     responses: ResponseHandler
     idle: IdleScanner
     judge_jobs: JudgeJobHandler | None  # None: the LLM judge is off, or judges elsewhere
+    # the session agent's handler and timer (None: sessions off)
+    sessions: SessionHandler | None
     commits: CommitRule  # when an input record is acknowledged (and so committed)
     # the calibrated thresholds the verdict policy reads (the app refreshes them)
     calibration_book: CalibrationBook = field(default_factory=CalibrationBook)
@@ -142,6 +150,8 @@ class WorkerContext:
         runner = _check_runner(settings, metrics)  # one for the closing and in-flight checks
         requests = channels.judge_requests
         closer = _closer(settings, store, judging, publisher, requests, clock, runner)
+        sessions = _sessions(settings, channels, tables, lookup, policy, version, metrics, clock)
+        closer.session_turns = None if sessions is None else channels.session_turns
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness = MarkerLog(), PartitionLiveness(clock)
         timeouts = _timeouts(settings)
@@ -175,6 +185,7 @@ class WorkerContext:
             responses=_responses(settings, tables, channels, clock, metrics, agreement),
             idle=IdleScanner(store, channels.events, timeouts, markers, liveness, metrics, clock),
             judge_jobs=judge_jobs,
+            sessions=sessions,
             commits=CommitRule(errors),
             calibration_book=book,
             agreement=agreement,
@@ -383,4 +394,35 @@ def _closer(
         clock,
         None if checks.empty else checks,
         runner,
+    )
+
+
+def _sessions(
+    settings: Settings,
+    channels: Channels,
+    tables: Tables,
+    lookup: Lookup,
+    policy: Policy,
+    version: str,
+    metrics: Metrics,
+    clock: Callable[[], float],
+) -> SessionHandler | None:
+    """The session agent's handler (None: sessions off, or no channel for them)."""
+    if not (settings.sessions_enabled and settings.enabled):
+        return None
+    if channels.session_turns is None or channels.sessions is None:
+        return None
+    return SessionHandler(
+        tables.sessions,
+        SessionOutputs(channels.sessions, channels.alerts, channels.reflections, lookup),
+        SessionTimes(
+            settings.session_idle_s,
+            settings.session_end_grace_s,
+            settings.session_retention_s,
+            settings.session_max_turns,
+        ),
+        policy,
+        version,
+        metrics,
+        clock,
     )

@@ -15,14 +15,17 @@ from tracejudge.models.events import (
     Iteration,
     Outcome,
     ReasoningStep,
+    SessionEnd,
     decode_object,
     parse_event,
 )
 from tracejudge.models.names import MARKER_HEADER
+from tracejudge.models.sessions import SessionMark, session_id
 from tracejudge.models.signing import OutcomeKeys
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.shared.commit import later
 from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import deliver
 from tracejudge.streams.worker.closing import WindowCloser
 from tracejudge.streams.worker.early_stop import EarlyStopper
 from tracejudge.streams.worker.idle import MarkerLog, Timeouts, marker_applies
@@ -91,6 +94,9 @@ class EventHandler:
             result = await self.outcomes.take(event, self.store.known(rid))
             self.metrics.event_count(event.type, result).inc()
             return
+        if isinstance(event, SessionEnd):
+            self.metrics.event_count(event.type, await self._session_end(event)).inc()
+            return
         status = self.store.add(event, record.partition, self.clock(), record.offset)
         if status == "reclose":  # the verdict may not have been acknowledged: publish it again
             await self.closer.close(rid, "final_response", record.timestamp, record.offset)
@@ -119,12 +125,36 @@ class EventHandler:
             # kept in memory only: acknowledged once written, or once its verdict is
             await later(held)
 
+    async def _session_end(self, event: SessionEnd) -> str:
+        """To the session agent, keyed by session: the end names its request when this worker
+        knows it (the verdict waits for that request's turn), else none (final at once)."""
+        turns = self.closer.session_turns
+        if turns is None:
+            return "ignored"  # sessions off
+        rid = event.request_id
+        window = self.store.open.get(rid)
+        agent = event.agent_name or (None if window is None else window.tally.agent_name)
+        mark = SessionMark(
+            mark="ended",
+            session_key=event.session_key,
+            agent_name=agent,
+            at=self.clock(),
+            request_id=rid if self.store.known(rid) else None,
+            reason=event.reason,
+        )
+        key = session_id(agent, event.session_key).encode("utf-8")
+        await later(deliver(turns, key, mark.model_dump_json().encode("utf-8")))
+        return "forwarded"
+
     def _parse(self, record: InRecord) -> Event:
         try:
             return parse_event(record.value, self.max_event_bytes)
         except InvalidEvent as exc:
-            if _type_of(record.value, self.max_event_bytes) in OUTSIDE_WINDOWS:
+            kind = _type_of(record.value, self.max_event_bytes)
+            if kind == "outcome":
                 self._invalid_outcome()
+            elif kind in OUTSIDE_WINDOWS:
+                self.metrics.event_count(str(kind), "invalid").inc()
             else:
                 self._unreadable_step(record, exc)
             raise

@@ -1,0 +1,174 @@
+"""A session's verdict from its turns: the conversation read as one run, beside each turn's own.
+
+- **The conversation** (judges/sessions/assemble.py): the turns' steps in order, the user's
+  messages between them, the last answer the agent gave as its answer. The rules read it as
+  they read a request: a failed step made good in a later turn is made good; a state change
+  the user never agreed to, work left pending, an answer admitting failure count against it.
+- **The turns' verdicts**: each request was judged when it closed, with what is normal for its
+  agent (efficiency against its own runs), which the conversation alone cannot know.
+- **What only a conversation shows**: a user asking again for what an earlier turn should have
+  done (a repeat or a rephrasing), and turns left failed that no later turn took up.
+
+The score blends the conversation's rules with the mean of its turns' scores, less the repeats;
+`success` is the conversation's (every failed step made good by the end), `incomplete` is the
+conversation's as of its last turn. Pure: the same turns, the same verdict.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tracejudge.judges.rules.judge import RuleJudge, RuleVerdict
+from tracejudge.judges.sessions.assemble import Origins, assembled
+from tracejudge.models.outputs import Finding
+from tracejudge.models.sessions import SessionBlame, SessionTurn, TurnVerdict
+
+# the conversation's rules against its turns' own verdicts: the turns carry the agent's normal,
+# the conversation what no single turn shows (BENCHMARKS.md: Sessions)
+CONVERSATION_WEIGHT = 0.5
+REPEAT_PENALTY = 4.0  # points per turn asking again for what an earlier one asked
+MAX_REPEAT_PENALTY = 20.0
+# a turn asks again when most of its words were in an earlier turn's request
+REPEAT_OVERLAP = 0.6
+REPEAT_MIN_WORDS = 4
+GOAL_SHOWN = 160
+_WORD = re.compile(r"[a-z0-9]{3,}")
+_COMMON = frozenset(
+    "the and you your for with that this have can please want would like need could what "
+    "how are was were there just also about from not but will thanks thank".split()
+)
+
+
+@dataclass(frozen=True)
+class SessionJudgment:
+    exact: float  # 0-100, before rounding
+    success: bool
+    incomplete: bool
+    turns: list[TurnVerdict]
+    summary: str
+    reasons: list[str]
+    findings: list[Finding]
+    blame: SessionBlame | None
+    unanswered_request_id: str | None
+
+
+def _goal(turn: SessionTurn) -> str:
+    for event in turn.events:
+        if event.get("type") == "task_started":
+            return str(event.get("goal") or "")
+    return ""
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _COMMON)
+
+
+def repeats(goals: Sequence[str]) -> dict[int, int]:
+    """Turn index -> the earlier turn it asks again (0-based): most of its words were there."""
+    found: dict[int, int] = {}
+    seen: list[frozenset[str]] = []
+    for n, goal in enumerate(goals):
+        words = _words(goal)
+        if len(words) >= REPEAT_MIN_WORDS:
+            for m, earlier in enumerate(seen):
+                if len(earlier) >= REPEAT_MIN_WORDS and len(words & earlier) >= REPEAT_OVERLAP * min(
+                    len(words), len(earlier)
+                ):
+                    found[n] = m
+                    break
+        seen.append(words)
+    return found
+
+
+def judge_session(
+    session_key: str, turns: Sequence[SessionTurn], rules: RuleJudge | None = None
+) -> SessionJudgment:
+    """`turns` in the order they were asked (their `opened_at`), at least one."""
+    rules = rules or RuleJudge()
+    window, origins = assembled(session_key, [t.events for t in turns])
+    verdict = rules.judge(window)
+    goals = [_goal(t) for t in turns]
+    asked_again = repeats(goals)
+    conversation = verdict.rule_exact if verdict.rule_exact is not None else verdict.rule_score
+    turn_mean = sum(t.overall_exact or t.overall_score for t in turns) / len(turns)
+    # asking again counts against the conversation where what was asked first was not done
+    # (that turn failed or was left incomplete): restating one's details to a new question is
+    # not a complaint
+    unmet = [n for n, m in asked_again.items() if turns[m].incomplete or not turns[m].success]
+    penalty = min(MAX_REPEAT_PENALTY, REPEAT_PENALTY * len(unmet))
+    exact = CONVERSATION_WEIGHT * conversation + (1 - CONVERSATION_WEIGHT) * turn_mean - penalty
+    exact = max(0.0, min(100.0, exact))
+    findings = [Finding(rule=rule, evidence=evidence) for rule, evidence in verdict.findings]
+    reasons = list(verdict.reasons)
+    for n, m in sorted(asked_again.items()):
+        findings.append(
+            Finding(rule="asked_again", evidence=f"turn {n + 1} asks again what turn {m + 1} asked")
+        )
+    if asked_again:
+        reasons.append(
+            f"the user asked again in {len(asked_again)} turn(s): what they asked before was "
+            "not done"
+        )
+    left = [n for n, t in enumerate(turns[:-1]) if not t.success or t.incomplete]
+    left = [n for n in left if n not in asked_again.values()]  # taken up again, not left
+    if left and verdict.incomplete:
+        findings.append(
+            Finding(
+                rule="turn_left_undone",
+                evidence=", ".join(f"turn {n + 1} ({turns[n].request_id})" for n in left[:5]),
+            )
+        )
+    listed = [
+        TurnVerdict(
+            turn=n + 1,
+            request_id=t.request_id,
+            overall_score=t.overall_score,
+            passed=t.passed,
+            success=t.success,
+            incomplete=t.incomplete,
+            goal=goals[n][:GOAL_SHOWN] or None,
+            repeats=None if n not in asked_again else asked_again[n] + 1,
+        )
+        for n, t in enumerate(turns)
+    ]
+    unanswered = _unanswered(turns, verdict) if verdict.incomplete else None
+    return SessionJudgment(
+        exact=exact,
+        success=verdict.success,
+        incomplete=verdict.incomplete,
+        turns=listed,
+        summary=f"{len(turns)} turn(s): {verdict.summary}",
+        reasons=reasons,
+        findings=findings,
+        blame=_blame(verdict, origins, turns),
+        unanswered_request_id=unanswered,
+    )
+
+
+def _unanswered(turns: Sequence[SessionTurn], verdict: RuleVerdict) -> str:
+    """The request the conversation left undone: the last turn that was itself incomplete or
+    failed, else the last turn (the conversation as a whole is what is undone)."""
+    for turn in reversed(turns):
+        if turn.incomplete or not turn.success:
+            return turn.request_id
+    return turns[-1].request_id
+
+
+def _blame(
+    verdict: RuleVerdict, origins: Origins, turns: Sequence[SessionTurn]
+) -> SessionBlame | None:
+    blame = verdict.blame
+    if blame is None:
+        return None
+    if blame.abstain or blame.step_index is None or blame.step_index not in origins:
+        return SessionBlame(reason=blame.reason)
+    turn, step = origins[blame.step_index]
+    return SessionBlame(
+        turn=turn + 1,
+        request_id=turns[turn].request_id,
+        step_index=step,
+        actor=blame.actor,
+        reason=blame.reason,
+    )

@@ -1,0 +1,135 @@
+"""Conversations judged as conversations: the records of a session's verdicts.
+
+A session is the requests of one agent that share a `session_key` (each user turn of a chat is
+a request). The worker that closes a request publishes its **turn** (the request's verdict and
+its steps, masked and clipped) to the internal session-turns topic, keyed by the session; the
+session agent keeps each session's turns, judges the conversation they make, and publishes a
+**session verdict** on `tracejudge.sessions` at every revision: when a request of it closes,
+when it ends (`session_end`, or TRACEJUDGE_SESSION_IDLE_S of quiet), and again when it resumes
+after its verdict was final. Every revision is its own record: nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracejudge.models.ids import stable_id
+from tracejudge.models.outputs import Finding, Score
+
+# what made a revision: a request of the session closed (one closing after a final verdict
+# resumes the session), the session ended (`session_end`), or it went quiet for the idle time
+RevisionCause = Literal["turn", "resumed", "ended", "idle"]
+SEP = "\x1f"  # between an agent's name and its session key in the session's id
+
+
+def session_id(agent_name: str | None, session_key: str) -> str:
+    """The session's identity: its key per agent (two agents' sessions may share a key)."""
+    return f"{agent_name or ''}{SEP}{session_key}"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class SessionTurn(_Record):
+    """One closed request of a session, as the session agent keeps it."""
+
+    type: Literal["session_turn"] = "session_turn"
+    session_key: str
+    agent_name: str | None = None
+    agent_version: str | None = None
+    request_id: str
+    evaluation_id: str
+    opened_at: float = Field(description="When its first event came (epoch seconds).")
+    closed_at: float
+    overall_score: Score = Field(ge=0, le=100)
+    overall_exact: float | None = None
+    passed: bool
+    success: bool
+    incomplete: bool
+    # the rules that fired on the request alone (names only): a generic answer, a hand-off
+    findings: list[str] = Field(default_factory=list)
+    # the request's task, steps and answer as contract events (dicts), texts masked and clipped
+    # (judges/sessions/turns.py); an old turn of a long session keeps none (`events_dropped`)
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    events_dropped: bool = False
+
+
+class SessionMark(_Record):
+    """Not a turn: the session ended (`session_end`), or the timer found it due (`idle`: quiet
+    for the idle time, `grace`: ended but the request it named never came, `purge`: final and
+    past its retention). A mark is re-checked where the session's state is."""
+
+    type: Literal["session_mark"] = "session_mark"
+    mark: Literal["ended", "idle", "grace", "purge"]
+    session_key: str
+    agent_name: str | None = None
+    at: float
+    # `ended`: the session's last request, whose turn the final verdict waits for (None: none)
+    request_id: str | None = None
+    reason: str | None = None
+
+
+class TurnVerdict(_Record):
+    """A turn as its session verdict lists it."""
+
+    turn: int = Field(ge=1)
+    request_id: str
+    overall_score: Score = Field(ge=0, le=100)
+    passed: bool
+    success: bool
+    incomplete: bool
+    goal: str | None = Field(default=None, description="What the user asked (masked, clipped).")
+    repeats: int | None = Field(
+        default=None, description="The earlier turn whose request this one asks again."
+    )
+
+
+class SessionBlame(_Record):
+    """Where the conversation went wrong: the turn (its request) and the step in it."""
+
+    turn: int | None = None
+    request_id: str | None = None
+    step_index: int | None = Field(default=None, description="The step, in its request's numbering.")
+    actor: str | None = None
+    reason: str
+
+
+class SessionVerdict(_Record):
+    type: Literal["session_verdict"] = "session_verdict"
+    verdict_id: str = Field(description="Deterministic: the session, its start and the revision.")
+    evaluator_version: str
+    session_key: str
+    agent_name: str | None = None
+    agent_version: str | None = Field(default=None, description="Its last turn's.")
+    revision: int = Field(ge=1, description="1, 2, ...: each revision is its own record.")
+    cause: RevisionCause
+    cause_request_id: str | None = Field(
+        default=None, description="The request whose turn made this revision (turn, resumed)."
+    )
+    final: bool = Field(description="Ended or idle; a later turn resumes it (a new revision).")
+    opened_at: float
+    overall_score: Score = Field(ge=0, le=100)
+    overall_exact: float
+    passed: bool
+    warn_threshold: int = Field(ge=0, le=100)
+    success: bool = Field(description="Every failed step of the conversation was made good.")
+    incomplete: bool = Field(description="What the user came for is not done, as of the last turn.")
+    turns: list[TurnVerdict]
+    summary: str
+    reasons: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    blame: SessionBlame | None = None
+    unanswered_request_id: str | None = Field(
+        default=None,
+        description="The request of the session left undone (incomplete and never made good).",
+    )
+    ts: float
+
+    @staticmethod
+    def id_of(agent_name: str | None, session_key: str, opened_at: float, revision: int) -> str:
+        return stable_id(
+            "session", agent_name or "", session_key, f"{opened_at:.6f}", str(revision)
+        )

@@ -1,0 +1,1 @@
+"""Session verdicts: the session agent's state, handler and timer (docs/sessions.md)."""

@@ -1,0 +1,322 @@
+"""The session agent's handler: turns and marks in, session verdict revisions out.
+
+Records come from the session-turns topic, keyed by session (agent and `session_key`), so one
+session's records are handled in order by one worker; its state is one record of the
+session-state table (`state.py`), changed only here, in stream iteration. Each revision is
+published on `tracejudge.sessions` and kept in Redis under its number; nothing is overwritten.
+A record delivered again finds its turn already there and makes no revision.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from tracejudge.judges.rules.judge import RuleJudge
+from tracejudge.judges.sessions.judge import judge_session
+from tracejudge.judges.verdict.conclude import Policy
+from tracejudge.judges.verdict.encoded import encode
+from tracejudge.models import names
+from tracejudge.models.errors import InvalidEvent
+from tracejudge.models.events import decode_object
+from tracejudge.models.ids import stable_id
+from tracejudge.models.outputs import Alert, ReflectionRequest
+from tracejudge.models.sessions import (
+    RevisionCause,
+    SessionMark,
+    SessionTurn,
+    SessionVerdict,
+    session_id,
+)
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.shared.commit import later
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import Channel, Lookup, deliver
+from tracejudge.streams.sessions.state import SessionState
+
+log = logging.getLogger(__name__)
+
+MAX_RECORD_BYTES = 2_000_000  # a turn is a bounded request: anything past this is not ours
+Mark = str  # "idle" | "grace" | "purge": what the timer sends when it is due
+
+
+@dataclass(frozen=True)
+class SessionTimes:
+    idle_s: float
+    grace_s: float
+    retention_s: float
+    max_turns: int
+
+
+@dataclass
+class SessionOutputs:
+    sessions: Channel
+    alerts: Channel
+    reflections: Channel
+    lookup: Lookup
+
+
+@dataclass
+class SessionHandler:
+    table: MutableMapping[str, bytes]
+    outputs: SessionOutputs
+    times: SessionTimes
+    policy: Policy
+    version: str
+    metrics: Metrics
+    clock: Callable[[], float]
+    # session id -> (when its next mark is due, the mark): what the timer reads
+    due: dict[str, tuple[float, Mark]] = field(default_factory=dict)
+    rules: RuleJudge = field(default_factory=RuleJudge)
+
+    async def __call__(self, record: InRecord) -> None:
+        data = decode_object(record.value, MAX_RECORD_BYTES)
+        try:
+            if data.get("type") == "session_turn":
+                await self.on_turn(SessionTurn.model_validate(data))
+            elif data.get("type") == "session_mark":
+                await self.on_mark(SessionMark.model_validate(data))
+            else:
+                raise InvalidEvent("unknown_type", "not a session turn or mark")
+        except ValidationError as exc:
+            raise InvalidEvent("invalid", str(exc).splitlines()[0][:200]) from None
+
+    def _load(self, sid: str) -> SessionState | None:
+        raw = self.table.get(sid)
+        return None if raw is None else SessionState.decoded(raw)
+
+    def _save(self, sid: str, state: SessionState) -> None:
+        self.table[sid] = state.encoded()
+        self.remember(sid, state)
+
+    def remember(self, sid: str, state: SessionState) -> None:
+        """When the session's next mark is due, for the timer."""
+        if state.final:
+            self.due[sid] = ((state.final_at or state.last_at) + self.times.retention_s, "purge")
+        elif state.awaiting is not None:
+            self.due[sid] = ((state.ended_at or state.last_at) + self.times.grace_s, "grace")
+        else:
+            self.due[sid] = (state.last_at + self.times.idle_s, "idle")
+
+    async def on_turn(self, turn: SessionTurn) -> None:
+        now = self.clock()
+        sid = session_id(turn.agent_name, turn.session_key)
+        state = self._load(sid) or SessionState(
+            session_key=turn.session_key,
+            agent_name=turn.agent_name,
+            opened_at=turn.opened_at,
+            last_at=now,
+        )
+        status = state.add(turn)
+        self.metrics.session_turns.labels(status).inc()
+        if status == "same":
+            return  # delivered again: the revision it made was published
+        cause: RevisionCause = "resumed" if state.final else "turn"
+        state.last_at = now
+        if state.final:
+            state.final, state.final_at = False, None
+        if state.awaiting == turn.request_id:  # the end was waiting for this turn
+            cause, state.awaiting = "ended", None
+            state.final, state.final_at = True, now
+        state.opened_at = min(state.opened_at, turn.opened_at)
+        state.bound(self.times.max_turns)
+        await self._revise(sid, state, cause, turn.request_id)
+
+    async def on_mark(self, mark: SessionMark) -> None:
+        now = self.clock()
+        sid = session_id(mark.agent_name, mark.session_key)
+        state = self._load(sid)
+        if mark.mark == "ended":
+            await self._ended(sid, state, mark, now)
+            return
+        if state is None:
+            self.due.pop(sid, None)
+            return
+        if mark.mark == "purge":
+            if state.final and now - (state.final_at or now) >= self.times.retention_s:
+                del self.table[sid]
+                self.due.pop(sid, None)
+                self.metrics.counts["sessions_purged"] += 1
+            return
+        if state.final:
+            return
+        if mark.mark == "grace" and state.awaiting is not None:
+            if now - (state.ended_at or now) < self.times.grace_s:
+                return
+            state.awaiting = None
+            await self._finish(sid, state, "ended", now)
+        elif mark.mark == "idle" and state.awaiting is None:
+            if now - state.last_at < self.times.idle_s:
+                self._save(sid, state)  # a turn came since: due later
+                return
+            await self._finish(sid, state, "idle", now)
+
+    async def close_all(self) -> None:
+        """Every session not final made final, as the idle time (or an end's grace) would:
+        the end of a replay, whose recorded sessions have no later time to go quiet in."""
+        now = self.clock()
+        for sid, raw in list(self.table.items()):
+            state = SessionState.decoded(raw)
+            if not state.final:
+                cause: RevisionCause = "ended" if state.awaiting is not None else "idle"
+                state.awaiting = None
+                await self._finish(sid, state, cause, now)
+
+    async def _ended(
+        self, sid: str, state: SessionState | None, mark: SessionMark, now: float
+    ) -> None:
+        if state is None:
+            if mark.request_id is None:
+                self.metrics.counts["session_ends_unknown"] += 1
+                return
+            # the end came before any turn (its request closes on another partition): kept
+            # waiting for that turn, for the grace time
+            state = SessionState(
+                session_key=mark.session_key,
+                agent_name=mark.agent_name,
+                opened_at=mark.at,
+                last_at=now,
+            )
+        if state.final:
+            return  # ended already (this end delivered again, or a second end)
+        state.ended_at, state.end_reason = now, mark.reason
+        known = {t.request_id for t in state.turns}
+        if mark.request_id is not None and mark.request_id not in known:
+            state.awaiting = mark.request_id
+            self._save(sid, state)
+            return
+        await self._finish(sid, state, "ended", now)
+
+    async def _finish(
+        self, sid: str, state: SessionState, cause: RevisionCause, now: float
+    ) -> None:
+        if not state.turns:  # ended before any turn came, and none came in the grace time
+            del self.table[sid]
+            self.due.pop(sid, None)
+            self.metrics.counts["session_ends_without_turns"] += 1
+            return
+        state.final, state.final_at, state.last_at = True, now, now
+        await self._revise(sid, state, cause, None)
+
+    async def _revise(
+        self,
+        sid: str,
+        state: SessionState,
+        cause: RevisionCause,
+        request_id: str | None,
+    ) -> None:
+        state.revision += 1
+        verdict = self.verdict(state, cause, request_id)
+        was_passing = state.last_passed
+        state.last_passed = verdict.passed
+        self._save(sid, state)
+        agent = self.metrics.agents.agent_label(state.agent_name)
+        self.metrics.session_verdicts.labels(agent, cause, str(verdict.passed).lower()).inc()
+        await later(self._publish(sid, verdict, was_passing, state))
+
+    def verdict(
+        self, state: SessionState, cause: RevisionCause, request_id: str | None
+    ) -> SessionVerdict:
+        judged = judge_session(state.session_key, state.turns, self.rules)
+        threshold, _ = self.policy.threshold_for(state.agent_name)
+        exact = int(judged.exact * 10) / 10  # cut to a tenth, as overall_exact is
+        reasons = list(judged.reasons)
+        if state.end_reason and cause == "ended":
+            reasons.append(f"ended: {state.end_reason}")
+        if state.turns_over_cap:
+            reasons.append(
+                f"{state.turns_over_cap} older turn(s) kept only their request and answer"
+            )
+        return SessionVerdict(
+            verdict_id=SessionVerdict.id_of(
+                state.agent_name, state.session_key, state.opened_at, state.revision
+            ),
+            evaluator_version=self.version,
+            session_key=state.session_key,
+            agent_name=state.agent_name,
+            agent_version=state.turns[-1].agent_version,
+            revision=state.revision,
+            cause=cause,
+            cause_request_id=request_id,
+            final=state.final,
+            opened_at=state.opened_at,
+            overall_score=max(0, min(100, round(judged.exact))),
+            overall_exact=exact,
+            passed=exact >= threshold,
+            warn_threshold=threshold,
+            success=judged.success,
+            incomplete=judged.incomplete,
+            turns=judged.turns,
+            summary=judged.summary,
+            reasons=reasons,
+            findings=judged.findings,
+            blame=judged.blame,
+            unanswered_request_id=judged.unanswered_request_id,
+            ts=self.clock(),
+        )
+
+    async def _publish(
+        self, sid: str, verdict: SessionVerdict, was_passing: bool | None, state: SessionState
+    ) -> None:
+        value = encode(verdict)
+        out = self.outputs
+        await deliver(out.sessions, verdict.session_key.encode("utf-8"), value)
+        if was_passing is not False and not verdict.passed:
+            await deliver(out.alerts, verdict.session_key.encode("utf-8"), encode(_alert(verdict)))
+            self.metrics.counts["session_alerts"] += 1
+        reflection = self._reflection(verdict, state)
+        if reflection is not None:
+            await deliver(out.reflections, reflection.request_id.encode("utf-8"), encode(reflection))
+            self.metrics.counts["session_reflections"] += 1
+        key = stable_id("session", sid)
+        revision_key = names.REDIS_SESSION_REVISION_KEY.format(
+            session=key, revision=verdict.revision
+        )
+        await out.lookup.put_encoded(revision_key, value, only_new=True)
+        await out.lookup.put_encoded(names.REDIS_SESSION_KEY.format(session=key), value)
+
+    def _reflection(self, verdict: SessionVerdict, state: SessionState) -> ReflectionRequest | None:
+        """A final session left undone whose turns each looked done alone: no request's own
+        verdict asked for a reflection, so the session asks, naming its unanswered request.
+        Where a turn was incomplete or failed its own reflection request was sent already."""
+        if not (verdict.final and verdict.incomplete and self.policy.reflection_enabled):
+            return None
+        if verdict.unanswered_request_id is None:
+            return None
+        if any(t.incomplete or not t.success for t in state.turns):
+            return None
+        (turn,) = [t for t in state.turns if t.request_id == verdict.unanswered_request_id]
+        goal = next(
+            (str(e.get("goal") or "") for e in turn.events if e.get("type") == "task_started"),
+            "",
+        )
+        return ReflectionRequest(
+            reflection_id=stable_id("reflection", verdict.verdict_id),
+            evaluation_id=verdict.verdict_id,
+            request_id=turn.request_id,
+            session_key=verdict.session_key,
+            agent_name=verdict.agent_name,
+            goal=goal or verdict.summary,
+            summary=f"The conversation did not get the user what they asked: {verdict.summary}",
+            blame=None,
+            suggestions=["finish what the conversation left undone, as of its last turn"],
+            reflection_round=1,
+            ts=verdict.ts,
+        )
+
+
+def _alert(verdict: SessionVerdict) -> Alert:
+    return Alert.of(
+        "session_low_score",
+        verdict.verdict_id,
+        "warning",
+        f"session {verdict.session_key} of {verdict.agent_name or 'an agent'} dropped to "
+        f"{verdict.overall_exact:g} (threshold {verdict.warn_threshold}) at revision "
+        f"{verdict.revision} ({verdict.cause}): {verdict.summary}",
+        verdict.ts,
+        request_id=verdict.cause_request_id or verdict.unanswered_request_id,
+        session_id=verdict.session_key,
+    )

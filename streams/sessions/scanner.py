@@ -1,0 +1,67 @@
+"""The session agent's timer: sessions due a mark (idle, an end's grace over, past retention).
+
+Tables change only in stream iteration, so the timer never touches the session-state table:
+it sends a mark keyed (and partitioned) like the session into the session-turns topic, and the
+session agent re-checks it in-stream (`SessionHandler.on_mark`): a turn may have come since.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tracejudge.models.sessions import SEP, SessionMark
+from tracejudge.streams.sessions.handler import SessionHandler
+from tracejudge.streams.sessions.state import SessionState
+from tracejudge.streams.shared.outputs import Channel
+
+log = logging.getLogger(__name__)
+
+RESEND_S = 30.0  # a mark not acted on (still due) is sent again after this long
+
+
+@dataclass
+class SessionScanner:
+    handler: SessionHandler
+    turns: Channel
+    clock: Callable[[], float]
+    sent_at: dict[str, float] = field(default_factory=dict)
+    # the assignment `due` was rebuilt for (see `reindex`); None: never
+    indexed_for: int | None = None
+
+    def reindex(self, assignment: int) -> int:
+        """After a rebalance and the table's recovery: what is due, from the table's sessions
+        (read in from the changelog, so not in `due` yet). A mark for a session another worker
+        owns now goes to its partition all the same, and is re-checked there."""
+        handler = self.handler
+        handler.due.clear()
+        for sid, raw in list(handler.table.items()):
+            handler.remember(sid, SessionState.decoded(raw))
+        self.indexed_for = assignment
+        return len(handler.due)
+
+    async def scan(self) -> None:
+        now = self.clock()
+        try:
+            for sid, (at, mark) in list(self.handler.due.items()):
+                if at > now or now - self.sent_at.get(sid, 0.0) < RESEND_S:
+                    continue
+                agent, _, key = sid.partition(SEP)
+                value = SessionMark(
+                    mark=mark,  # type: ignore[arg-type]
+                    session_key=key,
+                    agent_name=agent or None,
+                    at=now,
+                )
+                self.sent_at[sid] = now
+                # keyed like the session's turns: the same partition, so the same owner
+                await self.turns.send(
+                    key=sid.encode("utf-8"), value=value.model_dump_json().encode("utf-8")
+                )
+            for sid in [s for s in self.sent_at if s not in self.handler.due]:
+                del self.sent_at[sid]
+        except Exception:
+            # the next tick tries again: marks are re-checked in-stream
+            self.handler.metrics.counts["timer_errors"] += 1
+            log.exception("session scan failed")
