@@ -18,6 +18,7 @@ from tracejudge.models.outputs import (
     RetryRequest,
 )
 from tracejudge.models.responses import ModelResponse
+from tracejudge.models.sessions import SessionVerdict
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 
@@ -40,6 +41,7 @@ def contract_schemas() -> dict[str, dict[str, Any]]:
         ("retry_request", RetryRequest),
         ("early_stop", EarlyStopDecision),
         ("intervention", Intervention),
+        ("session_verdict", SessionVerdict),
     ):
         adapter: TypeAdapter[Any] = TypeAdapter(model)
         schemas[f"{name}.schema.json"] = (

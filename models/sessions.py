@@ -92,7 +92,9 @@ class SessionBlame(_Record):
 
     turn: int | None = None
     request_id: str | None = None
-    step_index: int | None = Field(default=None, description="The step, in its request's numbering.")
+    step_index: int | None = Field(
+        default=None, description="The step, in its request's numbering."
+    )
     actor: str | None = None
     reason: str
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn
 
 from aiokafka.errors import MessageSizeTooLargeError
@@ -115,6 +115,18 @@ class MemoryWorker:
     async def response(self, value: Any) -> None:
         await self.ctx.errors.run(self.record("responses", value), self.ctx.responses)
 
+    async def session_records(self) -> int:
+        """What was sent to the session-turns topic since the last call, through the session
+        agent's handler in order (as the session agent takes them); how many."""
+        handler = self.ctx.sessions
+        assert handler is not None, "sessions are off"
+        sent = self.channel("session_turns").sent
+        start = self.offsets.get("session_turns", 0)
+        for item in sent[start:]:
+            record = self.record("session_turns", item.value, key=item.key)
+            await self.ctx.errors.run(record, handler)
+        return len(sent) - start
+
 
 def memory_worker(
     agreement: AgreementStore | None = None, tables: Tables | None = None, **settings: Any
@@ -122,7 +134,7 @@ def memory_worker(
     """`agreement`: where final verdicts are kept and outcomes joined (None: outcomes are only
     counted, as in a worker without Redis). `tables`: another worker's, as a new owner of its
     partitions reads them after a rebalance (None: empty)."""
-    channels = Channels(*(MemoryChannel() for _ in range(8)))
+    channels = Channels(**{f.name: MemoryChannel() for f in fields(Channels)})
     tables = tables or Tables({}, {}, {})
     lookup, clock = MemoryLookup(), Clock()
     config = Settings(redis_url="", **settings)

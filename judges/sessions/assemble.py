@@ -63,7 +63,7 @@ def assembled(
                     final_step = event.step_index or 0
                 else:
                     step += 1
-                    origins[step] = (n, event.step_index)
+                    origins[step] = (n, event.step_index or 0)
                     events.append(
                         parse_event({"type": "reasoning_step", "request_id": session_key,
                                      "step_index": step, "phase": "synthesis",

@@ -36,8 +36,39 @@ REPEAT_MIN_WORDS = 4
 GOAL_SHOWN = 160
 _WORD = re.compile(r"[a-z0-9]{3,}")
 _COMMON = frozenset(
-    "the and you your for with that this have can please want would like need could what "
-    "how are was were there just also about from not but will thanks thank".split()
+    [
+        "the",
+        "and",
+        "you",
+        "your",
+        "for",
+        "with",
+        "that",
+        "this",
+        "have",
+        "can",
+        "please",
+        "want",
+        "would",
+        "like",
+        "need",
+        "could",
+        "what",
+        "how",
+        "are",
+        "was",
+        "were",
+        "there",
+        "just",
+        "also",
+        "about",
+        "from",
+        "not",
+        "but",
+        "will",
+        "thanks",
+        "thank",
+    ]
 )
 
 
@@ -73,9 +104,9 @@ def repeats(goals: Sequence[str]) -> dict[int, int]:
         words = _words(goal)
         if len(words) >= REPEAT_MIN_WORDS:
             for m, earlier in enumerate(seen):
-                if len(earlier) >= REPEAT_MIN_WORDS and len(words & earlier) >= REPEAT_OVERLAP * min(
-                    len(words), len(earlier)
-                ):
+                if len(earlier) >= REPEAT_MIN_WORDS and len(
+                    words & earlier
+                ) >= REPEAT_OVERLAP * min(len(words), len(earlier)):
                     found[n] = m
                     break
         seen.append(words)

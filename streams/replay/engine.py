@@ -176,11 +176,11 @@ async def replay_tables(settings: Settings, records: Iterable[InRecord]) -> Tabl
 
 
 def _channels() -> Channels:
-    return Channels(
-        *(CollectingChannel() for _ in range(8)),
-        session_turns=CollectingChannel(),
-        sessions=CollectingChannel(),
-    )
+    names_ = (
+        "events", "judge_requests", "evaluations", "reflections", "alerts", "retries",
+        "control", "dlq", "session_turns", "sessions",
+    )  # fmt: skip
+    return Channels(**{name: CollectingChannel() for name in names_})
 
 
 @dataclass

@@ -32,10 +32,10 @@ from tracejudge.models.sessions import (
     session_id,
 )
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.sessions.state import SessionState
 from tracejudge.streams.shared.commit import later
 from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.shared.outputs import Channel, Lookup, deliver
-from tracejudge.streams.sessions.state import SessionState
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,9 @@ class SessionHandler:
             self.metrics.counts["session_alerts"] += 1
         reflection = self._reflection(verdict, state)
         if reflection is not None:
-            await deliver(out.reflections, reflection.request_id.encode("utf-8"), encode(reflection))
+            await deliver(
+                out.reflections, reflection.request_id.encode("utf-8"), encode(reflection)
+            )
             self.metrics.counts["session_reflections"] += 1
         key = stable_id("session", sid)
         revision_key = names.REDIS_SESSION_REVISION_KEY.format(

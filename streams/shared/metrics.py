@@ -295,6 +295,25 @@ class AgentMetrics:
             self.cost.labels(agent).inc(usage.cost_usd)
 
 
+def _session_series(r: CollectorRegistry) -> tuple[Counter, Counter]:
+    """The session agent's: turns taken, and verdict revisions published."""
+    turns = Counter(
+        "tracejudge_session_turns",
+        "Closed requests of sessions taken by the session agent, by status (added, "
+        "replaced: judged again, same: delivered again).",
+        ["status"],
+        registry=r,
+    )
+    verdicts = Counter(
+        "tracejudge_session_verdicts",
+        "Session verdict revisions published, by agent, what made them (turn, resumed, "
+        "ended, idle) and whether they passed.",
+        ["agent", "cause", "passed"],
+        registry=r,
+    )
+    return turns, verdicts
+
+
 class Metrics:
     """Every count the worker keeps: Prometheus series for /metrics, and `counts`, the plain
     tallies /health shows (events by status, dead letters by reason, repairs, ...)."""
@@ -324,20 +343,7 @@ class Metrics:
         self.windows_closed = Counter(
             "tracejudge_windows_closed", "Windows closed, by cause.", ["closed_by"], registry=r
         )
-        self.session_turns = Counter(
-            "tracejudge_session_turns",
-            "Closed requests of sessions taken by the session agent, by status (added, "
-            "replaced: judged again, same: delivered again).",
-            ["status"],
-            registry=r,
-        )
-        self.session_verdicts = Counter(
-            "tracejudge_session_verdicts",
-            "Session verdict revisions published, by agent, what made them (turn, resumed, "
-            "ended, idle) and whether they passed.",
-            ["agent", "cause", "passed"],
-            registry=r,
-        )
+        self.session_turns, self.session_verdicts = _session_series(r)
         self.reflections = Counter(
             "tracejudge_reflections", "Reflection requests published.", registry=r
         )

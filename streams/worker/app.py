@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import faust
 from aiokafka import TopicPartition
@@ -391,7 +391,7 @@ def _add_session_agent(app: faust.App, ctx: WorkerContext, channels: Channels) -
         return
     scanner = SessionScanner(handler, turns, time.time)
 
-    @app.agent(turns, concurrency=1)  # type: ignore[misc]
+    @app.agent(cast(Any, turns), concurrency=1)  # type: ignore[misc]
     async def sessions(stream: Any) -> None:
         async for event in stream.noack().events():
             ctx.liveness.last_progress = time.monotonic()

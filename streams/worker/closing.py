@@ -14,8 +14,7 @@ from tracejudge.judges.verdict.make import Closing, Judging, make_verdict, windo
 from tracejudge.models.agents import group_of
 from tracejudge.models.outputs import Evaluation
 from tracejudge.models.sessions import session_id
-from tracejudge.models.window import Window
-from tracejudge.models.window import ClosedBy
+from tracejudge.models.window import ClosedBy, Window
 from tracejudge.streams.shared.commit import Held, later
 from tracejudge.streams.shared.outputs import Channel, VerdictPublisher, deliver
 from tracejudge.streams.worker.checks import CheckRunner
@@ -92,10 +91,11 @@ class WindowCloser:
             made = make_verdict(self.judging, closing, self.rules, window)
         if made.evaluation is not None:  # final, or pending the judge's
             await self.publisher.publish(made, closing.terminal_at)
-            if window is not None and self.session_turns is not None:
-                if window.first("session_key"):  # a request of a session: its turn
-                    evaluation = Evaluation.model_validate_json(made.evaluation)
-                    await self._turn(window, evaluation, closing.now)
+            # a request of a session: its turn
+            turns = self.session_turns
+            if window is not None and turns is not None and window.first("session_key"):
+                evaluation = Evaluation.model_validate_json(made.evaluation)
+                await self._turn(window, evaluation, closing.now)
         if made.job is not None:
             # the judge runs in its own consumer: the agent goes on closing windows meanwhile
             await deliver(self.judge_requests, closing.request_id.encode(), made.job)

@@ -26,10 +26,10 @@ from tracejudge.streams.agreement.store import AgreementStore, RedisAgreementSto
 from tracejudge.streams.agreement.thresholds import alert_thresholds
 from tracejudge.streams.judge.jobs import JudgeJobHandler
 from tracejudge.streams.judge.stage import JudgeStage, judging_version
+from tracejudge.streams.sessions.handler import SessionHandler, SessionOutputs, SessionTimes
 from tracejudge.streams.shared.commit import CommitRule
 from tracejudge.streams.shared.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.shared.evaluation_export import evaluation_exporter
-from tracejudge.streams.sessions.handler import SessionHandler, SessionOutputs, SessionTimes
 from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.shared.outputs import Channel, Lookup, RedisSink, VerdictPublisher
 from tracejudge.streams.worker.baselines import BaselineBook
@@ -150,11 +150,9 @@ class WorkerContext:
         runner = _check_runner(settings, metrics)  # one for the closing and in-flight checks
         requests = channels.judge_requests
         closer = _closer(settings, store, judging, publisher, requests, clock, runner)
-        sessions = _sessions(settings, channels, tables, lookup, policy, version, metrics, clock)
-        closer.session_turns = None if sessions is None else channels.session_turns
+        sessions = _sessions(settings, channels, tables, lookup, policy, version, metrics, closer)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
-        markers, liveness = MarkerLog(), PartitionLiveness(clock)
-        timeouts = _timeouts(settings)
+        markers, liveness, timeouts = MarkerLog(), PartitionLiveness(clock), _timeouts(settings)
         _read_into(metrics, store, lookup, judge_jobs)
         errors = ErrorPolicy(DeadLetters(channels.dlq, settings.dlq_payload, metrics), exit)
         return cls(
@@ -405,13 +403,15 @@ def _sessions(
     policy: Policy,
     version: str,
     metrics: Metrics,
-    clock: Callable[[], float],
+    closer: WindowCloser,
 ) -> SessionHandler | None:
-    """The session agent's handler (None: sessions off, or no channel for them)."""
+    """The session agent's handler (None: sessions off, or no channel for them); the closer
+    then sends each closed request of a session to it as a turn."""
     if not (settings.sessions_enabled and settings.enabled):
         return None
     if channels.session_turns is None or channels.sessions is None:
         return None
+    closer.session_turns = channels.session_turns
     return SessionHandler(
         tables.sessions,
         SessionOutputs(channels.sessions, channels.alerts, channels.reflections, lookup),
@@ -424,5 +424,5 @@ def _sessions(
         policy,
         version,
         metrics,
-        clock,
+        closer.clock,
     )
