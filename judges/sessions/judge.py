@@ -142,6 +142,20 @@ def judge_session(
             f"the user asked again in {len(asked_again)} turn(s): what they asked before was "
             "not done"
         )
+    handed = [n for n, t in enumerate(turns) if _handed_off(t)]
+    if handed:
+        findings.append(
+            Finding(rule="handed_off", evidence=", ".join(f"turn {n + 1}" for n in handed[:5]))
+        )
+        reasons.append(f"handed off in turn {handed[0] + 1}")
+    vague = [n for n, t in enumerate(turns) if "placeholder_answer" in t.findings]
+    if vague:
+        findings.append(
+            Finding(
+                rule="answered_generically",
+                evidence=", ".join(f"turn {n + 1}" for n in vague[:5]),
+            )
+        )
     left = [n for n, t in enumerate(turns[:-1]) if not t.success or t.incomplete]
     left = [n for n in left if n not in asked_again.values()]  # taken up again, not left
     if left and verdict.incomplete:
@@ -165,9 +179,15 @@ def judge_session(
         for n, t in enumerate(turns)
     ]
     unanswered = _unanswered(turns, verdict) if verdict.incomplete else None
+    never_made_good = _never_made_good(turns)
+    if never_made_good:
+        reasons.append(
+            "failed in a turn and never made good in a later one: "
+            + ", ".join(f"{tool} (turn {n + 1})" for n, tool in never_made_good[:5])
+        )
     return SessionJudgment(
         exact=exact,
-        success=verdict.success,
+        success=verdict.success and not never_made_good,
         incomplete=verdict.incomplete,
         turns=listed,
         summary=f"{len(turns)} turn(s): {verdict.summary}",
@@ -176,6 +196,37 @@ def judge_session(
         blame=_blame(verdict, origins, turns),
         unanswered_request_id=unanswered,
     )
+
+
+_HANDOFF = re.compile(r"transfer|hand_?off|escalat", re.IGNORECASE)
+
+
+def _handed_off(turn: SessionTurn) -> bool:
+    """A call that hands the conversation to someone else (a person, another agent): named so
+    by the frameworks' hand-off tools (`transfer_to_<agent>`, `handoff`, `escalate`)."""
+    return any(
+        e.get("type") == "tool_call" and _HANDOFF.search(str(e.get("tool"))[:256])
+        for e in turn.events
+    )
+
+
+def _never_made_good(turns: Sequence[SessionTurn]) -> list[tuple[int, str]]:
+    """(turn, tool) of each failed call that no later call of the same tool made good, in a
+    turn whose own verdict counted a failure (`success` false). The conversation's rules take
+    any later call that worked as recovery, as they do within a run; across turns, a later
+    look-up is not the refund that failed."""
+    last_ok: dict[str, tuple[int, int]] = {}  # tool -> (turn, position) of its last success
+    failed: list[tuple[int, int, str]] = []
+    for n, turn in enumerate(turns):
+        for at, event in enumerate(turn.events):
+            if event.get("type") != "tool_call":
+                continue
+            tool = str(event.get("tool"))
+            if event.get("success"):
+                last_ok[tool] = (n, at)
+            elif not turn.success:
+                failed.append((n, at, tool))
+    return [(n, tool) for n, at, tool in failed if last_ok.get(tool, (-1, -1)) < (n, at)]
 
 
 def _unanswered(turns: Sequence[SessionTurn], verdict: RuleVerdict) -> str:
