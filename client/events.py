@@ -19,7 +19,14 @@ from tracejudge.client.interventions import (
     RequestWatch,
 )
 from tracejudge.models.errors import InvalidEvent
-from tracejudge.models.events import LONG_TEXT_LIMIT, SUMMARY_LIMIT, Outcome, clip, describe
+from tracejudge.models.events import (
+    LONG_TEXT_LIMIT,
+    SUMMARY_LIMIT,
+    Outcome,
+    SessionEnd,
+    clip,
+    describe,
+)
 from tracejudge.models.outputs import Intervention
 from tracejudge.models.signing import sign_outcome
 
@@ -232,6 +239,20 @@ class Recorder:
         if self._reader is not None:  # kept a little longer: one on the last steps still lands
             self._reader.forget(self.request_id)
 
+    def end_session(self, reason: str | None = None) -> bool:
+        """The conversation this request belongs to (its `session_key`) ends with it: the
+        session's verdict is made final now, with this request's turn, instead of after the
+        worker's idle time. Call it after `final`. False (nothing sent) for a request made
+        without a session_key, or when the event was dropped."""
+        key = self._common.get("session_key")
+        if not key:
+            return False
+        event = session_end_event(key, self.request_id, self._common.get("agent_name"), reason)
+        if self._emit(event):
+            return True
+        self.dropped += 1
+        return False
+
     def should_stop(self) -> bool:
         """True once an intervention with action "stop" arrived for this request (a budget
         crossed, a loop found). Never blocks: a read of what the reader's thread kept (and a
@@ -346,6 +367,33 @@ def outcome_event(
     if not dumped["clipped"]:
         del dumped["clipped"]
     return dumped if key is None else sign_outcome(dumped, key)
+
+
+def session_end_event(
+    session_key: str,
+    request_id: str | None = None,
+    agent_name: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """The contract's `session_end` event, validated as the worker validates it; InvalidEvent
+    saying why not. `request_id`: the session's last request (its verdict waits for that
+    request's turn); none: an id of its own (the session ends with the turns already in)."""
+    value = {
+        "type": "session_end",
+        "request_id": request_id or f"session-end-{uuid.uuid4().hex}",
+        "session_key": session_key,
+        "agent_name": agent_name,
+        "reason": reason,
+        "ts": time.time(),
+    }
+    try:
+        event = SessionEnd.model_validate({k: v for k, v in value.items() if v is not None})
+    except ValidationError as exc:
+        raise InvalidEvent("invalid_fields", describe(exc)) from exc
+    dumped = event.model_dump(exclude_none=True)
+    if not dumped["clipped"]:
+        del dumped["clipped"]
+    return dumped
 
 
 def _clipped(text: str | None) -> str | None:

@@ -377,8 +377,31 @@ def events_of(
     is_root = span.ends_request(request_end)
     steps = _steps(span, role, rid, common, actor, capture_content, notes, is_root)
     if is_root:
-        return steps + _root(span, role, common, capture_content, actor, notes)
+        root = _root(span, role, common, capture_content, actor, notes)
+        return steps + root + _ended(span, root)
     return steps
+
+
+SESSION_END = "tracejudge.session.end"  # true on a request's root span: its session ends with it
+
+
+def _ended(span: SpanInfo, root: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A `session_end` after the root's answer, when the root says its session ends with it
+    (`tracejudge.session.end`, true) and names the session (`gen_ai.conversation.id` or
+    `session.id`): no semantic convention marks a conversation's end, so ours does. It names
+    the root's agent, whose session it is."""
+    if span.attributes.get(SESSION_END) is not True or not root:
+        return []
+    last = root[-1]
+    if "session_key" not in last:
+        return []
+    end = {
+        "type": "session_end",
+        "request_id": last["request_id"],
+        "session_key": last["session_key"],
+        "ts": last["ts"],
+    }
+    return [{**end, "agent_name": last["agent_name"]} if last.get("agent_name") else end]
 
 
 def _steps(

@@ -1,11 +1,12 @@
 """Tracers: record an agent's events without ever blocking or breaking it, read verdicts back.
 
 `Tracer` for plain code, `AsyncTracer` for asyncio agents: the same surface (`request`,
-`traced`, `outcome`, `flush`, `close`, `early_stop`, `wait_for_evaluation`, `sent`, `dropped`,
-`queued`, a context manager), the second with awaitables where the first blocks. Both hand
-events to the same `Sender` (client/transport.py): nothing connects when a tracer is made,
-events are buffered while the broker is away and delivered once it answers, a full buffer
-drops the newest event and counts it, and a transport problem never raises into the agent.
+`traced`, `outcome`, `end_session`, `flush`, `close`, `early_stop`, `wait_for_evaluation`,
+`sent`, `dropped`, `queued`, a context manager), the second with awaitables where the first
+blocks. Both hand events to the same `Sender` (client/transport.py): nothing connects when a
+tracer is made, events are buffered while the broker is away and delivered once it answers, a
+full buffer drops the newest event and counts it, and a transport problem never raises into
+the agent.
 Kafka options (`security_protocol`, `sasl_mechanism`, `sasl_plain_username`, … or librdkafka
 names with dots) configure the connection.
 
@@ -32,7 +33,7 @@ from tracejudge.client.early_stop import (
     LatestDecisions,
     redis_module,
 )
-from tracejudge.client.events import Recorder, outcome_event
+from tracejudge.client.events import Recorder, outcome_event, session_end_event
 from tracejudge.client.interventions import InterventionReader, InterventionStop, OnIntervention
 from tracejudge.client.transport import Sender
 from tracejudge.client.verdicts import evaluation_from_topic
@@ -180,6 +181,30 @@ class _Tracing:
             return False
         except Exception as exc:  # whatever was passed, the agent goes on
             self._sender.drop(f"an outcome refused: {type(exc).__name__}: {exc}")
+            return False
+        return self._offer(event)
+
+    def end_session(
+        self,
+        session_key: str,
+        *,
+        request_id: str | None = None,
+        agent_name: str | None = None,
+        reason: str | None = None,
+    ) -> bool:
+        """A conversation (the requests sharing `session_key`) ended: its session verdict is
+        made final now instead of after the worker's idle time. `agent_name`: the agent whose
+        session it is (sessions are per agent); `request_id`: the session's last request, whose
+        turn the final verdict waits for (`req.end_session()` sends both). A request of the
+        session after this resumes it (a new revision). False when not sent (bad arguments
+        are logged and counted in `dropped`). Never raises."""
+        try:
+            event = session_end_event(session_key, request_id, agent_name, reason)
+        except InvalidEvent as exc:
+            self._sender.drop(f"a session end refused: {exc.reason}")
+            return False
+        except Exception as exc:  # whatever was passed, the agent goes on
+            self._sender.drop(f"a session end refused: {type(exc).__name__}: {exc}")
             return False
         return self._offer(event)
 

@@ -169,8 +169,9 @@ async def test_a_failure_never_made_good_in_a_later_turn_names_its_turn_and_step
     await ask(w2, turn("r1", "Refund my old ticket TK7788 to my card.",
                        answer="The refund failed, let me retry.",
                        calls=[("refund_ticket", False)]))  # fmt: skip
+    retried = [("refund_ticket", True)]
     await ask(w2, turn("r2", "Please try the refund of TK7788 again.",
-                       answer="Your refund went through.", calls=[("refund_ticket", True)]))  # fmt: skip
+                       answer="Your refund went through.", calls=retried))  # fmt: skip
     assert revisions(w2)[-1]["success"]
 
 

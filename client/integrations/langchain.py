@@ -199,6 +199,7 @@ class TracejudgeCallbackHandler(BaseCallbackHandler):
                 agent_name=self.agent_name or (str(name) if name else None),
                 agent_version=self.agent_version,
                 planned_steps=[str(step) for step in planned or []],
+                session_key=_session_of(metadata),
             )
         with self._lock:
             self._runs[run_id] = _Run(recorder)
@@ -493,6 +494,20 @@ def _generation(response: LLMResult) -> tuple[str, list[str], dict[str, int], st
             if isinstance(given.get(theirs), int):
                 usage[key] = given[theirs]
     return text, calls, usage, model or output.get("model_name")
+
+
+# where a run's conversation is named: ours, LangGraph's checkpointer thread (its configurable
+# keys reach the callbacks' metadata), and the names LangSmith groups threads by
+SESSION_KEYS = ("tracejudge_session_key", "thread_id", "session_id", "conversation_id")
+
+
+def _session_of(metadata: Any) -> str | None:
+    """The run's session (conversation) key from its metadata, if it names one."""
+    for name in SESSION_KEYS:
+        value = metadata.get(name) if isinstance(metadata, dict) else None
+        if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+            return str(value)[:256]
+    return None
 
 
 def _text(value: Any, last: bool = False) -> str:

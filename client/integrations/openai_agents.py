@@ -117,6 +117,8 @@ class _Request:
     agent: str | None = None  # the outermost agent span's name
     recorder: Recorder | None = None
     into: bool = False  # recording into a request begun elsewhere: its owner ends it
+    # the SDK's `group_id` ("links multiple traces from the same conversation"): its session
+    session: str | None = None
     last_output: str = ""
     last_actor: str | None = None  # the agent that said `last_output`
     errors: list[str] = field(default_factory=list)
@@ -269,6 +271,8 @@ class TracejudgeProcessor(TracingProcessor):
         with self._lock:
             into = self._into.get(str(metadata.get(INTO_KEY, "")))
             request = _Request(trace.name, recorder=into, into=into is not None)
+            group = getattr(trace, "group_id", None)
+            request.session = group[:256] if isinstance(group, str) and group else None
             self._requests[trace.trace_id] = request
 
     def on_trace_end(self, trace: Trace) -> None:
@@ -363,6 +367,7 @@ class TracejudgeProcessor(TracingProcessor):
                 request_id=f"oai-{trace_id}",
                 agent_name=self.agent_name or request.agent or _workflow(request.name),
                 agent_version=self.agent_version,
+                session_key=request.session,
             )
             self.last_request_id = request.recorder.request_id
         return request.recorder
