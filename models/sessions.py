@@ -70,6 +70,9 @@ class SessionMark(_Record):
     # `ended`: the session's last request, whose turn the final verdict waits for (None: none)
     request_id: str | None = None
     reason: str | None = None
+    # `ended`: the session_end event's own time (the agent's clock, as its turns' `opened_at`):
+    # a request opened before it and closing after is a late turn, not a resumption
+    ts: float | None = None
 
 
 class TurnVerdict(_Record):

@@ -68,15 +68,18 @@ def test_a_langgraph_thread_is_the_requests_session() -> None:
     sink = Sink()
     handler = TracejudgeCallbackHandler(cast(Any, sink), agent_name="support")
     config: Any = {"configurable": {"thread_id": "thread-42"}, "callbacks": [handler]}
-    graph.invoke({"messages": [("user", "Move my flight to Friday.")]}, config)
-    graph.invoke({"messages": [("user", "Is that confirmed?")]}, config)
+    first: Any = {"messages": [("user", "Move my flight to Friday.")]}
+    second: Any = {"messages": [("user", "Is that confirmed?")]}
+    graph.invoke(first, config)
+    graph.invoke(second, config)
     requests = {e["request_id"] for e in sink.events}
     assert len(requests) == 2  # two turns, two requests
     assert {e.get("session_key") for e in sink.events} == {"thread-42"}
     # a run without a thread has no session
     other = Sink()
     plain = TracejudgeCallbackHandler(cast(Any, other), agent_name="support")
-    builder.compile().invoke({"messages": [("user", "Hi")]}, {"callbacks": [plain]})
+    hello: Any = {"messages": [("user", "Hi")]}
+    builder.compile().invoke(hello, {"callbacks": [plain]})
     assert all("session_key" not in e for e in other.events)
 
 
@@ -91,7 +94,7 @@ async def test_an_agents_sdk_group_id_is_the_requests_session() -> None:
 
 def conversation_turn(provider: TracerProvider, ends: bool) -> None:
     tracer = provider.get_tracer("test")
-    root = {
+    root: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "support",
         "gen_ai.conversation.id": "conv-otel-1",

@@ -252,3 +252,21 @@ async def test_a_hand_off_is_named_in_the_session_verdict() -> None:
                       calls=[("transfer_to_human_agents", True)]))  # fmt: skip
     (verdict,) = revisions(w)
     assert any(f["rule"] == "handed_off" for f in verdict["findings"])
+
+
+async def test_a_turn_asked_before_the_end_but_closed_after_it_is_late_not_a_resumption() -> None:
+    w = worker()
+    first, second = turn("r1", "Change my flight AB12."), turn("r2", "And add a bag to AB12.")
+    for n, event in enumerate(first + second):
+        event["ts"] = 5_000.0 + n  # the agent's clock: r1 asked first
+    for event in first + second:
+        await w.event(event)
+    await w.event({"type": "session_end", "request_id": "r2", "session_key": KEY,
+                   "agent_name": AGENT, "ts": 5_100.0})  # fmt: skip
+    sent = w.channel("session_turns").sent
+    r1_turn = sent.pop(0)
+    sent.append(r1_turn)  # r1's partition is slower: its turn comes after the end
+    await w.session_records()
+    causes = [(r["revision"], r["cause"], r["final"], len(r["turns"])) for r in revisions(w)]
+    assert causes == [(1, "turn", False, 1), (2, "ended", True, 1), (3, "ended", True, 2)]
+    assert [t["request_id"] for t in revisions(w)[-1]["turns"]] == ["r1", "r2"]

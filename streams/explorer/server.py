@@ -37,6 +37,7 @@ from tracejudge.streams.explorer.interventions import intervention_figures
 from tracejudge.streams.explorer.locate import locate
 from tracejudge.streams.explorer.plots import plot
 from tracejudge.streams.explorer.reliability import describe
+from tracejudge.streams.explorer.sessions import SessionBook
 from tracejudge.streams.explorer.show import judge_call, look_up, no_timeline, score_shown
 from tracejudge.streams.explorer.store import QUADRANTS, Filters, VerdictStore, agent_label
 from tracejudge.streams.explorer.trends import Figures, bins, changes, figures
@@ -65,6 +66,8 @@ HEADERS = {
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 STORE = web.AppKey("store", VerdictStore)
+SESSIONS = web.AppKey("sessions", SessionBook)
+SESSION_CAPACITY = 10_000  # sessions held, the latest to change
 SETTINGS = web.AppKey("settings", Settings)
 AGREEMENT = web.AppKey("agreement", AgreementReader)
 ACTIONS = web.AppKey("actions", ActionReader)
@@ -110,6 +113,10 @@ def _token_middleware(token: str) -> Any:
     return guard
 
 
+def session_link(agent: str | None, key: str) -> str:
+    return "/session?" + urllib.parse.urlencode({"agent": agent or "", "key": key})
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -126,6 +133,7 @@ def _environment() -> jinja2.Environment:
     env.filters["share"] = share_text
     env.filters["bin"] = describe
     env.globals["agent_label"] = agent_label
+    env.globals["session_link"] = session_link
     env.globals["judge_call"] = judge_call  # the figures `tracejudge show` prints
     env.globals["version"] = PACKAGE_VERSION
     return env
@@ -290,6 +298,38 @@ def agent_threshold(
     return None
 
 
+async def sessions_page(request: web.Request) -> web.Response:
+    book = request.app[SESSIONS]
+    agent = request.query.get("agent", "")
+    rows = book.newest(agent)[:PAGE_ROWS]
+    return _page(
+        "sessions.html",
+        rows=[(s, mask_any(s.latest, ID_FIELDS)) for s in rows],
+        held=len(book),
+        agent=agent,
+    )
+
+
+async def session_page(request: web.Request) -> web.Response:
+    q = request.query
+    key = q.get("key", "")
+    session = request.app[SESSIONS].get(q.get("agent") or None, key)
+    if session is None:
+        raise web.HTTPNotFound(text=f"no verdict for session {key!r} (yet, or any more)")
+    # masked by the worker; again here, as the request page does, whoever wrote the record
+    revisions = [mask_any(r, ID_FIELDS) for r in session.in_order()]
+    latest = revisions[-1]
+    held = request.app[STORE]
+    requests = {t["request_id"]: held.get(t["request_id"]) for t in latest.get("turns", [])}
+    return _page(
+        "session.html",
+        s=latest,
+        revisions=revisions,
+        agent=agent_label(session.agent),
+        held=requests,
+    )
+
+
 async def outcomes_docs(request: web.Request) -> web.Response:
     if not OUTCOMES_DOCS.is_file():  # an installed package carries no docs folder
         raise web.HTTPNotFound(text="docs/outcomes.md is in the tracejudge source repository")
@@ -302,6 +342,7 @@ async def health(request: web.Request) -> web.Response:
         {
             "status": "ok",
             "verdicts": len(store),
+            "sessions": len(request.app[SESSIONS]),
             "read": store.read,
             "unreadable": store.unreadable,
         }
@@ -313,6 +354,7 @@ def make_app(
     store: VerdictStore,
     agreement: AgreementReader | None = None,
     actions: ActionReader | None = None,
+    sessions: SessionBook | None = None,
 ) -> web.Application:
     """`agreement`, `actions`: the readers of the agreement and action tallies (by default
     those in the Redis of TRACEJUDGE_REDIS_URL, none without it)."""
@@ -324,6 +366,7 @@ def make_app(
         middlewares.append(_token_middleware(token))
     app = web.Application(middlewares=middlewares)
     app[STORE] = store
+    app[SESSIONS] = sessions if sessions is not None else SessionBook(SESSION_CAPACITY)
     app[SETTINGS] = settings
     app[AGREEMENT] = agreement if agreement is not None else AgreementReader.of_settings(settings)
     app[ACTIONS] = actions if actions is not None else ActionReader.of_settings(settings)
@@ -339,6 +382,8 @@ def make_app(
             web.get("/requests/{request_id:.+}", request_page),
             web.get("/agents", agents_page),
             web.get("/agents/{agent:.+}", agent_page),
+            web.get("/sessions", sessions_page),
+            web.get("/session", session_page),
             web.get("/docs/outcomes.md", outcomes_docs),
             web.get("/health", health),
         ]
@@ -349,12 +394,12 @@ def make_app(
 async def serve(settings: Settings) -> None:
     check_exposure(settings)
     quiet_library_logs()  # aiokafka logs every reconnect attempt while the broker is away
-    store = VerdictStore(settings.ui_max_verdicts)
-    runner = web.AppRunner(make_app(settings, store), access_log=None)
+    store, sessions = VerdictStore(settings.ui_max_verdicts), SessionBook(SESSION_CAPACITY)
+    runner = web.AppRunner(make_app(settings, store, sessions=sessions), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.ui_host, settings.ui_port).start()
     print(f"verdict explorer at http://{settings.ui_host}:{settings.ui_port}/", flush=True)
-    reading = asyncio.create_task(feed(settings, store))
+    reading = asyncio.create_task(feed(settings, store, sessions))
     try:
         await asyncio.Event().wait()
     finally:

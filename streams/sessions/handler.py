@@ -114,13 +114,18 @@ class SessionHandler:
         self.metrics.session_turns.labels(status).inc()
         if status == "same":
             return  # delivered again: the revision it made was published
-        cause: RevisionCause = "resumed" if state.final else "turn"
+        cause: RevisionCause = "turn"
         state.last_at = now
-        if state.final:
-            state.final, state.final_at = False, None
+        if state.final and state.ended_ts is not None and turn.opened_at <= state.ended_ts:
+            # asked before the session ended, closed after (on another partition, or slower):
+            # a late turn of the ended session, which stays final
+            cause = "ended"
+        elif state.final:  # the user came back: the session is open again
+            cause, state.final, state.final_at, state.final_cause = "resumed", False, None, None
+            state.ended_at = state.ended_ts = state.end_reason = None
         if state.awaiting == turn.request_id:  # the end was waiting for this turn
             cause, state.awaiting = "ended", None
-            state.final, state.final_at = True, now
+            state.final, state.final_at, state.final_cause = True, now, "ended"
         state.opened_at = min(state.opened_at, turn.opened_at)
         state.bound(self.times.max_turns)
         await self._revise(sid, state, cause, turn.request_id)
@@ -182,7 +187,7 @@ class SessionHandler:
             )
         if state.final:
             return  # ended already (this end delivered again, or a second end)
-        state.ended_at, state.end_reason = now, mark.reason
+        state.ended_at, state.ended_ts, state.end_reason = now, mark.ts or now, mark.reason
         known = {t.request_id for t in state.turns}
         if mark.request_id is not None and mark.request_id not in known:
             state.awaiting = mark.request_id
@@ -198,7 +203,7 @@ class SessionHandler:
             self.due.pop(sid, None)
             self.metrics.counts["session_ends_without_turns"] += 1
             return
-        state.final, state.final_at, state.last_at = True, now, now
+        state.final, state.final_at, state.last_at, state.final_cause = True, now, now, cause
         await self._revise(sid, state, cause, None)
 
     async def _revise(

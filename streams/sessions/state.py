@@ -25,7 +25,9 @@ class SessionState(BaseModel):
     # or after TRACEJUDGE_SESSION_END_GRACE_S without it
     awaiting: str | None = None
     ended_at: float | None = None
+    ended_ts: float | None = None  # the session_end's own time (the agent's clock)
     end_reason: str | None = None
+    final_cause: str | None = None  # what made it final (ended, idle)
     last_passed: bool | None = None  # the last revision's: an alert is sent when it drops
     turns_over_cap: int = 0  # turns past the cap that kept only their request and answer
     turns_forgotten: int = 0  # the oldest of those, forgotten past the byte bound

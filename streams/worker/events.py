@@ -141,6 +141,7 @@ class EventHandler:
             at=self.clock(),
             request_id=rid if self.store.known(rid) else None,
             reason=event.reason,
+            ts=event.ts,
         )
         key = session_id(agent, event.session_key).encode("utf-8")
         await later(deliver(turns, key, mark.model_dump_json().encode("utf-8")))
