@@ -347,12 +347,16 @@ def outcome_event(
     source: str = "user",
     note: str | None = None,
     key: str | None = None,
+    session: tuple[str | None, str] | None = None,
 ) -> dict[str, Any]:
     """The contract's `outcome` event for a request, validated as the worker validates it (so
     a bad one is refused here, where the caller can be told, not dead-lettered later);
     InvalidEvent saying why not. `note` is clipped to the contract's limit. `key`: the
-    source's key in the worker's TRACEJUDGE_OUTCOME_KEYS, which signs the event."""
-    given = {"ok": ok, "score": score, "source": source, "note": note}
+    source's key in the worker's TRACEJUDGE_OUTCOME_KEYS, which signs the event. `session`:
+    (agent_name, session_key) when the truth is about that conversation, not one request."""
+    given: dict[str, Any] = {"ok": ok, "score": score, "source": source, "note": note}
+    if session is not None:
+        given.update(subject="session", agent_name=session[0], session_key=session[1])
     value = {
         "type": "outcome",
         "request_id": request_id,

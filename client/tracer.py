@@ -1,14 +1,14 @@
 """Tracers: record an agent's events without ever blocking or breaking it, read verdicts back.
 
 `Tracer` for plain code, `AsyncTracer` for asyncio agents: the same surface (`request`,
-`traced`, `outcome`, `end_session`, `flush`, `close`, `early_stop`, `wait_for_evaluation`,
-`sent`, `dropped`, `queued`, a context manager), the second with awaitables where the first
-blocks. Both hand events to the same `Sender` (client/transport.py): nothing connects when a
-tracer is made, events are buffered while the broker is away and delivered once it answers, a
-full buffer drops the newest event and counts it, and a transport problem never raises into
-the agent.
-Kafka options (`security_protocol`, `sasl_mechanism`, `sasl_plain_username`, … or librdkafka
-names with dots) configure the connection.
+`traced`, `outcome`, `session_outcome`, `end_session`, `flush`, `close`, `early_stop`,
+`wait_for_evaluation`, `sent`, `dropped`, `queued`, a context manager), the second with
+awaitables where the first blocks. Both hand events to the same `Sender`
+(client/transport.py): nothing connects when a tracer is made, events are buffered while the
+broker is away and delivered once it answers, a full buffer drops the newest event and counts
+it, and a transport problem never raises into the agent. Kafka options (`security_protocol`,
+`sasl_mechanism`, `sasl_plain_username`, … or librdkafka names with dots) configure the
+connection.
 
 Each tracer also reads back its requests' interventions (budgets crossed, loops found) on a
 thread of its own, started with the first request: `req.should_stop()`, `req.stop_reason`,
@@ -40,6 +40,7 @@ from tracejudge.client.verdicts import evaluation_from_topic
 from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.names import CONTROL, EVALUATIONS, EVENTS, REDIS_EVALUATION_KEY
 from tracejudge.models.outputs import EarlyStopDecision, Evaluation
+from tracejudge.models.sessions import session_ref
 from tracejudge.models.signing import control_key_set
 
 log = logging.getLogger("tracejudge.client")
@@ -177,6 +178,38 @@ class _Tracing:
             event = outcome_event(request_id, ok=ok, score=score, source=source, note=note, key=key)
         except InvalidEvent as exc:
             # the reason names the field, never the request: one warning per interval for all
+            self._sender.drop(f"an outcome refused: {exc.reason}")
+            return False
+        except Exception as exc:  # whatever was passed, the agent goes on
+            self._sender.drop(f"an outcome refused: {type(exc).__name__}: {exc}")
+            return False
+        return self._offer(event)
+
+    def session_outcome(
+        self,
+        session_key: str,
+        *,
+        agent_name: str | None,
+        ok: bool | None = None,
+        score: float | None = None,
+        source: str = "user",
+        note: str | None = None,
+        key: str | None = None,
+    ) -> bool:
+        """Ground truth about a whole conversation (the session of `agent_name` and
+        `session_key`): joined to its final session verdict, counted in agreement and
+        calibration under the agent's sessions. Otherwise as `outcome`. Never raises."""
+        try:
+            event = outcome_event(
+                session_ref(agent_name, session_key),
+                ok=ok,
+                score=score,
+                source=source,
+                note=note,
+                key=key,
+                session=(agent_name, session_key),
+            )
+        except InvalidEvent as exc:
             self._sender.drop(f"an outcome refused: {exc.reason}")
             return False
         except Exception as exc:  # whatever was passed, the agent goes on

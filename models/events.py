@@ -371,12 +371,19 @@ class Outcome(_Event):
         description="hmac-sha256:<hex> with the source's key (models/signing.py); required "
         "when the worker has TRACEJUDGE_OUTCOME_KEYS.",
     )
+    subject: Literal["request", "session"] = Field(
+        default="request",
+        description="What the truth is about: the request (`request_id`), or the whole "
+        "conversation of `agent_name` and `session_key` (its final session verdict).",
+    )
 
     @model_validator(mode="after")
     def _says_something(self) -> Outcome:
         # an outcome with neither would be counted as nothing, or worse as a default: refused
         if self.ok is None and self.score is None:
             raise ValueError("an outcome needs `ok` (true/false) or `score` (0-1), or both")
+        if self.subject == "session" and not self.session_key:
+            raise ValueError("an outcome about a session needs its `session_key`")
         return self
 
     @property

@@ -29,6 +29,18 @@ def session_id(agent_name: str | None, session_key: str) -> str:
     return f"{agent_name or ''}{SEP}{session_key}"
 
 
+def session_ref(agent_name: str | None, session_key: str) -> str:
+    """Where the session's final verdict meets its outcomes in the agreement store, in place
+    of a request id (an outcome with `subject` "session" is joined there)."""
+    return "session:" + stable_id("session", session_id(agent_name, session_key))
+
+
+def sessions_of(agent_name: str | None) -> str:
+    """The agent name session verdicts are counted under in agreement and calibration: each
+    agent's sessions apart from its requests (their scores mean other things)."""
+    return f"{agent_name or '(none)'} [sessions]"
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore")
 

@@ -270,3 +270,26 @@ async def test_a_turn_asked_before_the_end_but_closed_after_it_is_late_not_a_res
     causes = [(r["revision"], r["cause"], r["final"], len(r["turns"])) for r in revisions(w)]
     assert causes == [(1, "turn", False, 1), (2, "ended", True, 1), (3, "ended", True, 2)]
     assert [t["request_id"] for t in revisions(w)[-1]["turns"]] == ["r1", "r2"]
+
+
+async def test_an_outcome_about_a_session_meets_its_final_verdict_under_the_agents_sessions() -> None:
+    from tracejudge.client.events import outcome_event
+    from tracejudge.models.sessions import session_ref
+    from tracejudge.streams.agreement.store import MemoryAgreementStore
+
+    store = MemoryAgreementStore()
+    w = memory_worker(agreement=store)
+    await ask(w, turn("r1", "Change my flight AB12 to Friday."))
+    await w.event({"type": "session_end", "request_id": "r1", "session_key": KEY,
+                   "agent_name": AGENT})  # fmt: skip
+    await w.session_records()
+    ref = session_ref(AGENT, KEY)
+    truth = outcome_event(ref, ok=False, source="human", session=(AGENT, KEY))
+    await w.event(truth)
+    tally = await store.tally()
+    assert f"{AGENT} [sessions]" in tally.agents()
+    kept = await store.kept_of(ref)
+    assert kept is not None and kept.agent == f"{AGENT} [sessions]"
+    # an outcome about a session must name it
+    await w.event({**truth, "session_key": None})
+    assert w.channel("dlq").sent

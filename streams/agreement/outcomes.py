@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from tracejudge.judges.agreement.tally import Truth
 from tracejudge.models.events import Outcome
+from tracejudge.models.sessions import session_ref
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.shared.metrics import Metrics
 
@@ -28,14 +29,17 @@ class AgreementOutcomes:
         # ahead of this clock, whose tally reads would not reach it
         at = now if event.ts is None else min(event.ts, now)
         truth = Truth(event.counted_ok, event.source)
+        target = event.request_id
+        if event.subject == "session" and event.session_key:  # its session's final verdict
+            target = session_ref(event.agent_name, event.session_key)
         try:
-            result: str = await self.store.outcome(event.request_id, truth, at)
+            result: str = await self.store.outcome(target, truth, at)
         except AgreementUnavailable:
             # dead-lettered with the reason (the error policy): the outcome is kept there, to
             # be published again, rather than dropped while Redis is away
             self._count("failed")
             raise
-        if result == "early" and not known:
+        if result == "early" and not known and event.subject == "request":
             result = "unmatched"
         self._count(result)
         return result

@@ -101,9 +101,10 @@ def role_grants(settings: Settings) -> dict[str, list[Grant]]:
     groups = [settings.app_id, settings.app_id + names.JUDGE_GROUP_SUFFIX]
     manage = ("Create", "Describe", "DescribeConfigs", "AlterConfigs")
     agent_reads = _topics(
-        settings, (names.EVALUATIONS, names.CONTROL, names.REFLECTIONS, names.RETRIES)
+        settings,
+        (names.EVALUATIONS, names.CONTROL, names.REFLECTIONS, names.RETRIES, names.SESSIONS),
     )
-    viewed = _topics(settings, (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS))
+    viewed = _topics(settings, (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS, names.SESSIONS))
     return {
         "worker": [
             *(Grant("topic", t, manage) for t in everything),

@@ -169,8 +169,9 @@ async def _topics(settings: Settings) -> list[TopicStatus]:
             since = await consumer.offsets_for_times({tp: minute_ago for tp in tps})
             recent = sum(ends[tp] - (since[tp].offset if since[tp] else ends[tp]) for tp in tps)
             lag = None
-            group = consumer if name in names.INPUTS else judges
-            if name in names.INPUTS or name == names.JUDGE_REQUESTS:
+            # the session agent reads its topic in the worker's group, the judge stage its own
+            group = judges if name == names.JUDGE_REQUESTS else consumer
+            if name in (*names.INPUTS, names.JUDGE_REQUESTS, names.SESSION_TURNS):
                 committed = {tp: await group.committed(tp) for tp in tps}
                 # never negative: a committed offset past the end would be a broker's
                 # miscount, which `_true_ends` corrects where the records show it

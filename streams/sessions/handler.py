@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from tracejudge.judges.agreement.tally import Kept, View
 from tracejudge.judges.rules.judge import RuleJudge
 from tracejudge.judges.sessions.judge import judge_session
 from tracejudge.judges.verdict.conclude import Policy
@@ -30,7 +31,10 @@ from tracejudge.models.sessions import (
     SessionTurn,
     SessionVerdict,
     session_id,
+    session_ref,
+    sessions_of,
 )
+from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.sessions.state import SessionState
 from tracejudge.streams.shared.commit import later
@@ -57,6 +61,8 @@ class SessionOutputs:
     alerts: Channel
     reflections: Channel
     lookup: Lookup
+    # where final session verdicts meet their outcomes (None: no Redis, no agreement)
+    agreement: AgreementStore | None = None
 
 
 @dataclass
@@ -226,7 +232,8 @@ class SessionHandler:
         self, state: SessionState, cause: RevisionCause, request_id: str | None
     ) -> SessionVerdict:
         judged = judge_session(state.session_key, state.turns, self.rules)
-        threshold, _ = self.policy.threshold_for(state.agent_name)
+        # the threshold of the agent's sessions: calibrated from their outcomes when it is
+        threshold, _ = self.policy.threshold_for(sessions_of(state.agent_name))
         exact = int(judged.exact * 10) / 10  # cut to a tenth, as overall_exact is
         reasons = list(judged.reasons)
         if state.end_reason and cause == "ended":
@@ -284,6 +291,30 @@ class SessionHandler:
         )
         await out.lookup.put_encoded(revision_key, value, only_new=True)
         await out.lookup.put_encoded(names.REDIS_SESSION_KEY.format(session=key), value)
+        if verdict.final and out.agreement is not None:
+            await self._keep(out.agreement, verdict)
+
+    async def _keep(self, agreement: AgreementStore, verdict: SessionVerdict) -> None:
+        """A final session verdict kept for its outcomes (`subject` "session"), counted under
+        the agent's sessions (`sessions_of`): agreement and calibration per agent, apart from
+        its requests'. A later final revision (a late turn) replaces it."""
+        threshold = verdict.warn_threshold
+        view = View.of(verdict.overall_exact, threshold, verdict.success, verdict.incomplete)
+        kept = Kept(
+            agent=sessions_of(verdict.agent_name),
+            version=verdict.agent_version,
+            threshold=threshold,
+            rules=view,
+            findings=tuple(dict.fromkeys(f.rule for f in verdict.findings)),
+            ts=verdict.ts,
+            score=verdict.overall_score,
+            success=verdict.success,
+            incomplete=verdict.incomplete,
+        )
+        try:
+            await agreement.keep(session_ref(verdict.agent_name, verdict.session_key), kept)
+        except AgreementUnavailable:  # the verdict is out; its agreement is best effort
+            self.metrics.counts["session_keep_failed"] += 1
 
     def _reflection(self, verdict: SessionVerdict, state: SessionState) -> ReflectionRequest | None:
         """A final session left undone whose turns each looked done alone: no request's own

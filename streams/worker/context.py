@@ -150,7 +150,9 @@ class WorkerContext:
         runner = _check_runner(settings, metrics)  # one for the closing and in-flight checks
         requests = channels.judge_requests
         closer = _closer(settings, store, judging, publisher, requests, clock, runner)
-        sessions = _sessions(settings, channels, tables, lookup, policy, version, metrics, closer)
+        sessions = _sessions(
+            settings, channels, tables, (lookup, agreement), policy, version, metrics, closer
+        )
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness, timeouts = MarkerLog(), PartitionLiveness(clock), _timeouts(settings)
         _read_into(metrics, store, lookup, judge_jobs)
@@ -399,7 +401,7 @@ def _sessions(
     settings: Settings,
     channels: Channels,
     tables: Tables,
-    lookup: Lookup,
+    kept_in: tuple[Lookup, AgreementStore | None],
     policy: Policy,
     version: str,
     metrics: Metrics,
@@ -414,7 +416,7 @@ def _sessions(
     closer.session_turns = channels.session_turns
     return SessionHandler(
         tables.sessions,
-        SessionOutputs(channels.sessions, channels.alerts, channels.reflections, lookup),
+        SessionOutputs(channels.sessions, channels.alerts, channels.reflections, *kept_in),
         SessionTimes(
             settings.session_idle_s,
             settings.session_end_grace_s,
