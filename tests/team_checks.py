@@ -64,3 +64,12 @@ def note_every_refund(run: Run) -> Failure | None:
     """A note on each run that refunds: the verdict unchanged, the run findable."""
     refunds = run.calls("refund")
     return Failure("a refund was made", refunds[0].index, severity="note") if refunds else None
+
+
+@check(version="1", session=True)
+def one_refund_per_conversation(run: Run) -> Failure | None:
+    """Across the whole conversation, at most one refund: a session check."""
+    refunds = [s for s in run.calls("refund_ticket") if s.ok]
+    if len(refunds) > 1:
+        return Failure(f"{len(refunds)} refunds in one conversation", refunds[1].index)
+    return None

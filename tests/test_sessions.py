@@ -272,7 +272,9 @@ async def test_a_turn_asked_before_the_end_but_closed_after_it_is_late_not_a_res
     assert [t["request_id"] for t in revisions(w)[-1]["turns"]] == ["r1", "r2"]
 
 
-async def test_an_outcome_about_a_session_meets_its_final_verdict_under_the_agents_sessions() -> None:
+async def test_an_outcome_about_a_session_meets_its_final_verdict_under_the_agents_sessions() -> (
+    None
+):
     from tracejudge.client.events import outcome_event
     from tracejudge.models.sessions import session_ref
     from tracejudge.streams.agreement.store import MemoryAgreementStore
@@ -293,3 +295,23 @@ async def test_an_outcome_about_a_session_meets_its_final_verdict_under_the_agen
     # an outcome about a session must name it
     await w.event({**truth, "session_key": None})
     assert w.channel("dlq").sent
+
+
+async def test_a_teams_session_checks_read_the_whole_conversation(tmp_path: Any) -> None:
+    checks = tmp_path / "checks.toml"
+    checks.write_text("[default.session]\nmax_calls = {cancel_booking = 1}\n")
+    w = worker(checks_file=str(checks), checks="tests.team_checks:one_refund_per_conversation")
+    once = [("refund_ticket", True), ("cancel_booking", True)]
+    await ask(w, turn("r1", "Refund ticket TK1 and cancel booking B1.", calls=once))
+    first = revisions(w)[-1]
+    assert first["passed"] and not any(f["rule"].startswith("check:") for f in first["findings"])
+    await ask(w, turn("r2", "Refund ticket TK2 and cancel booking B2.", calls=once))
+    second = revisions(w)[-1]
+    fired = {f["rule"] for f in second["findings"] if f["rule"].startswith("check:")}
+    assert fired == {"check:max_calls", "check:tests.team_checks:one_refund_per_conversation"}
+    assert not second["passed"]
+    # the requests alone break neither: their own verdicts have no session check's finding
+    for e in w.channel("evaluations").values():
+        assert not any(f["rule"].startswith("check:") for f in e["findings"]), e["findings"]
+    (refunds,) = [f for f in second["findings"] if f["rule"].endswith("per_conversation")]
+    assert refunds["evidence"] == "turn 2: 2 refunds in one conversation" and refunds["step"] == 1

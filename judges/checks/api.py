@@ -53,6 +53,9 @@ class Check:
     version: str = "1"
     per_step: bool = False
     action: Literal["steer", "stop"] = "steer"
+    # run on a session's whole conversation at each revision of its verdict (its turns'
+    # steps, the user's messages between them, the last answer), never on a single request
+    session: bool = False
     # ours, bounded by the run's length, reading no pattern a file gave (the tool-name checks
     # without code): run where they are asked, without a thread's round trip; a team's code,
     # or a team's regular expression on the run's text, may hang, and runs on the pool

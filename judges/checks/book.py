@@ -11,6 +11,9 @@ group), and the checks file (`TRACEJUDGE_CHECKS_FILE`), a TOML file like the bud
     final_must_not_match = ['(?i)\\bwill (?:arrive|be delivered) (?:by|on)\\b']
     on_step = "stop"                # what a per-step check's failure sends: steer (default), stop
 
+    [agents."support-*".session]    # checks of the whole conversation (sessions), same keys
+    max_calls = {refund = 1}
+
 An agent's table replaces the default's entries it names and keeps the others. Checked when read:
 an unknown key, a value of the wrong shape, a pattern that does not compile or a code check that
 cannot be imported is one error naming the table and the key.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -34,8 +37,8 @@ from tracejudge.judges.checks.view import Run
 from tracejudge.tables.agent_tables import for_agent, read_toml, split_tables
 
 ENTRY_POINTS = "tracejudge.checks"
-KEYS = ("code", "on_step", *PER_STEP, *FINAL)
-CHECK_ATTRIBUTE = "__tracejudge_check__"  # set by `check` below: version, per_step, action
+KEYS = ("code", "on_step", "session", *PER_STEP, *FINAL)
+CHECK_ATTRIBUTE = "__tracejudge_check__"  # set by `check` below: version, per_step, action, session
 
 
 class ChecksError(ValueError):
@@ -43,15 +46,19 @@ class ChecksError(ValueError):
 
 
 def check(
-    *, version: str = "1", per_step: bool = False, action: str = "steer"
+    *, version: str = "1", per_step: bool = False, action: str = "steer", session: bool = False
 ) -> Callable[[Callable[[Run], Any]], Callable[[Run], Any]]:
     """Decorate a code check with its version, and to run it on the run so far at each new step
-    (`per_step`; a failure then sends `action`, stop or steer, as a budget does)."""
+    (`per_step`; a failure then sends `action`, stop or steer, as a budget does), or on each
+    session's whole conversation instead of each request (`session`)."""
     if action not in ("stop", "steer"):
         raise ValueError(f"action {action!r}: stop or steer")
+    if session and per_step:
+        raise ValueError("a session check reads the conversation, not each step of a request")
 
     def mark(fn: Callable[[Run], Any]) -> Callable[[Run], Any]:
-        setattr(fn, CHECK_ATTRIBUTE, {"version": version, "per_step": per_step, "action": action})
+        marks = {"version": version, "per_step": per_step, "action": action, "session": session}
+        setattr(fn, CHECK_ATTRIBUTE, marks)
         return fn
 
     return mark
@@ -78,6 +85,7 @@ def code_check(target: str, where: str) -> Check:
         version=str(marks.get("version", "1")),
         per_step=bool(marks.get("per_step", False)),
         action="stop" if marks.get("action") == "stop" else "steer",
+        session=bool(marks.get("session", False)),
     )
 
 
@@ -93,12 +101,30 @@ class CheckBook:
         return not self.common and not self.default and not self.agents
 
     def for_agent(self, agent: str | None) -> tuple[Check, ...]:
+        """The agent's checks of each closed request (not its session checks)."""
         key = agent or ""
         if key not in self._cache:
-            table = dict(self.default)
-            table.update(for_agent(agent, self.agents) or {})
-            self._cache[key] = self.common + _checks(table, "checks file")
+            table = self._table(agent)
+            common = tuple(c for c in self.common if not c.session)
+            checks = common + _checks(table, "checks file")
+            self._cache[key] = tuple(c for c in checks if not c.session)
         return self._cache[key]
+
+    def for_session(self, agent: str | None) -> tuple[Check, ...]:
+        """The agent's checks of its sessions' conversations: code checks marked `session`
+        and the checks of its table's `session` sub-table."""
+        key = "\x01" + (agent or "")
+        if key not in self._cache:
+            table = self._table(agent)
+            marked = [c for c in (*self.common, *_checks(table, "checks file")) if c.session]
+            made = _checks(table.get("session") or {}, "checks file session")
+            self._cache[key] = tuple(marked) + tuple(replace(c, session=True) for c in made)
+        return self._cache[key]
+
+    def _table(self, agent: str | None) -> dict[str, Any]:
+        table = dict(self.default)
+        table.update(for_agent(agent, self.agents) or {})
+        return table
 
     def per_step(self, agent: str | None) -> tuple[Check, ...]:
         """The agent's checks marked to run on each new step (cached: asked on every step)."""
@@ -133,11 +159,19 @@ def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) and v for v in value)
 
 
-def _valid(table: Any, where: str) -> dict[str, Any]:
-    """The table, each entry checked (and every check in it built once, to find errors now)."""
+def _valid(table: Any, where: str, session: bool = False) -> dict[str, Any]:
+    """The table, each entry checked (and every check in it built once, to find errors now);
+    `session`: a `session` sub-table (no `on_step`, no `session` in it)."""
     if not isinstance(table, dict):
         raise ChecksError(f"{where}: must be a table of checks ({', '.join(KEYS)})")
     for key, value in table.items():
+        if key == "session" and not session:
+            if not isinstance(value, dict):
+                raise ChecksError(f"{where}: session = {value!r}: {_SHAPES['session']}")
+            _valid(value, f"{where}.session", session=True)
+            continue
+        if session and key in ("session", "on_step"):
+            raise ChecksError(f"{where}: {key} has no meaning for a session's checks")
         shape_ok = {
             "code": _strings(value),
             "on_step": value in ("stop", "steer"),
@@ -181,6 +215,7 @@ _SHAPES = {
     "final_must_not_match": "a list of regular expressions",
     "call_before": 'a list of pairs ["first", "then"]',
     "max_calls": "a table {tool = most calls}",
+    "session": "a table of checks run on each session's conversation (the same keys)",
 }
 
 

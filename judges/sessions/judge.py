@@ -20,10 +20,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracejudge.judges.rules.judge import RuleJudge, RuleVerdict
+from tracejudge.judges.checks.apply import Checked, with_checks
+from tracejudge.judges.rules.judge import TROUBLED_CAP, RuleJudge, RuleVerdict
 from tracejudge.judges.sessions.assemble import Origins, assembled
 from tracejudge.models.outputs import Finding
 from tracejudge.models.sessions import SessionBlame, SessionTurn, TurnVerdict
+from tracejudge.models.window import Window
 
 # the conversation's rules against its turns' own verdicts: the turns carry the agent's normal,
 # the conversation what no single turn shows (BENCHMARKS.md: Sessions)
@@ -113,25 +115,48 @@ def repeats(goals: Sequence[str]) -> dict[int, int]:
     return found
 
 
+def conversation_of(session_key: str, turns: Sequence[SessionTurn]) -> tuple[Window, Origins]:
+    """The session's conversation as one run, and where each of its steps came from."""
+    return assembled(session_key, [t.events for t in turns])
+
+
 def judge_session(
-    session_key: str, turns: Sequence[SessionTurn], rules: RuleJudge | None = None
+    session_key: str,
+    turns: Sequence[SessionTurn],
+    rules: RuleJudge | None = None,
+    *,
+    conversation: tuple[Window, Origins] | None = None,
+    checked: Checked | None = None,
 ) -> SessionJudgment:
-    """`turns` in the order they were asked (their `opened_at`), at least one."""
+    """`turns` in the order they were asked (their `opened_at`), at least one.
+    `conversation`: `conversation_of(...)` when the caller built it (to run the team's session
+    checks on it); `checked`: what those checks found, folded in as for a request."""
     rules = rules or RuleJudge()
-    window, origins = assembled(session_key, [t.events for t in turns])
+    window, origins = conversation or conversation_of(session_key, turns)
     verdict = rules.judge(window)
+    if checked is not None:
+        verdict = with_checks(verdict, checked)
     goals = [_goal(t) for t in turns]
     asked_again = repeats(goals)
-    conversation = verdict.rule_exact if verdict.rule_exact is not None else verdict.rule_score
+    as_one = verdict.rule_exact if verdict.rule_exact is not None else verdict.rule_score
     turn_mean = sum(t.overall_exact or t.overall_score for t in turns) / len(turns)
     # asking again counts against the conversation where what was asked first was not done
     # (that turn failed or was left incomplete): restating one's details to a new question is
     # not a complaint
     unmet = [n for n, m in asked_again.items() if turns[m].incomplete or not turns[m].success]
     penalty = min(MAX_REPEAT_PENALTY, REPEAT_PENALTY * len(unmet))
-    exact = CONVERSATION_WEIGHT * conversation + (1 - CONVERSATION_WEIGHT) * turn_mean - penalty
+    exact = CONVERSATION_WEIGHT * as_one + (1 - CONVERSATION_WEIGHT) * turn_mean - penalty
     exact = max(0.0, min(100.0, exact))
+    if verdict.failed_checks:  # the team's own session check failed it: as for a request
+        exact = min(exact, TROUBLED_CAP)
     findings = [Finding(rule=rule, evidence=evidence) for rule, evidence in verdict.findings]
+    for rule, message, step in verdict.check_findings:
+        # a session check's step is the conversation's: said as its turn and the step in it
+        turn_step = origins.get(step) if step is not None else None
+        if turn_step is not None:
+            message, step = f"turn {turn_step[0] + 1}: {message}", turn_step[1]
+        version = verdict.check_versions.get(rule)
+        findings.append(Finding(rule=rule, evidence=message, version=version, step=step))
     reasons = list(verdict.reasons)
     for n, m in sorted(asked_again.items()):
         findings.append(

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from tracejudge.judges.agreement.tally import Kept, View
+from tracejudge.judges.checks.book import CheckBook
+from tracejudge.judges.checks.view import run_of
 from tracejudge.judges.rules.judge import RuleJudge
-from tracejudge.judges.sessions.judge import judge_session
+from tracejudge.judges.sessions.judge import conversation_of, judge_session
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.encoded import encode
 from tracejudge.models import names
@@ -40,6 +42,7 @@ from tracejudge.streams.sessions.state import SessionState
 from tracejudge.streams.shared.commit import later
 from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.shared.outputs import Channel, Lookup, deliver
+from tracejudge.streams.worker.checks import CheckRunner
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,9 @@ class SessionHandler:
     # session id -> (when its next mark is due, the mark): what the timer reads
     due: dict[str, tuple[float, Mark]] = field(default_factory=dict)
     rules: RuleJudge = field(default_factory=RuleJudge)
+    # a team's session checks, and what runs them within their time limit (None: none)
+    checks: CheckBook | None = None
+    check_runner: CheckRunner | None = None
 
     async def __call__(self, record: InRecord) -> None:
         data = decode_object(record.value, MAX_RECORD_BYTES)
@@ -220,7 +226,7 @@ class SessionHandler:
         request_id: str | None,
     ) -> None:
         state.revision += 1
-        verdict = self.verdict(state, cause, request_id)
+        verdict = await self.verdict(state, cause, request_id)
         was_passing = state.last_passed
         state.last_passed = verdict.passed
         self._save(sid, state)
@@ -228,10 +234,17 @@ class SessionHandler:
         self.metrics.session_verdicts.labels(agent, cause, str(verdict.passed).lower()).inc()
         await later(self._publish(sid, verdict, was_passing, state))
 
-    def verdict(
+    async def verdict(
         self, state: SessionState, cause: RevisionCause, request_id: str | None
     ) -> SessionVerdict:
-        judged = judge_session(state.session_key, state.turns, self.rules)
+        conversation = conversation_of(state.session_key, state.turns)
+        checks = () if self.checks is None else self.checks.for_session(state.agent_name)
+        checked = None
+        if checks and self.check_runner is not None:  # behind the wall, within their limit
+            checked = await self.check_runner.run(checks, run_of(conversation[0]))
+        judged = judge_session(
+            state.session_key, state.turns, self.rules, conversation=conversation, checked=checked
+        )
         # the threshold of the agent's sessions: calibrated from their outcomes when it is
         threshold, _ = self.policy.threshold_for(sessions_of(state.agent_name))
         exact = int(judged.exact * 10) / 10  # cut to a tenth, as overall_exact is

@@ -150,9 +150,7 @@ class WorkerContext:
         runner = _check_runner(settings, metrics)  # one for the closing and in-flight checks
         requests = channels.judge_requests
         closer = _closer(settings, store, judging, publisher, requests, clock, runner)
-        sessions = _sessions(
-            settings, channels, tables, (lookup, agreement), policy, version, metrics, closer
-        )
+        sessions = _sessions(settings, channels, tables, publisher, judging, closer)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness, timeouts = MarkerLog(), PartitionLiveness(clock), _timeouts(settings)
         _read_into(metrics, store, lookup, judge_jobs)
@@ -401,10 +399,8 @@ def _sessions(
     settings: Settings,
     channels: Channels,
     tables: Tables,
-    kept_in: tuple[Lookup, AgreementStore | None],
-    policy: Policy,
-    version: str,
-    metrics: Metrics,
+    publisher: VerdictPublisher,
+    judging: Judging,
     closer: WindowCloser,
 ) -> SessionHandler | None:
     """The session agent's handler (None: sessions off, or no channel for them); the closer
@@ -414,17 +410,26 @@ def _sessions(
     if channels.session_turns is None or channels.sessions is None:
         return None
     closer.session_turns = channels.session_turns
+    checks = settings.check_book()
     return SessionHandler(
         tables.sessions,
-        SessionOutputs(channels.sessions, channels.alerts, channels.reflections, *kept_in),
+        SessionOutputs(
+            channels.sessions,
+            channels.alerts,
+            channels.reflections,
+            publisher.lookup,
+            publisher.agreement,
+        ),
         SessionTimes(
             settings.session_idle_s,
             settings.session_end_grace_s,
             settings.session_retention_s,
             settings.session_max_turns,
         ),
-        policy,
-        version,
-        metrics,
+        judging.policy,
+        judging.version,
+        publisher.metrics,
         closer.clock,
+        checks=None if checks.empty else checks,
+        check_runner=closer.check_runner,
     )
