@@ -19,8 +19,9 @@ from tracejudge.models.ids import stable_id
 from tracejudge.models.outputs import Finding, Score
 
 # what made a revision: a request of the session closed (one closing after a final verdict
-# resumes the session), the session ended (`session_end`), or it went quiet for the idle time
-RevisionCause = Literal["turn", "resumed", "ended", "idle"]
+# resumes the session), the session ended (`session_end`), it went quiet for the idle time, or
+# the LLM judge's reading of its latest turn came
+RevisionCause = Literal["turn", "resumed", "ended", "idle", "judged"]
 SEP = "\x1f"  # between an agent's name and its session key in the session's id
 
 
@@ -69,13 +70,24 @@ class SessionTurn(_Record):
     events_dropped: bool = False
 
 
+class JudgeReading(_Record):
+    """The LLM judge's reading of a session at a turn (`request_id`, the `turns`-th)."""
+
+    request_id: str
+    turns: int = Field(ge=1)
+    llm_score: int | None = Field(default=None, ge=0, le=100)
+    incomplete: bool | None = None
+    summary: str = ""  # the judge's summary of the conversation so far: the next turn's start
+
+
 class SessionMark(_Record):
     """Not a turn: the session ended (`session_end`), or the timer found it due (`idle`: quiet
     for the idle time, `grace`: ended but the request it named never came, `purge`: final and
-    past its retention). A mark is re-checked where the session's state is."""
+    past its retention), or the LLM judge read its latest turn (`judged`). A mark is re-checked
+    where the session's state is."""
 
     type: Literal["session_mark"] = "session_mark"
-    mark: Literal["ended", "idle", "grace", "purge"]
+    mark: Literal["ended", "idle", "grace", "purge", "judged"]
     session_key: str
     agent_name: str | None = None
     at: float
@@ -85,6 +97,7 @@ class SessionMark(_Record):
     # `ended`: the session_end event's own time (the agent's clock, as its turns' `opened_at`):
     # a request opened before it and closing after is a late turn, not a resumption
     ts: float | None = None
+    reading: JudgeReading | None = None  # `judged`: what the judge said
 
 
 class TurnVerdict(_Record):
@@ -130,6 +143,18 @@ class SessionVerdict(_Record):
     opened_at: float
     overall_score: Score = Field(ge=0, le=100)
     overall_exact: float
+    rule_score: Score = Field(ge=0, le=100, description="The rules' reading alone.")
+    llm_score: Score | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="The LLM judge's, of the conversation up to its latest turn (None: not read).",
+    )
+    judge_status: Literal["ok", "pending", "fallback", "disabled"] = Field(
+        default="disabled",
+        description="ok: the judge's reading of the latest turn is blended in; pending: asked, "
+        "a `judged` revision follows; fallback: it gave none, the rules decide; disabled.",
+    )
     passed: bool
     warn_threshold: int = Field(ge=0, le=100)
     success: bool = Field(description="Every failed step of the conversation was made good.")

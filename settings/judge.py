@@ -123,6 +123,13 @@ class JudgeSettings(BaseModel):
         description="Judge every flagged request (not passed, not success, or incomplete by the "
         "rules) whatever the sample rates; false: flagged requests are sampled like the rest.",
     )
+    llm_judge_sessions: bool = Field(
+        True,
+        description="With the LLM judge on (and judging in the worker): it also reads each "
+        "session's new turn with its summary of the conversation so far, and its reading is "
+        "blended into the session verdict (docs/sessions.md); false: session verdicts are the "
+        "rules'.",
+    )
     llm_max_input_chars: int | None = Field(
         None,
         ge=2000,

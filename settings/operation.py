@@ -71,7 +71,7 @@ class OperationSettings(BaseModel):
         "with the conversation before it; after that such a request starts a new session.",
     )
     session_max_turns: int = Field(
-        200,
+        50,
         ge=2,
         description="Turns of a session kept with their steps: past it, the oldest but the "
         "first keep only their verdicts (a session's state stays a bounded record).",

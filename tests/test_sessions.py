@@ -315,3 +315,39 @@ async def test_a_teams_session_checks_read_the_whole_conversation(tmp_path: Any)
         assert not any(f["rule"].startswith("check:") for f in e["findings"]), e["findings"]
     (refunds,) = [f for f in second["findings"] if f["rule"].endswith("per_conversation")]
     assert refunds["evidence"] == "turn 2: 2 refunds in one conversation" and refunds["step"] == 1
+
+
+async def test_the_llm_judge_reads_each_new_turn_with_its_summary_of_the_conversation() -> None:
+    from tests.fake_llm import FakeLLM, tool_call_reply, verdict
+
+    def script(body: dict[str, Any], n: int) -> Any:
+        said = json.dumps(body)
+        if "conversation between a user and the agent" not in said:  # a request's own judging
+            return tool_call_reply(verdict(True, False, score=80))
+        return tool_call_reply(
+            verdict(False, True, score=30, summary=f"SUMMARY-{n}: the user wants AB12 moved")
+        )
+
+    with FakeLLM(script) as fake:
+        w = worker(llm_judge_enabled=True, llm_base_url=fake.base_url, llm_sample_rate=0.0,
+                   llm_judge_flagged=False)  # fmt: skip
+        handler = w.ctx.sessions
+        assert handler is not None and handler.reader is not None
+        await ask(w, turn("r1", "Move my flight AB12 to Friday."))
+        pending = revisions(w)[-1]
+        assert (pending["cause"], pending["judge_status"]) == ("turn", "pending")
+        await handler.reader.drain()
+        await w.session_records()
+        judged = revisions(w)[-1]
+        assert (judged["revision"], judged["cause"], judged["judge_status"]) == (2, "judged", "ok")
+        assert judged["llm_score"] == 30 and judged["incomplete"]  # the judge decides it
+        assert judged["overall_exact"] < pending["overall_exact"]
+        await ask(w, turn("r2", "Is it done? Move AB12 to Friday please."))
+        await handler.reader.drain()
+        await w.session_records()
+        session_calls = [r for r in fake.requests if "conversation between" in json.dumps(r)]
+        assert len(session_calls) == 2
+        second = json.dumps(session_calls[1])
+        assert "SUMMARY-" in second and "turn 2" in second  # the rolling summary, the new turn
+        assert [r["cause"] for r in revisions(w)] == ["turn", "judged", "turn", "judged"]
+        await w.ctx.judge_jobs.aclose()  # type: ignore[union-attr]

@@ -77,6 +77,7 @@ _COMMON = frozenset(
 @dataclass(frozen=True)
 class SessionJudgment:
     exact: float  # 0-100, before rounding
+    failed_check: bool  # a team's session check failed it: below the threshold whatever else
     success: bool
     incomplete: bool
     turns: list[TurnVerdict]
@@ -212,6 +213,7 @@ def judge_session(
         )
     return SessionJudgment(
         exact=exact,
+        failed_check=verdict.failed_checks > 0,
         success=verdict.success and not never_made_good,
         incomplete=verdict.incomplete,
         turns=listed,

@@ -199,10 +199,14 @@ class _SessionDrain:
         if handler is None or not isinstance(turns, CollectingChannel):
             return
         topic = self.settings.topic(names.SESSION_TURNS)
-        while self.done < len(turns.sent):
-            key, value = turns.sent[self.done]
-            self.done += 1
-            await self.ctx.errors.run(InRecord(topic, 0, self.done, key, value, {}), handler)
+        while True:
+            while self.done < len(turns.sent):
+                key, value = turns.sent[self.done]
+                self.done += 1
+                await self.ctx.errors.run(InRecord(topic, 0, self.done, key, value, {}), handler)
+            if handler.reader is None or not handler.reader.tasks:
+                break
+            await handler.reader.drain()  # the judge's readings come back as marks: taken next
         if final:
             await handler.close_all()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -19,7 +20,7 @@ from tracejudge.judges.agreement.tally import Kept, View
 from tracejudge.judges.checks.book import CheckBook
 from tracejudge.judges.checks.view import run_of
 from tracejudge.judges.rules.judge import RuleJudge
-from tracejudge.judges.sessions.judge import conversation_of, judge_session
+from tracejudge.judges.sessions.judge import SessionJudgment, conversation_of, judge_session
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.encoded import encode
 from tracejudge.models import names
@@ -38,6 +39,7 @@ from tracejudge.models.sessions import (
 )
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.sessions.reader import SessionReader
 from tracejudge.streams.sessions.state import SessionState
 from tracejudge.streams.shared.commit import later
 from tracejudge.streams.shared.metrics import Metrics
@@ -46,6 +48,7 @@ from tracejudge.streams.worker.checks import CheckRunner
 
 log = logging.getLogger(__name__)
 
+JudgeStatus = Literal["ok", "pending", "fallback", "disabled"]
 MAX_RECORD_BYTES = 2_000_000  # a turn is a bounded request: anything past this is not ours
 Mark = str  # "idle" | "grace" | "purge": what the timer sends when it is due
 
@@ -83,6 +86,8 @@ class SessionHandler:
     # a team's session checks, and what runs them within their time limit (None: none)
     checks: CheckBook | None = None
     check_runner: CheckRunner | None = None
+    # the LLM judge's reading of each new turn (None: rules only)
+    reader: SessionReader | None = None
 
     async def __call__(self, record: InRecord) -> None:
         data = decode_object(record.value, MAX_RECORD_BYTES)
@@ -140,7 +145,7 @@ class SessionHandler:
             state.final, state.final_at, state.final_cause = True, now, "ended"
         state.opened_at = min(state.opened_at, turn.opened_at)
         state.bound(self.times.max_turns)
-        await self._revise(sid, state, cause, turn.request_id)
+        await self._revise(sid, state, cause, turn.request_id, ask=self.reader is not None)
 
     async def on_mark(self, mark: SessionMark) -> None:
         now = self.clock()
@@ -151,6 +156,9 @@ class SessionHandler:
             return
         if state is None:
             self.due.pop(sid, None)
+            return
+        if mark.mark == "judged":
+            await self._judged(sid, state, mark)
             return
         if mark.mark == "purge":
             if state.final and now - (state.final_at or now) >= self.times.retention_s:
@@ -170,6 +178,19 @@ class SessionHandler:
                 self._save(sid, state)  # a turn came since: due later
                 return
             await self._finish(sid, state, "idle", now)
+
+    async def _judged(self, sid: str, state: SessionState, mark: SessionMark) -> None:
+        """The judge read a turn: its summary is the conversation's from now on; a revision
+        follows when the turn it read is still the latest (else a newer reading is coming)."""
+        reading = mark.reading
+        if reading is None:
+            return
+        state.summary = reading.summary or state.summary
+        state.reading = reading
+        if state.reading_now() is None:
+            self._save(sid, state)
+            return
+        await self._revise(sid, state, "judged", reading.request_id)
 
     async def close_all(self) -> None:
         """Every session not final made final, as the idle time (or an end's grace) would:
@@ -224,9 +245,13 @@ class SessionHandler:
         state: SessionState,
         cause: RevisionCause,
         request_id: str | None,
+        ask: bool = False,
     ) -> None:
+        """A new revision; `ask`: the judge reads the latest turn (the revision says pending
+        when it will; a `judged` revision follows)."""
         state.revision += 1
-        verdict = await self.verdict(state, cause, request_id)
+        asked = ask and self.reader is not None and self.reader.ask(sid, state)
+        verdict = await self.verdict(state, cause, request_id, pending=asked)
         was_passing = state.last_passed
         state.last_passed = verdict.passed
         self._save(sid, state)
@@ -235,7 +260,11 @@ class SessionHandler:
         await later(self._publish(sid, verdict, was_passing, state))
 
     async def verdict(
-        self, state: SessionState, cause: RevisionCause, request_id: str | None
+        self,
+        state: SessionState,
+        cause: RevisionCause,
+        request_id: str | None,
+        pending: bool = False,
     ) -> SessionVerdict:
         conversation = conversation_of(state.session_key, state.turns)
         checks = () if self.checks is None else self.checks.for_session(state.agent_name)
@@ -247,7 +276,8 @@ class SessionHandler:
         )
         # the threshold of the agent's sessions: calibrated from their outcomes when it is
         threshold, _ = self.policy.threshold_for(sessions_of(state.agent_name))
-        exact = int(judged.exact * 10) / 10  # cut to a tenth, as overall_exact is
+        status, llm_score, blended, incomplete = self._blend(state, judged, pending)
+        exact = int(blended * 10) / 10  # cut to a tenth, as overall_exact is
         reasons = list(judged.reasons)
         if state.end_reason and cause == "ended":
             reasons.append(f"ended: {state.end_reason}")
@@ -268,12 +298,15 @@ class SessionHandler:
             cause_request_id=request_id,
             final=state.final,
             opened_at=state.opened_at,
-            overall_score=max(0, min(100, round(judged.exact))),
+            overall_score=max(0, min(100, round(blended))),
             overall_exact=exact,
+            rule_score=max(0, min(100, round(judged.exact))),
+            llm_score=llm_score,
+            judge_status=status,
             passed=exact >= threshold,
             warn_threshold=threshold,
             success=judged.success,
-            incomplete=judged.incomplete,
+            incomplete=incomplete,
             turns=judged.turns,
             summary=judged.summary,
             reasons=reasons,
@@ -282,6 +315,27 @@ class SessionHandler:
             unanswered_request_id=judged.unanswered_request_id,
             ts=self.clock(),
         )
+
+    def _blend(
+        self, state: SessionState, judged: SessionJudgment, pending: bool
+    ) -> tuple[JudgeStatus, int | None, float, bool]:
+        """(judge status, its score, the score, incomplete): the judge's reading of the turns
+        as they are blended in as a request's is (`rule_weight`); it decides `incomplete`, never
+        `success` (the steps' facts), and never lifts a session a team's check failed."""
+        if self.reader is None:
+            return "disabled", None, judged.exact, judged.incomplete
+        reading = state.reading_now()
+        if reading is None:
+            status: JudgeStatus = "pending" if pending else "fallback"
+            return status, None, judged.exact, judged.incomplete
+        if reading.llm_score is None:
+            return "fallback", None, judged.exact, judged.incomplete
+        weight = self.policy.rule_weight
+        blended = weight * judged.exact + (1 - weight) * reading.llm_score
+        if judged.failed_check:
+            blended = min(blended, judged.exact)
+        incomplete = judged.incomplete if reading.incomplete is None else reading.incomplete
+        return "ok", reading.llm_score, blended, incomplete
 
     async def _publish(
         self, sid: str, verdict: SessionVerdict, was_passing: bool | None, state: SessionState

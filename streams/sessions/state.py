@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tracejudge.models.sessions import SessionTurn
+from tracejudge.models.sessions import JudgeReading, SessionTurn
 
 # the state is one changelog record: written at every turn, so bounded well under the broker's
 # record limit (1 MiB by default) whatever the turns held
@@ -29,8 +29,18 @@ class SessionState(BaseModel):
     end_reason: str | None = None
     final_cause: str | None = None  # what made it final (ended, idle)
     last_passed: bool | None = None  # the last revision's: an alert is sent when it drops
+    # the LLM judge's last reading, and its summary of the conversation (the next turn's start)
+    reading: JudgeReading | None = None
+    summary: str | None = None
     turns_over_cap: int = 0  # turns past the cap that kept only their request and answer
     turns_forgotten: int = 0  # the oldest of those, forgotten past the byte bound
+
+    def reading_now(self) -> JudgeReading | None:
+        """The judge's reading when it read the turns as they are (none came since)."""
+        r = self.reading
+        if r is None or not self.turns or r.turns != len(self.turns):
+            return None
+        return r if r.request_id == self.turns[-1].request_id else None
 
     def encoded(self) -> bytes:
         return self.model_dump_json(exclude_defaults=True).encode("utf-8")

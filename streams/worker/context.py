@@ -27,6 +27,7 @@ from tracejudge.streams.agreement.thresholds import alert_thresholds
 from tracejudge.streams.judge.jobs import JudgeJobHandler
 from tracejudge.streams.judge.stage import JudgeStage, judging_version
 from tracejudge.streams.sessions.handler import SessionHandler, SessionOutputs, SessionTimes
+from tracejudge.streams.sessions.reader import SessionReader
 from tracejudge.streams.shared.commit import CommitRule
 from tracejudge.streams.shared.errors import DeadLetters, ErrorPolicy, Exit, exit_for_supervisor
 from tracejudge.streams.shared.evaluation_export import evaluation_exporter
@@ -150,7 +151,7 @@ class WorkerContext:
         runner = _check_runner(settings, metrics)  # one for the closing and in-flight checks
         requests = channels.judge_requests
         closer = _closer(settings, store, judging, publisher, requests, clock, runner)
-        sessions = _sessions(settings, channels, tables, publisher, judging, closer)
+        sessions = _sessions(settings, channels, tables, publisher, judging, closer, judge_jobs)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness, timeouts = MarkerLog(), PartitionLiveness(clock), _timeouts(settings)
         _read_into(metrics, store, lookup, judge_jobs)
@@ -402,6 +403,7 @@ def _sessions(
     publisher: VerdictPublisher,
     judging: Judging,
     closer: WindowCloser,
+    judge_jobs: JudgeJobHandler | None,
 ) -> SessionHandler | None:
     """The session agent's handler (None: sessions off, or no channel for them); the closer
     then sends each closed request of a session to it as a turn."""
@@ -432,4 +434,26 @@ def _sessions(
         closer.clock,
         checks=None if checks.empty else checks,
         check_runner=closer.check_runner,
+        reader=_session_reader(settings, channels.session_turns, judge_jobs, publisher, judging),
+    )
+
+
+def _session_reader(
+    settings: Settings,
+    turns: Channel,
+    judge_jobs: JudgeJobHandler | None,
+    publisher: VerdictPublisher,
+    judging: Judging,
+) -> SessionReader | None:
+    """The LLM judge's reading of sessions' turns: where this worker judges (the judge stage's
+    client, limits, cache and budget), unless turned off."""
+    if judge_jobs is None or judging.llm is None or not settings.llm_judge_sessions:
+        return None
+    return SessionReader(
+        judge_jobs.stage,
+        turns,
+        judging.llm.max_input_chars,
+        judging.llm.max_input_tokens,
+        publisher.metrics,
+        time.time,
     )
