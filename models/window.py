@@ -19,6 +19,7 @@ from tracejudge.models.events import (
 )
 
 ClosedBy = Literal["final_response", "idle_timeout"]
+_OUTSIDE = (Outcome, SessionEnd)  # events the worker routes apart, never a window's
 # an intervention as the window keeps it: (kind, crossed, action, step index of the crossing)
 Fired = tuple[str, str, str, int | None]
 Step = UserMessage | ReasoningStep | ToolCall | Iteration
@@ -100,7 +101,7 @@ def assemble_window(
             task = task or event
         elif isinstance(event, FinalResponse):
             final = final or event
-        elif not isinstance(event, Outcome | SessionEnd):  # never in a window: routed apart
+        elif not isinstance(event, _OUTSIDE):  # never in a window: routed apart
             steps.append((event.step_index, arrival, event))
     steps.sort(key=lambda item: (item[0], item[1]))
     return Window(

@@ -351,3 +351,29 @@ async def test_the_llm_judge_reads_each_new_turn_with_its_summary_of_the_convers
         assert "SUMMARY-" in second and "turn 2" in second  # the rolling summary, the new turn
         assert [r["cause"] for r in revisions(w)] == ["turn", "judged", "turn", "judged"]
         await w.ctx.judge_jobs.aclose()  # type: ignore[union-attr]
+
+
+def test_tail_prints_a_session_verdict_on_one_line() -> None:
+    from tracejudge.streams.cli.render import render
+
+    line = render(
+        names.SESSIONS,
+        json.dumps(
+            {
+                "session_key": KEY,
+                "agent_name": AGENT,
+                "revision": 3,
+                "cause": "ended",
+                "final": True,
+                "turns": [{}, {}],
+                "overall_exact": 71.5,
+                "passed": True,
+                "success": True,
+                "incomplete": False,
+                "summary": "2 turn(s): done",
+                "ts": 1_795_000_000.0,
+            }
+        ).encode(),  # fmt: skip
+        {},
+    )
+    assert f"session {KEY} ({AGENT}) rev 3 ended final turns=2 score=71.5 PASS" in line

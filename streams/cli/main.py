@@ -41,6 +41,7 @@ TAIL_KINDS = (
     names.RETRIES,
     names.CONTROL,
     names.DLQ,
+    names.SESSIONS,
 )
 
 

@@ -71,6 +71,15 @@ def render(
             + (f" send={follow!r}" if follow else "")
             + f" | {_short('; '.join(event.get('reasons') or []), 100)}"
         )
+    if kind == names.SESSIONS:
+        state = "final" if event.get("final") else "open"
+        return (
+            f"{when} session {event.get('session_key')} ({event.get('agent_name')}) "
+            f"rev {event.get('revision')} {event.get('cause')} {state} "
+            f"turns={len(event.get('turns') or [])} score={event.get('overall_exact')} "
+            f"{'PASS' if event.get('passed') else 'FAIL'} success={event.get('success')} "
+            f"incomplete={event.get('incomplete')} | {_short(event.get('summary'))}"
+        )
     if kind == names.CONTROL:
         return (
             f"{when} {rid} iteration={event.get('iteration')} {event.get('action')} "

@@ -60,6 +60,20 @@ def summary(result: ReplayResult) -> list[str]:
         "alerts    " + ("  ".join(f"{k} {n}" for k, n in sorted(alerts.items())) or "none"),
         *steer_report(result),
         *outcome_lines(result),
+        *session_lines(result),
+    ]
+
+
+def session_lines(result: ReplayResult) -> list[str]:
+    """The sessions' final verdicts, where the requests named sessions (none: no line)."""
+    finals = list(result.sessions.values())
+    if not finals:
+        return []
+    passed = sum(1 for v in finals if v["passed"])
+    incomplete = sum(1 for v in finals if v["incomplete"])
+    return [
+        f"sessions  {len(finals)} ({len(result.session_verdicts)} revisions)   "
+        f"passed {passed}/{len(finals)}   incomplete {incomplete}"
     ]
 
 
