@@ -373,7 +373,7 @@ def test_tail_prints_a_session_verdict_on_one_line() -> None:
                 "summary": "2 turn(s): done",
                 "ts": 1_795_000_000.0,
             }
-        ).encode(),  # fmt: skip
+        ).encode(),
         {},
     )
     assert f"session {KEY} ({AGENT}) rev 3 ended final turns=2 score=71.5 PASS" in line
