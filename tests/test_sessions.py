@@ -377,3 +377,39 @@ def test_tail_prints_a_session_verdict_on_one_line() -> None:
         {},
     )
     assert f"session {KEY} ({AGENT}) rev 3 ended final turns=2 score=71.5 PASS" in line
+
+
+async def test_a_session_left_undone_asks_one_reflection_naming_its_unanswered_request() -> None:
+    from tests.fake_llm import FakeLLM, tool_call_reply, verdict
+
+    def script(body: dict[str, Any], n: int) -> Any:  # the conversation is not done
+        return tool_call_reply(verdict(False, True, score=35, summary="refund still owed"))
+
+    with FakeLLM(script) as fake:
+        w = worker(llm_judge_enabled=True, llm_base_url=fake.base_url, llm_sample_rate=0.0,
+                   llm_judge_flagged=False)  # fmt: skip
+        assert w.ctx.sessions is not None and w.ctx.sessions.reader is not None
+        # the turn looks done on its own (no reflection of its own): the judge reads more
+        await ask(w, turn("r1", "Cancel booking CX900, then refund it to my card.",
+                          answer="Your booking CX900 is cancelled.",
+                          calls=[("cancel_booking", True)]))  # fmt: skip
+        await w.ctx.sessions.reader.drain()
+        await w.session_records()
+        assert w.channel("reflections").sent == []
+        await w.event({"type": "session_end", "request_id": "r1", "session_key": KEY,
+                       "agent_name": AGENT})  # fmt: skip
+        await w.session_records()
+        final = revisions(w)[-1]
+        assert (final["cause"], final["final"], final["incomplete"]) == ("ended", True, True)
+        (asked,) = w.channel("reflections").values()
+        assert (asked["request_id"], asked["session_key"]) == ("r1", KEY)
+        assert final["unanswered_request_id"] == "r1"
+        # a late turn revises the final verdict: no second reflection
+        late = turn("r0", "Also, what is my seat?")
+        for event in late:
+            event["ts"] = 1.0  # asked long before the end
+        await ask(w, late)
+        await w.ctx.sessions.reader.drain()
+        await w.session_records()
+        assert revisions(w)[-1]["final"] and len(w.channel("reflections").sent) == 1
+        await w.ctx.judge_jobs.aclose()  # type: ignore[union-attr]

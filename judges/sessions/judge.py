@@ -204,7 +204,7 @@ def judge_session(
         )
         for n, t in enumerate(turns)
     ]
-    unanswered = _unanswered(turns, verdict) if verdict.incomplete else None
+    left_undone = unanswered(turns) if verdict.incomplete else None
     never_made_good = _never_made_good(turns)
     if never_made_good:
         reasons.append(
@@ -221,7 +221,7 @@ def judge_session(
         reasons=reasons,
         findings=findings,
         blame=_blame(verdict, origins, turns),
-        unanswered_request_id=unanswered,
+        unanswered_request_id=left_undone,
     )
 
 
@@ -256,7 +256,7 @@ def _never_made_good(turns: Sequence[SessionTurn]) -> list[tuple[int, str]]:
     return [(n, tool) for n, at, tool in failed if last_ok.get(tool, (-1, -1)) < (n, at)]
 
 
-def _unanswered(turns: Sequence[SessionTurn], verdict: RuleVerdict) -> str:
+def unanswered(turns: Sequence[SessionTurn]) -> str:
     """The request the conversation left undone: the last turn that was itself incomplete or
     failed, else the last turn (the conversation as a whole is what is undone)."""
     for turn in reversed(turns):

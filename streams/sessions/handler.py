@@ -20,7 +20,12 @@ from tracejudge.judges.agreement.tally import Kept, View
 from tracejudge.judges.checks.book import CheckBook
 from tracejudge.judges.checks.view import run_of
 from tracejudge.judges.rules.judge import RuleJudge
-from tracejudge.judges.sessions.judge import SessionJudgment, conversation_of, judge_session
+from tracejudge.judges.sessions.judge import (
+    SessionJudgment,
+    conversation_of,
+    judge_session,
+    unanswered,
+)
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.encoded import encode
 from tracejudge.models import names
@@ -39,6 +44,7 @@ from tracejudge.models.sessions import (
 )
 from tracejudge.streams.agreement.store import AgreementStore, AgreementUnavailable
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.sessions.due import DueMarks
 from tracejudge.streams.sessions.reader import SessionReader
 from tracejudge.streams.sessions.state import SessionState
 from tracejudge.streams.shared.commit import later
@@ -50,7 +56,6 @@ log = logging.getLogger(__name__)
 
 JudgeStatus = Literal["ok", "pending", "fallback", "disabled"]
 MAX_RECORD_BYTES = 2_000_000  # a turn is a bounded request: anything past this is not ours
-Mark = str  # "idle" | "grace" | "purge": what the timer sends when it is due
 
 
 @dataclass(frozen=True)
@@ -80,8 +85,8 @@ class SessionHandler:
     version: str
     metrics: Metrics
     clock: Callable[[], float]
-    # session id -> (when its next mark is due, the mark): what the timer reads
-    due: dict[str, tuple[float, Mark]] = field(default_factory=dict)
+    # when each session's next mark is due: what the timer reads
+    due: DueMarks = field(default_factory=DueMarks)
     rules: RuleJudge = field(default_factory=RuleJudge)
     # a team's session checks, and what runs them within their time limit (None: none)
     checks: CheckBook | None = None
@@ -112,11 +117,11 @@ class SessionHandler:
     def remember(self, sid: str, state: SessionState) -> None:
         """When the session's next mark is due, for the timer."""
         if state.final:
-            self.due[sid] = ((state.final_at or state.last_at) + self.times.retention_s, "purge")
+            self.due.set(sid, (state.final_at or state.last_at) + self.times.retention_s, "purge")
         elif state.awaiting is not None:
-            self.due[sid] = ((state.ended_at or state.last_at) + self.times.grace_s, "grace")
+            self.due.set(sid, (state.ended_at or state.last_at) + self.times.grace_s, "grace")
         else:
-            self.due[sid] = (state.last_at + self.times.idle_s, "idle")
+            self.due.set(sid, state.last_at + self.times.idle_s, "idle")
 
     async def on_turn(self, turn: SessionTurn) -> None:
         now = self.clock()
@@ -140,6 +145,7 @@ class SessionHandler:
         elif state.final:  # the user came back: the session is open again
             cause, state.final, state.final_at, state.final_cause = "resumed", False, None, None
             state.ended_at = state.ended_ts = state.end_reason = None
+            state.reflected = False
         if state.awaiting == turn.request_id:  # the end was waiting for this turn
             cause, state.awaiting = "ended", None
             state.final, state.final_at, state.final_cause = True, now, "ended"
@@ -155,7 +161,7 @@ class SessionHandler:
             await self._ended(sid, state, mark, now)
             return
         if state is None:
-            self.due.pop(sid, None)
+            self.due.pop(sid)
             return
         if mark.mark == "judged":
             await self._judged(sid, state, mark)
@@ -163,7 +169,7 @@ class SessionHandler:
         if mark.mark == "purge":
             if state.final and now - (state.final_at or now) >= self.times.retention_s:
                 del self.table[sid]
-                self.due.pop(sid, None)
+                self.due.pop(sid)
                 self.metrics.counts["sessions_purged"] += 1
             return
         if state.final:
@@ -233,7 +239,7 @@ class SessionHandler:
     ) -> None:
         if not state.turns:  # ended before any turn came, and none came in the grace time
             del self.table[sid]
-            self.due.pop(sid, None)
+            self.due.pop(sid)
             self.metrics.counts["session_ends_without_turns"] += 1
             return
         state.final, state.final_at, state.last_at, state.final_cause = True, now, now, cause
@@ -254,10 +260,12 @@ class SessionHandler:
         verdict = await self.verdict(state, cause, request_id, pending=asked)
         was_passing = state.last_passed
         state.last_passed = verdict.passed
+        reflection = None if state.reflected else self._reflection(verdict, state)
+        state.reflected = state.reflected or reflection is not None  # once per ending
         self._save(sid, state)
         agent = self.metrics.agents.agent_label(state.agent_name)
         self.metrics.session_verdicts.labels(agent, cause, str(verdict.passed).lower()).inc()
-        await later(self._publish(sid, verdict, was_passing, state))
+        await later(self._publish(sid, verdict, was_passing, reflection))
 
     async def verdict(
         self,
@@ -312,7 +320,10 @@ class SessionHandler:
             reasons=reasons,
             findings=judged.findings,
             blame=judged.blame,
-            unanswered_request_id=judged.unanswered_request_id,
+            # the judge may find undone what the rules did not: the request it names then
+            unanswered_request_id=(
+                judged.unanswered_request_id or (unanswered(state.turns) if incomplete else None)
+            ),
             ts=self.clock(),
         )
 
@@ -338,7 +349,11 @@ class SessionHandler:
         return "ok", reading.llm_score, blended, incomplete
 
     async def _publish(
-        self, sid: str, verdict: SessionVerdict, was_passing: bool | None, state: SessionState
+        self,
+        sid: str,
+        verdict: SessionVerdict,
+        was_passing: bool | None,
+        reflection: ReflectionRequest | None,
     ) -> None:
         value = encode(verdict)
         out = self.outputs
@@ -346,7 +361,6 @@ class SessionHandler:
         if was_passing is not False and not verdict.passed:
             await deliver(out.alerts, verdict.session_key.encode("utf-8"), encode(_alert(verdict)))
             self.metrics.counts["session_alerts"] += 1
-        reflection = self._reflection(verdict, state)
         if reflection is not None:
             await deliver(
                 out.reflections, reflection.request_id.encode("utf-8"), encode(reflection)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tracejudge.models.sessions import SEP, SessionMark
 from tracejudge.streams.sessions.handler import SessionHandler
@@ -18,15 +18,12 @@ from tracejudge.streams.shared.outputs import Channel
 
 log = logging.getLogger(__name__)
 
-RESEND_S = 30.0  # a mark not acted on (still due) is sent again after this long
-
 
 @dataclass
 class SessionScanner:
     handler: SessionHandler
     turns: Channel
     clock: Callable[[], float]
-    sent_at: dict[str, float] = field(default_factory=dict)
     # the assignment `due` was rebuilt for (see `reindex`); None: never
     indexed_for: int | None = None
 
@@ -44,9 +41,7 @@ class SessionScanner:
     async def scan(self) -> None:
         now = self.clock()
         try:
-            for sid, (at, mark) in list(self.handler.due.items()):
-                if at > now or now - self.sent_at.get(sid, 0.0) < RESEND_S:
-                    continue
+            for sid, mark in self.handler.due.due(now):
                 agent, _, key = sid.partition(SEP)
                 value = SessionMark(
                     mark=mark,  # type: ignore[arg-type]
@@ -54,13 +49,10 @@ class SessionScanner:
                     agent_name=agent or None,
                     at=now,
                 )
-                self.sent_at[sid] = now
                 # keyed like the session's turns: the same partition, so the same owner
                 await self.turns.send(
                     key=sid.encode("utf-8"), value=value.model_dump_json().encode("utf-8")
                 )
-            for sid in [s for s in self.sent_at if s not in self.handler.due]:
-                del self.sent_at[sid]
         except Exception:
             # the next tick tries again: marks are re-checked in-stream
             self.handler.metrics.counts["timer_errors"] += 1

@@ -29,6 +29,7 @@ class SessionState(BaseModel):
     end_reason: str | None = None
     final_cause: str | None = None  # what made it final (ended, idle)
     last_passed: bool | None = None  # the last revision's: an alert is sent when it drops
+    reflected: bool = False  # a reflection request went out for it (again once it resumes)
     # the LLM judge's last reading, and its summary of the conversation (the next turn's start)
     reading: JudgeReading | None = None
     summary: str | None = None
