@@ -11,6 +11,7 @@ after its verdict was final. Every revision is its own record: nothing is overwr
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,12 +23,18 @@ from tracejudge.models.outputs import Finding, Score
 # resumes the session), the session ended (`session_end`), it went quiet for the idle time, or
 # the LLM judge's reading of its latest turn came
 RevisionCause = Literal["turn", "resumed", "ended", "idle", "judged"]
-SEP = "\x1f"  # between an agent's name and its session key in the session's id
 
 
 def session_id(agent_name: str | None, session_key: str) -> str:
-    """The session's identity: its key per agent (two agents' sessions may share a key)."""
-    return f"{agent_name or ''}{SEP}{session_key}"
+    """The session's identity: its key per agent (two agents' sessions may share a key), as a
+    JSON pair: no name or key, whatever characters it holds, makes another agent's id."""
+    return json.dumps([agent_name or "", session_key], ensure_ascii=False, separators=(",", ":"))
+
+
+def of_session_id(sid: str) -> tuple[str | None, str]:
+    """(agent name, session key) of a `session_id`."""
+    agent, key = json.loads(sid)
+    return (str(agent) or None), str(key)
 
 
 def session_ref(agent_name: str | None, session_key: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from tests.memory import MemoryWorker, memory_worker
 from tracejudge.models import names
 from tracejudge.models.ids import stable_id
-from tracejudge.models.sessions import SEP, SessionVerdict
+from tracejudge.models.sessions import SessionVerdict, session_id
 from tracejudge.streams.sessions.scanner import SessionScanner
 from tracejudge.streams.sessions.state import MAX_STATE_BYTES
 
@@ -75,7 +75,7 @@ async def test_each_turn_revises_the_session_and_an_end_makes_it_final() -> None
     assert [t["request_id"] for t in ended["turns"]] == ["r1", "r2"]
     assert "ended: the user closed the chat" in ended["reasons"]
     # every revision kept in Redis under its number, the latest under the session's key
-    sid = stable_id("session", f"{AGENT}{SEP}{KEY}")
+    sid = stable_id("session", session_id(AGENT, KEY))
     for n in (1, 2, 3):
         kept = json.loads(w.lookup.data[names.REDIS_SESSION_REVISION_KEY.format(
             session=sid, revision=n)])  # fmt: skip
@@ -413,3 +413,14 @@ async def test_a_session_left_undone_asks_one_reflection_naming_its_unanswered_r
         await w.session_records()
         assert revisions(w)[-1]["final"] and len(w.channel("reflections").sent) == 1
         await w.ctx.judge_jobs.aclose()  # type: ignore[union-attr]
+
+
+async def test_no_agent_name_or_session_key_makes_another_agents_session() -> None:
+    w = worker()
+    # the same characters split differently between name and key: two sessions, not one
+    await ask(w, turn("a1", "Change my flight LX100.", agent="bot\x1fa", session="k"))
+    await ask(w, turn("b1", "Change my flight LX100.", agent="bot", session="a\x1fk"))
+    assert [r["revision"] for r in revisions(w)] == [1, 1]
+    hostile = '"],["x'  # JSON in a name is a name
+    await ask(w, turn("c1", "Change my flight LX100.", agent=hostile, session="<b>k</b>"))
+    assert revisions(w)[-1]["agent_name"] == hostile and revisions(w)[-1]["revision"] == 1

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tracejudge.models.sessions import SEP, SessionMark
+from tracejudge.models.sessions import SessionMark, of_session_id
 from tracejudge.streams.sessions.handler import SessionHandler
 from tracejudge.streams.sessions.state import SessionState
 from tracejudge.streams.shared.outputs import Channel
@@ -42,11 +42,11 @@ class SessionScanner:
         now = self.clock()
         try:
             for sid, mark in self.handler.due.due(now):
-                agent, _, key = sid.partition(SEP)
+                agent, key = of_session_id(sid)
                 value = SessionMark(
                     mark=mark,  # type: ignore[arg-type]
                     session_key=key,
-                    agent_name=agent or None,
+                    agent_name=agent,
                     at=now,
                 )
                 # keyed like the session's turns: the same partition, so the same owner

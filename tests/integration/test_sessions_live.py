@@ -24,7 +24,7 @@ from tests.integration.harness import WorkerProcess, consume, tracer_for, worker
 from tracejudge.client import Tracer
 from tracejudge.models import names
 from tracejudge.models.ids import stable_id
-from tracejudge.models.sessions import SEP
+from tracejudge.models.sessions import session_id
 
 pytestmark = pytest.mark.integration
 
@@ -166,7 +166,7 @@ def test_ended_idle_and_resumed_sessions_on_the_topic_in_redis_and_the_explorer(
 
     # in Redis: each revision under its number, never overwritten
     client: Any = redis.Redis.from_url(session_worker.settings.redis_url)
-    sid = stable_id("session", f"{AGENT}{SEP}{quiet}")
+    sid = stable_id("session", session_id(AGENT, quiet))
     kept = [
         client.get(names.REDIS_SESSION_REVISION_KEY.format(session=sid, revision=n))
         for n in (1, 2, 3)
