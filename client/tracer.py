@@ -24,7 +24,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from tracejudge.client.early_stop import (
@@ -174,16 +174,12 @@ class _Tracing:
         False when it was not sent: bad arguments (no `ok` nor `score`, a score outside 0-1,
         a source not a lowercase word) are logged on the `tracejudge.client` logger and
         counted in `dropped`, as a full buffer is. Never raises."""
-        try:
-            event = outcome_event(request_id, ok=ok, score=score, source=source, note=note, key=key)
-        except InvalidEvent as exc:
-            # the reason names the field, never the request: one warning per interval for all
-            self._sender.drop(f"an outcome refused: {exc.reason}")
-            return False
-        except Exception as exc:  # whatever was passed, the agent goes on
-            self._sender.drop(f"an outcome refused: {type(exc).__name__}: {exc}")
-            return False
-        return self._offer(event)
+        return self._made(
+            "an outcome",
+            lambda: outcome_event(
+                request_id, ok=ok, score=score, source=source, note=note, key=key
+            ),
+        )
 
     def session_outcome(
         self,
@@ -199,8 +195,9 @@ class _Tracing:
         """Ground truth about a whole conversation (the session of `agent_name` and
         `session_key`): joined to its final session verdict, counted in agreement and
         calibration under the agent's sessions. Otherwise as `outcome`. Never raises."""
-        try:
-            event = outcome_event(
+        return self._made(
+            "an outcome",
+            lambda: outcome_event(
                 session_ref(agent_name, session_key),
                 ok=ok,
                 score=score,
@@ -208,14 +205,8 @@ class _Tracing:
                 note=note,
                 key=key,
                 session=(agent_name, session_key),
-            )
-        except InvalidEvent as exc:
-            self._sender.drop(f"an outcome refused: {exc.reason}")
-            return False
-        except Exception as exc:  # whatever was passed, the agent goes on
-            self._sender.drop(f"an outcome refused: {type(exc).__name__}: {exc}")
-            return False
-        return self._offer(event)
+            ),
+        )
 
     def end_session(
         self,
@@ -231,13 +222,20 @@ class _Tracing:
         turn the final verdict waits for (`req.end_session()` sends both). A request of the
         session after this resumes it (a new revision). False when not sent (bad arguments
         are logged and counted in `dropped`). Never raises."""
+        return self._made(
+            "a session end", lambda: session_end_event(session_key, request_id, agent_name, reason)
+        )
+
+    def _made(self, what: str, make: Callable[[], dict[str, Any]]) -> bool:
+        """Send the event `make` builds; one it refuses is dropped and counted, never raised."""
         try:
-            event = session_end_event(session_key, request_id, agent_name, reason)
+            event = make()
         except InvalidEvent as exc:
-            self._sender.drop(f"a session end refused: {exc.reason}")
+            # the reason names the field, never the request: one warning per interval for all
+            self._sender.drop(f"{what} refused: {exc.reason}")
             return False
         except Exception as exc:  # whatever was passed, the agent goes on
-            self._sender.drop(f"a session end refused: {type(exc).__name__}: {exc}")
+            self._sender.drop(f"{what} refused: {type(exc).__name__}: {exc}")
             return False
         return self._offer(event)
 

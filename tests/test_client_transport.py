@@ -95,3 +95,16 @@ def test_an_async_agent_records_while_no_broker_answers(nowhere: str) -> None:
 
     tracer = asyncio.run(agent())
     assert tracer.dropped == 3  # closed before any broker took them
+
+
+def test_a_bad_session_end_or_outcome_is_dropped_counted_and_never_raised(nowhere: str) -> None:
+    tracer = Tracer(nowhere, queue_size=1000, interventions=False)
+    assert not tracer.end_session("")  # no key: refused here, not dead-lettered later
+    assert not tracer.end_session("k" * 300)
+    assert not tracer.session_outcome("chat-1", agent_name="bot")  # neither ok nor score
+    assert not tracer.session_outcome("chat-1", agent_name="bot", score=7.0)  # not 0-1
+    assert tracer.dropped == 4 and tracer.queued == 0
+    assert tracer.end_session("chat-1", agent_name="bot")
+    assert tracer.session_outcome("chat-1", agent_name="bot", ok=False)
+    assert tracer.queued == 2
+    tracer.close(timeout=0.1)

@@ -35,6 +35,7 @@ MAX_REPEAT_PENALTY = 20.0
 # a turn asks again when most of its words were in an earlier turn's request
 REPEAT_OVERLAP = 0.6
 REPEAT_MIN_WORDS = 4
+REPEAT_LOOKBACK = 20  # earlier turns a turn is compared with: linear in a long session
 GOAL_SHOWN = 160
 _WORD = re.compile(r"[a-z0-9]{3,}")
 _COMMON = frozenset(
@@ -100,20 +101,22 @@ def _words(text: str) -> frozenset[str]:
 
 
 def repeats(goals: Sequence[str]) -> dict[int, int]:
-    """Turn index -> the earlier turn it asks again (0-based): most of its words were there."""
+    """Turn index -> the earlier turn it asks again (0-based): most of its words were there,
+    among the REPEAT_LOOKBACK turns before it."""
     found: dict[int, int] = {}
-    seen: list[frozenset[str]] = []
-    for n, goal in enumerate(goals):
-        words = _words(goal)
-        if len(words) >= REPEAT_MIN_WORDS:
-            for m, earlier in enumerate(seen):
-                if len(earlier) >= REPEAT_MIN_WORDS and len(
-                    words & earlier
-                ) >= REPEAT_OVERLAP * min(len(words), len(earlier)):
-                    found[n] = m
-                    break
-        seen.append(words)
+    seen = [_words(goal) for goal in goals]
+    for n, words in enumerate(seen):
+        earlier = range(max(0, n - REPEAT_LOOKBACK), n)
+        m = next((m for m in earlier if _same_ask(words, seen[m])), None)
+        if m is not None:
+            found[n] = m
     return found
+
+
+def _same_ask(words: frozenset[str], earlier: frozenset[str]) -> bool:
+    if min(len(words), len(earlier)) < REPEAT_MIN_WORDS:
+        return False
+    return len(words & earlier) >= REPEAT_OVERLAP * min(len(words), len(earlier))
 
 
 def conversation_of(session_key: str, turns: Sequence[SessionTurn]) -> tuple[Window, Origins]:
