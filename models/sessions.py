@@ -74,6 +74,8 @@ class SessionTurn(_Record):
     # the request's task, steps and answer as contract events (dicts), texts masked and clipped
     # (judges/sessions/turns.py); an old turn of a long session keeps none (`events_dropped`)
     events: list[dict[str, Any]] = Field(default_factory=list)
+    # steps of a long request left out of `events` (its first, last and failed ones are kept)
+    steps_left_out: int = Field(default=0, ge=0)
     events_dropped: bool = False
 
 

@@ -73,3 +73,20 @@ def one_refund_per_conversation(run: Run) -> Failure | None:
     if len(refunds) > 1:
         return Failure(f"{len(refunds)} refunds in one conversation", refunds[1].index)
     return None
+
+
+@check(session=True)
+def spins_on_the_conversation(run: Run) -> Failure | None:
+    """A session check stuck in a CPU loop for a minute: ended at its time limit."""
+    import time
+
+    until = time.monotonic() + 60
+    while time.monotonic() < until:
+        pass
+    return None
+
+
+@check(session=True)
+def says_nonsense(run: Run) -> Failure | None:
+    """A session check whose answer is no Failure: counted as its error."""
+    return "the conversation looks odd"  # type: ignore[return-value]

@@ -424,3 +424,62 @@ async def test_no_agent_name_or_session_key_makes_another_agents_session() -> No
     hostile = '"],["x'  # JSON in a name is a name
     await ask(w, turn("c1", "Change my flight LX100.", agent=hostile, session="<b>k</b>"))
     assert revisions(w)[-1]["agent_name"] == hostile and revisions(w)[-1]["revision"] == 1
+
+
+async def test_a_session_outcome_is_taken_only_as_its_source_signed_it() -> None:
+    from tracejudge.client.events import outcome_event
+    from tracejudge.models.sessions import session_ref
+
+    key = "ci-" + "0123456789abcdef" * 3
+    w = memory_worker(outcome_keys=f"test:{key}")
+    ref = session_ref(AGENT, KEY)
+    signed = outcome_event(ref, ok=True, source="test", key=key, session=(AGENT, KEY))
+    await w.event(signed)
+    assert w.ctx.metrics.counts["outcomes_received"] == 1
+    forged = [
+        {**signed, "session_key": "another-chat"},  # moved to another session
+        {**signed, "subject": "request"},  # made a request's
+        {**signed, "signature": "hmac-sha256:" + "é" * 64},  # not even ASCII
+        {**signed, "signature": "\ud800"},
+    ]
+    for value in forged:
+        await w.event(value)
+    assert w.ctx.metrics.counts["outcomes_received"] == 1
+    assert w.ctx.metrics.counts["outcomes_rejected"] == 4
+
+
+async def test_a_session_check_that_spins_or_talks_nonsense_costs_its_limit_and_no_verdict() -> (
+    None
+):
+    import time
+
+    team = "tests.team_checks"
+    checks = (
+        f"{team}:spins_on_the_conversation,{team}:says_nonsense,{team}:one_refund_per_conversation"
+    )
+    w = worker(checks=checks, check_timeout_s=0.5)
+    started = time.monotonic()
+    await ask(w, turn("r1", "Refund TK1.", calls=[("refund_ticket", True)]))
+    await ask(w, turn("r2", "Refund TK2.", calls=[("refund_ticket", True)]))
+    assert time.monotonic() - started < 4.0  # two revisions at the limit, not a minute
+    last = revisions(w)[-1]
+    assert any(f"{team}:spins_on_the_conversation timed out" in r for r in last["reasons"])
+    assert any(f"{team}:says_nonsense raised" in r for r in last["reasons"])
+    # the check that answered still decides
+    assert any(f["rule"].endswith("one_refund_per_conversation") for f in last["findings"])
+    assert not last["passed"]
+    runner = w.ctx.events.closer.check_runner
+    assert runner is not None
+    runner.close()
+
+
+async def test_a_request_of_12000_steps_is_a_bounded_turn() -> None:
+    w = worker()
+    calls = [(f"read_{n % 7}", n % 25 != 0) for n in range(12_000)]
+    await ask(w, turn("r1", "Audit every file of the repository.", calls=calls))
+    (sent,) = w.channel("session_turns").sent
+    assert len(sent.value or b"") < 100_000  # far under the broker's 1 MiB
+    kept = json.loads(sent.value or b"")
+    assert len(kept["events"]) <= 2 + 80 and kept["steps_left_out"] >= 11_900
+    (verdict,) = revisions(w)
+    assert any("left out of the conversation's reading" in r for r in verdict["reasons"])

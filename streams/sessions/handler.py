@@ -289,6 +289,11 @@ class SessionHandler:
         reasons = list(judged.reasons)
         if state.end_reason and cause == "ended":
             reasons.append(f"ended: {state.end_reason}")
+        long = sum(t.steps_left_out for t in state.turns)
+        if long:
+            reasons.append(
+                f"{long} step(s) of long requests left out of the conversation's reading"
+            )
         if state.turns_over_cap:
             reasons.append(
                 f"{state.turns_over_cap} older turn(s) kept only their request and answer"

@@ -22,6 +22,7 @@ instrumentor add OTel `gen_ai.*` attributes alongside its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -51,6 +52,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from openinference.instrumentation import using_session
 from openinference.instrumentation.langchain import LangChainInstrumentor
 
 ANSWERS = {
@@ -168,11 +170,15 @@ def main() -> int:
     LangChainInstrumentor().instrument(tracer_provider=provider)
     model = ScriptedChatModel(messages=iter(script(scenario)))
     agent = build_agent(model, variant)
+    # CAPTURE_SESSION: the run is a turn of that conversation, as OpenInference marks one
+    # (`using_session`: `session.id` on every span)
+    session = os.environ.get("CAPTURE_SESSION")
     try:
-        result = agent.invoke(
-            {"messages": [("user", capture.TASK)]},
-            {"recursion_limit": 50},
-        )
+        with using_session(session) if session else contextlib.nullcontext():
+            result = agent.invoke(
+                {"messages": [("user", capture.TASK)]},
+                {"recursion_limit": 50},
+            )
         print(result["messages"][-1].content)
     except Exception as exc:  # the run's spans have ended by now
         print(f"run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
