@@ -483,3 +483,17 @@ async def test_a_request_of_12000_steps_is_a_bounded_turn() -> None:
     assert len(kept["events"]) <= 2 + 80 and kept["steps_left_out"] >= 11_900
     (verdict,) = revisions(w)
     assert any("left out of the conversation's reading" in r for r in verdict["reasons"])
+
+
+async def test_a_calibrated_threshold_of_the_agents_sessions_is_what_its_sessions_meet() -> None:
+    from tracejudge.judges.agreement.calibration import Calibration
+
+    w = worker(calibration_enabled=True)
+    learned = Calibration.of(f"{AGENT} [sessions]", 97, 0.9, 40, 40, 1000.0)
+    requests_own = Calibration.of(AGENT, 11, 0.9, 40, 40, 1000.0)
+    w.ctx.calibration_book.replace([learned, requests_own])
+    await ask(w, turn("r1", "Change my flight AB12 to Friday."))
+    (verdict,) = revisions(w)
+    assert verdict["warn_threshold"] == 97 and not verdict["passed"]  # not the requests' 11
+    (evaluation,) = w.channel("evaluations").values()
+    assert evaluation["warn_threshold"] == 11
