@@ -168,10 +168,10 @@ def test_ended_idle_and_resumed_sessions_on_the_topic_in_redis_and_the_explorer(
     # in Redis: each revision under its number, never overwritten
     client: Any = redis.Redis.from_url(session_worker.settings.redis_url)
     sid = stable_id("session", session_id(AGENT, quiet))
-    kept = [
-        client.get(names.REDIS_SESSION_REVISION_KEY.format(session=sid, revision=n))
-        for n in (1, 2, 3)
-    ]
+    keys = [names.REDIS_SESSION_REVISION_KEY.format(session=sid, revision=n) for n in (1, 2, 3)]
+    # written once the topic has the revision, as an evaluation is: a moment after
+    wait_until(lambda: all(client.exists(k) for k in keys), 10, lambda: str(keys))
+    kept = [client.get(k) for k in keys]
     assert [json.loads(k)["cause"] for k in kept] == ["turn", "idle", "resumed"]
 
     # in the explorer: the session page lists the turns and every revision
