@@ -14,6 +14,7 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from tracejudge.models.ids import stable_id
+from tracejudge.models.modes import FailureMode
 
 Score = int
 JudgeStatus = Literal["ok", "fallback", "disabled", "skipped"]
@@ -399,6 +400,11 @@ class Evaluation(_Output):
         default=None,
         description="The agent's calibrated alert threshold that made this verdict (learned "
         "from its outcomes); None: the configured warn_threshold applied.",
+    )
+    mode: FailureMode | None = Field(
+        default=None,
+        description="The failure mode it belongs to (docs/modes.md): made from the verdict "
+        "itself, without a model call. None: a clean pass.",
     )
     ts: float
 

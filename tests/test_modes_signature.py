@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracejudge.judges.modes.errors import template
-from tracejudge.judges.modes.signature import signature_of
+from tracejudge.judges.modes.signature import mode_of, tools_before
 
 
 def test_the_same_failure_with_other_ids_is_one_template() -> None:
@@ -24,25 +24,49 @@ def test_a_failing_tool_names_its_mode_with_its_error_and_the_call_before_it() -
         "passed": False, "success": False, "incomplete": True, "agent_name": "shop",
         "failed_steps": [{"index": 3, "tool": "refund_order", "reason": "HTTP 503 (req 8f3a2c91)"}],
     }  # fmt: skip
-    sig = signature_of(evaluation, tools=["lookup_order", "refund_order"])
-    assert sig is not None
-    assert sig.name() == "refund_order fails with HTTP 503 (req <HEX>) after lookup_order"
+    before = tools_before(["get_user", "lookup_order", "refund_order", "refund_order"])
+    assert before == {"lookup_order": "get_user", "refund_order": "lookup_order"}
+    mode = mode_of(evaluation, before)
+    assert mode is not None and mode.kind == "tool_error"
+    assert mode.name == "refund_order fails with HTTP 503 (req <HEX>) after lookup_order"
     other = {
         **evaluation,
         "failed_steps": [{"tool": "refund_order", "reason": "HTTP 503 (req 77aa11bb)"}],
     }
-    again = signature_of(other, tools=["lookup_order", "refund_order"])
-    assert again is not None and again.key("shop") == sig.key("shop") != sig.key("other-agent")
+    # another id, another call before it: the same mode (an outage fails it whatever came first)
+    again = mode_of(other, {"refund_order": "get_user"})
+    assert again is not None and again.key == mode.key
+    assert mode_of({**evaluation, "agent_name": "other-agent"}, before).key != mode.key  # type: ignore[union-attr]
+    worse = {**evaluation, "failed_steps": [{"tool": "refund_order", "reason": "HTTP 502 x"}]}
+    assert mode_of(worse).key != mode.key  # type: ignore[union-attr]
 
 
 def test_clean_passes_have_no_mode_and_rules_checks_and_stops_name_theirs() -> None:
-    assert signature_of({"passed": True, "success": True, "incomplete": False}) is None
-    base = {"passed": False, "success": True, "incomplete": True}
-    rule = signature_of({**base, "findings": [{"rule": "pending_action", "evidence": ""}]})
-    assert rule is not None and rule.name() == "leaves an action it promised pending"
-    check = signature_of({**base, "findings": [{"rule": "check:needs_confirmation"},
-                                               {"rule": "pending_action"}]})  # fmt: skip
-    assert check is not None and check.name() == "the team's check needs_confirmation fails"
+    assert mode_of({"passed": True, "success": True, "incomplete": False}) is None
+    base = {"passed": False, "success": True, "incomplete": True, "agent_name": "shop"}
+    rule = mode_of({**base, "findings": [{"rule": "pending_action", "evidence": ""}]})
+    assert rule is not None and rule.name == "leaves an action it promised pending"
+    check = mode_of({**base, "findings": [{"rule": "check:needs_confirmation"},
+                                          {"rule": "pending_action"}]})  # fmt: skip
+    assert check is not None and check.name == "the team's check needs_confirmation fails"
     stop = {"kind": "loop", "crossed": "repeat", "action": "stop", "stopped_after": True}
-    stopped = signature_of({**base, "interventions": [stop]})
-    assert stopped is not None and stopped.name() == "stopped by a loop repeat"
+    stopped = mode_of({**base, "interventions": [stop]})
+    assert stopped is not None and stopped.name == "stopped by a loop repeat"
+    # the step the blame names, where it is not the agent itself: a loop on one tool is its own
+    looping = {**base, "findings": [{"rule": "identical_call_loop"}],
+               "blame": {"actor": "search_flights", "reason": "a loop"}}  # fmt: skip
+    loop = mode_of(looping)
+    assert loop is not None and loop.name == "repeats the same call (at search_flights)"
+    mine = mode_of({**looping, "blame": {"actor": "shop", "reason": "a loop"}})
+    assert mine is not None and mine.name == "repeats the same call" and mine.key != loop.key
+
+
+def test_a_judges_reading_is_grouped_by_what_it_blames_not_by_its_words() -> None:
+    base = {"passed": False, "success": True, "incomplete": True, "agent_name": "shop"}
+    one = mode_of({**base, "blame": {"source": "judge", "actor": "planner",
+                                     "reason": "The planner never booked flight HAT030."}})  # fmt: skip
+    two = mode_of({**base, "blame": {"source": "judge", "actor": "planner",
+                                     "reason": "It did not book the trip the user asked for."}})  # fmt: skip
+    assert one is not None and two is not None and one.key == two.key
+    assert one.name == "the judge finds it left incomplete (at planner)"
+    assert one.error == "The planner never booked flight <ID>."

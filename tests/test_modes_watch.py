@@ -1,39 +1,75 @@
-"""When a failure mode is announced: new at its fifth run within a window, a jump against its
-own past, once per window, quiet after a window without it."""
+"""When a failure mode is announced: new at its fifth run within a window, a jump of its share
+against its own past (a surge of traffic alone is none), once per window, quiet after a window
+without it, nothing while an agent is first watched; its state survives a round trip."""
 
 from __future__ import annotations
 
-from tracejudge.judges.modes.watch import ModeWatch
+from tracejudge.judges.modes.watch import AgentModes, ModeTimes
+from tracejudge.models.modes import FailureMode, ModeAlert, ModeRun
+
+TIMES = ModeTimes(window_s=600, history_s=3600, min_runs=5, jump=3.0, learn_s=600)
+
+
+def _mode(key: str, after: str | None = None) -> FailureMode:
+    return FailureMode(key=key, name=f"mode {key}", kind="rule", rule=key, after=after)
+
+
+def _run(at: float, rid: str, key: str | None, version: str | None = "v1") -> ModeRun:
+    mode = None if key is None else _mode(key)
+    return ModeRun(agent_name="shop", agent_version=version, request_id=rid, at=at, mode=mode)
+
+
+def _watched(until: float, every: float = 10.0) -> AgentModes:
+    """An agent watched from 0 to `until`: one clean verdict every `every` seconds, and a run
+    of mode "steady" every five minutes (one verdict in 30)."""
+    agent = AgentModes(agent_name="shop", since=0.0)
+    t = 0.0
+    while t < until:
+        key = "steady" if t % 300 == 0 else None
+        assert agent.observe(_run(t, f"c{t}", key), TIMES) is None
+        t += every
+    return agent
 
 
 def test_a_new_mode_is_announced_at_its_fifth_run_once_and_quiet_after_a_window() -> None:
-    watch = ModeWatch(window_s=600, history_s=3600, min_runs=5)
-    said = [watch.observe("shop", "m1", "refund fails", 1000.0 + 10 * n, f"r{n}", "v2")
-            for n in range(8)]  # fmt: skip
+    agent = _watched(1800)
+    said = [agent.observe(_run(1800 + 10 * n, f"r{n}", "m1", "v2"), TIMES) for n in range(8)]
     assert [a is not None for a in said] == [False] * 4 + [True] + [False] * 3
     first = said[4]
-    assert first is not None and (first.kind, first.runs, first.versions) == ("new", 5, ("v2",))
-    assert first.examples == ("r0", "r1", "r2", "r3", "r4")
-    assert watch.tick(1000.0 + 300) == []  # still failing within the window
-    (quiet,) = watch.tick(1000.0 + 70 + 700)
-    assert quiet.kind == "quiet" and quiet.key == "m1"
-    assert watch.tick(1000.0 + 70 + 800) == []  # once
+    assert first is not None and (first.kind, first.runs, first.versions) == ("new", 5, {"v2": 5})
+    assert first.examples == ["r0", "r1", "r2", "r3", "r4"]
+    assert first.new_in_version == "v2"  # all of it in a version the agent had not run before
+    assert "new failure mode since version v2, 5 runs in 10 min: mode m1" in first.message
+    assert agent.tick(1800 + 300, TIMES) == []  # still failing within the window
+    (quiet,) = agent.tick(1800 + 70 + 700, TIMES)
+    assert quiet.kind == "quiet" and quiet.mode.key == "m1"
+    assert agent.tick(1800 + 70 + 800, TIMES) == []  # once
+    again = AgentModes.model_validate_json(agent.model_dump_json())  # the table's round trip
+    assert again == agent
 
 
-def test_a_steady_mode_is_not_announced_until_its_rate_jumps() -> None:
-    watch = ModeWatch(window_s=600, history_s=3600, min_runs=5, jump=3.0)
-    steady = [watch.observe("shop", "m2", "lookup times out", n * 120.0, f"s{n}")
-              for n in range(30)]  # fmt: skip
-    # one run every two minutes for an hour: announced once, when it first reached five
-    assert [(n, a.kind) for n, a in enumerate(steady) if a is not None] == [(4, "new")]
-    burst = [watch.observe("shop", "m2", "lookup times out", 3600 + k, f"j{k}")
-             for k in range(20)]  # fmt: skip
-    assert [a.kind for a in burst if a is not None] == ["jump"]
+def test_nothing_is_announced_while_an_agent_is_first_watched() -> None:
+    agent = AgentModes(agent_name="shop", since=0.0)
+    assert [agent.observe(_run(10.0 * n, f"r{n}", "m"), TIMES) for n in range(20)] == [None] * 20
 
 
-def test_modes_are_per_agent() -> None:
-    watch = ModeWatch(min_runs=2)
-    watch.observe("a", "m", "x", 0.0, "r1")
-    assert watch.observe("b", "m", "x", 1.0, "r2") is None
-    said = watch.observe("a", "m", "x", 2.0, "r3")
-    assert said is not None and said.agent == "a"
+def test_a_steady_mode_is_not_announced_by_a_surge_of_traffic_but_by_a_jump_of_its_share() -> None:
+    agent = _watched(3000)
+    # five times the traffic, the steady mode at its share: nothing
+    surge: list[ModeAlert | None] = []
+    for n in range(300):
+        t = 3000 + 2.0 * n
+        surge.append(agent.observe(_run(t, f"s{n}", "steady" if n % 30 == 0 else None), TIMES))
+    assert [a for a in surge if a is not None] == []
+    # then its share jumps: one run in two
+    jumped = [agent.observe(_run(3600 + 2.0 * n, f"j{n}", "steady" if n % 2 else None), TIMES)
+              for n in range(100)]  # fmt: skip
+    assert [a.kind for a in jumped if a is not None] == ["jump"]
+
+
+def test_modes_are_per_agent_and_bounded() -> None:
+    agent = AgentModes(agent_name="shop", since=0.0)
+    small = ModeTimes(max_modes=3, learn_s=0)
+    for n in range(10):
+        agent.observe(_run(float(n), f"r{n}", f"m{n}"), small)
+    assert sorted(agent.modes) == ["m7", "m8", "m9"]

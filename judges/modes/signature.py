@@ -4,19 +4,20 @@ what the verdict already knows, without a model call, and a name a person reads.
 In order, the first that applies: a tool's call that failed and was never made good (the tool,
 its error's template, the tool called before it), an intervention that ended the run (its kind
 and what it crossed), a team's check that failed, the most specific rule that fired, the judge's
-blame (its reason's template, where a judge ran), else the quadrant the verdict fell in. Two
+blame (the step it names, where a judge ran; its reason's template said, not keyed), else the
+quadrant the verdict fell in; the blamed step's actor or tool where it is not the agent. Two
 verdicts of one agent with the same signature are the same mode; a mode's key is stable across
 processes and restarts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tracejudge.judges.modes.errors import template
+from tracejudge.judges.modes.errors import TEMPLATE_CHARS, template
 from tracejudge.models.ids import stable_id
+from tracejudge.models.modes import NAME_CHARS, FailureMode, ModeKind
 
 # the rules, most telling first: a run that crashed says more than one that was long
 RULES = (
@@ -58,83 +59,111 @@ RULE_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class Signature:
-    kind: str  # tool_error, intervention, check, rule, judge, other
-    tool: str | None = None
-    error: str | None = None  # the error's template
-    after: str | None = None  # the tool called before the failing one
-    rule: str | None = None  # a rule, a check's name, an intervention's kind and crossing
-
-    def key(self, agent: str | None) -> str:
-        """The mode's id for an agent: the same signature, the same id, anywhere."""
-        parts = (self.kind, self.tool, self.error, self.after, self.rule)
-        return stable_id("mode", agent or "", *(p or "" for p in parts))
-
-    def name(self) -> str:
-        """In words: "refund_order fails with HTTP 503 after lookup_order"."""
-        if self.kind == "tool_error":
-            said = f"{self.tool} fails" + (f" with {self.error}" if self.error else "")
-            return said + (f" after {self.after}" if self.after else "")
-        if self.kind == "intervention":
-            return f"stopped by a {self.rule}"
-        if self.kind == "check":
-            return f"the team's check {self.rule} fails"
-        if self.kind == "rule":
-            return RULE_WORDS.get(self.rule or "", self.rule or "a rule fires")
-        if self.kind == "judge":
-            return f"the judge: {self.error}"
-        return self.rule or "fails"
+def _get(item: Any, name: str) -> Any:
+    """A field of an evaluation (or a part of one), as a model or as its JSON."""
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
 
 
-def signature_of(evaluation: Mapping[str, Any], tools: Sequence[str] = ()) -> Signature | None:
-    """The mode of a verdict that is not a clean pass (None for a clean pass). `tools`: the
-    run's tool calls in step order, when known (the worker's window: "after" comes from it)."""
-    if evaluation.get("passed") and evaluation.get("success") and not evaluation.get("incomplete"):
-        return None
-    failed = evaluation.get("failed_steps") or []
+def key_of(agent: str | None, kind: str, tool: str | None, error: str | None, rule: str | None) -> str:
+    """The mode's id for an agent: the same signature, the same id, in any process. The tool
+    called before a failing one is not part of it: an outage fails a tool whatever came first."""
+    return stable_id("mode", agent or "", kind, tool or "", error or "", rule or "")
+
+
+def name_of(
+    kind: str, tool: str | None, error: str | None, rule: str | None, after: str | None = None
+) -> str:
+    """In words: "refund_order fails with HTTP 503 after lookup_order"."""
+    if kind == "tool_error":
+        said = f"{tool or 'a tool'} fails" + (f" with {error}" if error else "")
+        return said + (f" after {after}" if after else "")
+    at = f" (at {tool})" if tool else ""
+    if kind == "intervention":
+        return f"stopped by a {rule}{at}"
+    if kind == "check":
+        return f"the team's check {rule} fails{at}"
+    if kind == "rule":
+        return RULE_WORDS.get(rule or "", rule or "a rule fires") + at
+    if kind == "judge":
+        return f"the judge finds it {rule}{at}"
+    return (rule or "fails") + at
+
+
+def mode_of(evaluation: Any, called_before: Mapping[str, str] | None = None) -> FailureMode | None:
+    """The failure mode of a verdict that is not a clean pass (None for a clean pass), from an
+    Evaluation or its JSON. `called_before`: each tool's preceding call (`tools_before`)."""
+    if _get(evaluation, "passed") and _get(evaluation, "success"):
+        if not _get(evaluation, "incomplete"):
+            return None
+    agent = _get(evaluation, "agent_name")
+    kind, tool, error, rule = (_clip(v) if v else v for v in _signature(evaluation, agent))
+    after = None
+    if kind == "tool_error" and tool is not None and called_before:
+        after = _clip(called_before.get(tool))
+    # the judge's reason is prose: said, not keyed (two readings of one failure seldom share
+    # their words); the quadrant and the step it blames group them
+    keyed = None if kind == "judge" else error
+    return FailureMode(
+        key=key_of(agent, str(kind), tool, keyed, rule),
+        name=name_of(kind, tool, error, rule, after)[:NAME_CHARS],
+        kind=kind,  # type: ignore[arg-type]
+        tool=tool,
+        error=error,
+        after=after,
+        rule=rule,
+    )
+
+
+def _clip(text: str | None) -> str | None:
+    return None if text is None else text[:TEMPLATE_CHARS]
+
+
+def _signature(
+    evaluation: Any, agent: str | None
+) -> tuple[ModeKind, str | None, str | None, str | None]:
+    failed = _get(evaluation, "failed_steps") or []
     if failed:
         step = failed[0]
-        tool = str(step.get("tool") or "") or None
-        return Signature(
-            "tool_error",
-            tool=tool,
-            error=template(step.get("reason")),
-            after=_before(tools, tool),
-        )
-    for made in evaluation.get("interventions") or []:
-        if made.get("action") == "stop" and made.get("stopped_after"):
-            return Signature("intervention", rule=f"{made.get('kind')} {made.get('crossed')}")
-    findings = [f for f in evaluation.get("findings") or [] if isinstance(f, Mapping)]
-    fired = {str(f.get("rule")) for f in findings}
+        tool = str(_get(step, "tool") or "") or None
+        return "tool_error", tool, template(_get(step, "reason")), None
+    blame = _get(evaluation, "blame")
+    actor = _get(blame, "actor") if blame is not None else None
+    actor = None if not actor or actor == agent else str(actor)
+    for made in _get(evaluation, "interventions") or []:
+        if _get(made, "action") == "stop" and _get(made, "stopped_after"):
+            said = f"{_get(made, 'kind')} {_get(made, 'crossed')}"
+            return "intervention", actor, None, said
+    fired = {str(_get(f, "rule")) for f in _get(evaluation, "findings") or []}
     checks = sorted(r.removeprefix("check:") for r in fired if r.startswith("check:"))
     if checks:
-        return Signature("check", rule=checks[0])
+        return "check", actor, None, checks[0]
     for rule in RULES:
         if rule in fired:
-            return Signature("rule", rule=rule)
-    blame = evaluation.get("blame") or {}
-    if isinstance(blame, Mapping) and blame.get("source") == "judge" and blame.get("reason"):
-        return Signature("judge", error=template(str(blame["reason"])))
+            return "rule", actor, None, rule
+    if blame is not None and _get(blame, "source") == "judge" and _get(blame, "reason"):
+        return "judge", actor, template(str(_get(blame, "reason"))), _quadrant(evaluation)
     if fired:
-        return Signature("rule", rule=sorted(fired)[0])
-    return Signature("other", rule=_quadrant(evaluation))
+        return "rule", actor, None, sorted(fired)[0]
+    return "other", actor, None, _quadrant(evaluation)
 
 
-def _before(tools: Sequence[str], tool: str | None) -> str | None:
-    """The tool called before the failing one (not itself), from the run's calls in order."""
-    if not tools or tool is None:
-        return None
-    at = [n for n, t in enumerate(tools) if t == tool]
-    if not at:
-        return None
-    earlier = [t for t in tools[: at[0]] if t != tool]
-    return earlier[-1] if earlier else None
+def tools_before(tools: Iterable[str | None], most: int = 64) -> dict[str, str]:
+    """Each tool's preceding call: the other tool called last before its last run of calls
+    (a failure never made good is a tool's last call). At most `most` tools."""
+    before: dict[str, str] = {}
+    last: str | None = None
+    for tool in tools:
+        if tool is None:
+            continue
+        if last is not None and last != tool and (tool in before or len(before) < most):
+            before[tool] = last
+        last = tool
+    return before
 
 
-def _quadrant(evaluation: Mapping[str, Any]) -> str:
-    if not evaluation.get("success"):
+def _quadrant(evaluation: Any) -> str:
+    if not _get(evaluation, "success"):
         return "failed steps"
-    if evaluation.get("incomplete"):
+    if _get(evaluation, "incomplete"):
         return "left incomplete"
     return "scored below the threshold"

@@ -1,130 +1,230 @@
-"""Which failure modes to announce, from the verdicts as they come: pure, clocked by the
+"""Which failure modes to announce, from one agent's verdicts as they come: pure, clocked by the
 verdicts' own times, so a replay announces what the live stream did.
 
-Per agent and mode, runs are counted in minute buckets over the last `history_s`. A mode is
-announced when it reaches `min_runs` runs within `window_s`:
+An agent's verdicts (every final one, clean or not) and each of its modes' runs are counted in
+minute buckets over the last `history_s`. A mode is announced when it has `min_runs` runs within
+`window_s`:
 - **new**: it had no run in the history before that window (the first time, or back after the
   history forgot it);
-- **jump**: its runs in the window are at least `jump` times what a window of its history
-  held on average (and `min_runs` or more);
-once per window (a mode that keeps failing is announced again only a window later), with up to
-`EXAMPLES` request ids and the agent versions it was seen in. An announced mode with no run for
-a whole window is announced **quiet**, once.
+- **jump**: its share of the agent's verdicts in the window is well above its share before (its
+  runs at least `jump` times what that share predicts, and that many unlikely by chance: a
+  Poisson tail below `P_JUMP`); a surge of traffic alone moves no mode;
+once per window (a mode that keeps failing is announced again only a window later), with recent
+request ids, the agent versions it was seen in and, for a failing tool, the calls before it.
+An announced mode with no run for a whole window is announced **quiet**, once. Nothing is
+announced while an agent is first watched (`learn_s`): what it fails of then is its normal.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import Literal
+import math
+from collections import Counter
+from dataclasses import dataclass
 
+from pydantic import BaseModel, Field
+
+from tracejudge.models.modes import AlertKind, FailureMode, ModeAlert, ModeRun
+
+RECENT = 50  # runs of a mode kept (examples, versions and calls before it in the window)
 EXAMPLES = 5
-Kind = Literal["new", "jump", "quiet"]
+VERSIONS = 16  # an agent's versions remembered (the oldest forgotten first)
+P_JUMP = 1e-3
 
 
 @dataclass(frozen=True)
-class Announcement:
-    kind: Kind
-    agent: str | None
-    key: str
-    name: str
-    at: float
-    runs: int  # in the window
-    before: float  # a window's runs on average in the history before it
-    examples: tuple[str, ...]
-    versions: tuple[str, ...]
-    first_seen: float
-
-
-@dataclass
-class _Mode:
-    name: str
-    first_seen: float
-    buckets: dict[int, int] = field(default_factory=dict)  # minute -> runs
-    examples: deque[str] = field(default_factory=lambda: deque(maxlen=EXAMPLES))
-    versions: Counter[str] = field(default_factory=Counter)
-    announced_at: float | None = None  # the last new/jump announcement
-    loud: bool = False  # announced, and not quiet since
-
-
-@dataclass
-class ModeWatch:
+class ModeTimes:
     window_s: float = 600.0
     history_s: float = 3600.0
     min_runs: int = 5
     jump: float = 3.0
-    modes: dict[tuple[str | None, str], _Mode] = field(default_factory=dict)
+    learn_s: float = 600.0
+    max_modes: int = 200  # per agent: the one whose last run is oldest goes first
 
-    def observe(
-        self,
-        agent: str | None,
-        key: str,
-        name: str,
-        at: float,
-        request_id: str,
-        version: str | None = None,
-    ) -> Announcement | None:
-        mode = self.modes.get((agent, key))
+
+class _Recent(BaseModel):
+    at: float
+    request_id: str
+    version: str | None = None
+    after: str | None = None
+
+
+class _Mode(BaseModel):
+    mode: FailureMode
+    first_seen: float
+    last_seen: float
+    buckets: dict[int, int] = Field(default_factory=dict)  # minute -> runs
+    recent: list[_Recent] = Field(default_factory=list)
+    versions: dict[str, float] = Field(default_factory=dict)  # version -> first run of it
+    announced_at: float | None = None  # the last new or jump announcement
+    loud: bool = False  # announced, and not quiet since
+
+
+class AgentModes(BaseModel):
+    """One agent's modes: the modes agent's table value (JSON)."""
+
+    agent_name: str | None = None
+    since: float
+    total: dict[int, int] = Field(default_factory=dict)  # minute -> final verdicts
+    versions: dict[str, float] = Field(default_factory=dict)  # version -> first verdict of it
+    modes: dict[str, _Mode] = Field(default_factory=dict)
+    swept: int = 0  # the minute the buckets were last cut to the history
+
+    def observe(self, run: ModeRun, times: ModeTimes) -> ModeAlert | None:
+        """Count a final verdict (its mode, if any); the announcement it makes, if any."""
+        at, minute = run.at, int(run.at // 60)
+        self.total[minute] = self.total.get(minute, 0) + 1
+        version = run.agent_version
+        if version is not None and version not in self.versions:
+            self.versions[version] = at
+            while len(self.versions) > VERSIONS:
+                del self.versions[min(self.versions, key=self.versions.__getitem__)]
+        self._forget(at, times)
+        if run.mode is None:
+            return None
+        mode = self.modes.get(run.mode.key)
         if mode is None:
-            mode = self.modes[(agent, key)] = _Mode(name, at)
-        minute = int(at // 60)
+            mode = self.modes[run.mode.key] = _Mode(mode=run.mode, first_seen=at, last_seen=at)
+            self._bound(times)
+        mode.mode, mode.last_seen = run.mode, max(mode.last_seen, at)
         mode.buckets[minute] = mode.buckets.get(minute, 0) + 1
-        mode.examples.append(request_id)
-        mode.versions[version or ""] += 1
-        self._forget(mode, at)
-        runs, before = self._rates(mode, at)
-        if runs < self.min_runs:
-            return None
-        if mode.announced_at is not None and at - mode.announced_at < self.window_s:
-            return None  # once per window
-        if before == 0:
-            kind: Kind = "new"
-        elif runs >= self.jump * before:
-            kind = "jump"
-        else:
-            return None
-        mode.announced_at, mode.loud = at, True
-        return self._said(kind, agent, key, mode, at, runs, before)
+        mode.recent = [*mode.recent[-(RECENT - 1) :], _Recent(at=at, request_id=run.request_id,
+                                                              version=version, after=run.mode.after)]  # fmt: skip
+        if version is not None and version not in mode.versions and len(mode.versions) < VERSIONS:
+            mode.versions[version] = at
+        return self._judged(mode, at, times)
 
-    def tick(self, now: float) -> list[Announcement]:
-        """Modes announced that had no run for a whole window: quiet (once)."""
+    def tick(self, now: float, times: ModeTimes) -> list[ModeAlert]:
+        """Modes announced that had no run for a whole window: quiet (once); the forgotten go."""
+        self._forget(now, times)
         quiet = []
-        for (agent, key), mode in list(self.modes.items()):
-            self._forget(mode, now)
-            runs, before = self._rates(mode, now)
-            if mode.loud and runs == 0:
+        for key, mode in list(self.modes.items()):
+            if mode.loud and now - mode.last_seen >= times.window_s:
                 mode.loud = False
-                quiet.append(self._said("quiet", agent, key, mode, now, 0, before))
+                runs, before = self._rates(mode, now, times)
+                quiet.append(self._said("quiet", mode, now, runs, before, times))
             if not mode.buckets:
-                del self.modes[(agent, key)]
+                del self.modes[key]
         return quiet
 
-    def _rates(self, mode: _Mode, at: float) -> tuple[int, float]:
-        """(runs in the window ending at `at`, a window's runs on average before it)."""
-        start = int((at - self.window_s) // 60)
+    def _judged(self, mode: _Mode, at: float, times: ModeTimes) -> ModeAlert | None:
+        if at - self.since < times.learn_s:
+            return None  # first watched: what it fails of is its normal
+        if mode.announced_at is not None and at - mode.announced_at < times.window_s:
+            return None  # once per window
+        runs, before = self._rates(mode, at, times)
+        if runs < times.min_runs:
+            return None
+        if before == 0:
+            kind: AlertKind = "new"
+        else:
+            expected = self._expected(mode, at, times)
+            if runs < times.jump * expected or _tail(runs, expected) >= P_JUMP:
+                return None
+            kind = "jump"
+        mode.announced_at, mode.loud = at, True
+        return self._said(kind, mode, at, runs, before, times)
+
+    def _rates(self, mode: _Mode, at: float, times: ModeTimes) -> tuple[int, float]:
+        """(its runs in the window ending at `at`, a window's runs on average before it)."""
+        start = int((at - times.window_s) // 60)
         runs = sum(n for m, n in mode.buckets.items() if m > start)
         earlier = sum(n for m, n in mode.buckets.items() if m <= start)
-        # the windows of its past it was watched in (a mode seen ten minutes ago has one)
-        watched = min(self.history_s - self.window_s, at - self.window_s - mode.first_seen)
-        return runs, earlier / max(1.0, watched / self.window_s)
+        return runs, earlier / max(1.0, self._windows_before(at, times))
 
-    def _forget(self, mode: _Mode, at: float) -> None:
-        oldest = int((at - self.history_s) // 60)
-        for minute in [m for m in mode.buckets if m <= oldest]:
-            del mode.buckets[minute]
+    def _windows_before(self, at: float, times: ModeTimes) -> float:
+        """The windows of history before the current one the agent was watched in."""
+        watched = min(times.history_s, at - self.since) - times.window_s
+        return max(0.0, watched) / times.window_s
+
+    def _expected(self, mode: _Mode, at: float, times: ModeTimes) -> float:
+        """Its runs the window would hold at its share of the agent's verdicts before it."""
+        start = int((at - times.window_s) // 60)
+        now_total = sum(n for m, n in self.total.items() if m > start)
+        then_total = sum(n for m, n in self.total.items() if m <= start)
+        then_runs = sum(n for m, n in mode.buckets.items() if m <= start)
+        if then_total <= 0:
+            return 0.0
+        return now_total * then_runs / then_total
+
+    def _forget(self, at: float, times: ModeTimes) -> None:
+        if int(at // 60) <= self.swept:
+            return  # once a minute: a run costs its own mode's buckets, not every mode's
+        self.swept = int(at // 60)
+        oldest = int((at - times.history_s) // 60)
+        for buckets in (self.total, *(m.buckets for m in self.modes.values())):
+            for minute in [m for m in buckets if m <= oldest]:
+                del buckets[minute]
+
+    def _bound(self, times: ModeTimes) -> None:
+        while len(self.modes) > times.max_modes:
+            del self.modes[min(self.modes, key=lambda k: self.modes[k].last_seen)]
 
     def _said(
-        self,
-        kind: Kind,
-        agent: str | None,
-        key: str,
-        mode: _Mode,
-        at: float,
-        runs: int,
-        before: float,
-    ) -> Announcement:
-        versions = tuple(v for v, _ in mode.versions.most_common(5) if v)
-        return Announcement(
-            kind, agent, key, mode.name, at, runs, before, tuple(mode.examples), versions,
-            mode.first_seen,
-        )  # fmt: skip
+        self, kind: AlertKind, mode: _Mode, at: float, runs: int, before: float, times: ModeTimes
+    ) -> ModeAlert:
+        window = [r for r in mode.recent if r.at > at - times.window_s]
+        versions = Counter(r.version for r in window if r.version is not None)
+        after = Counter(r.after for r in window if r.after is not None)
+        fresh = None
+        if len(versions) == 1 and sum(versions.values()) == len(window):
+            (version,) = versions
+            # all of it in a version the agent had not run before, where it had run another
+            older = [v for v, first in self.versions.items() if v != version and first < at]
+            if older and mode.versions.get(version, 0.0) >= mode.first_seen and (
+                self.versions.get(version, at) > at - times.window_s or kind == "new"
+            ):
+                fresh = version
+        agent = self.agent_name
+        name = mode.mode.name
+        message = _message(kind, agent, name, runs, before, times, fresh)
+        return ModeAlert(
+            alert_id=ModeAlert.id_of(agent, mode.mode.key, kind, int(at // times.window_s)),
+            kind=kind,
+            agent_name=agent,
+            mode=mode.mode,
+            runs=runs,
+            before=round(before, 2),
+            window_s=times.window_s,
+            first_seen=mode.first_seen,
+            examples=[r.request_id for r in (window or mode.recent)[-EXAMPLES:]],
+            versions=dict(versions.most_common(5)),
+            new_in_version=fresh,
+            after=dict(after.most_common(3)),
+            message=message,
+            ts=at,
+        )
+
+
+def _message(
+    kind: AlertKind,
+    agent: str | None,
+    name: str,
+    runs: int,
+    before: float,
+    times: ModeTimes,
+    version: str | None,
+) -> str:
+    minutes = f"{times.window_s / 60:g} min"
+    who = agent or "(no agent name)"
+    if kind == "quiet":
+        return f"{who}: quiet again for {minutes}: {name}"
+    since = f" since version {version}" if version else ""
+    if kind == "new":
+        return f"{who}: new failure mode{since}, {runs} runs in {minutes}: {name}"
+    return f"{who}: failure mode jumped{since}, {runs} runs in {minutes} (about {before:.1f} before): {name}"
+
+
+def _tail(runs: int, expected: float) -> float:
+    """P(X >= runs) for X ~ Poisson(expected): how unlikely that many runs are by chance."""
+    if expected <= 0:
+        return 0.0
+    if expected > 200:  # the normal approximation: no sum of thousands of terms
+        return 0.5 * math.erfc((runs - 0.5 - expected) / math.sqrt(2 * expected))
+    if runs > 10 * expected + 50:  # far in the tail: no need to sum
+        return 0.0
+    term = math.exp(-expected)
+    below = 0.0
+    for k in range(runs):
+        below += term
+        term *= expected / (k + 1)
+    return max(0.0, 1.0 - below)

@@ -17,10 +17,12 @@ from tracejudge.judges.inflight.early_stop import DEFAULT_MAX_ITERATIONS
 from tracejudge.judges.llm.answer import JudgeAnswer
 from tracejudge.judges.llm.criteria import CriteriaBook
 from tracejudge.judges.masking.redact import mask
+from tracejudge.judges.modes.signature import mode_of, tools_before
 from tracejudge.judges.rules.agent_norms import RunStats
 from tracejudge.judges.rules.judge import STOPPED_CAP, RuleVerdict
 from tracejudge.judges.rules.remaining import MAX_LEFT
 from tracejudge.judges.rules.stops import after_crossing
+from tracejudge.models.events import ToolCall
 from tracejudge.models.ids import intervention_id, stable_id
 from tracejudge.models.outputs import (
     Alert,
@@ -133,6 +135,8 @@ class WindowFacts(BaseModel):
     span_id: str | None = None
     interventions: list[InterventionMade] = Field(default_factory=list)
     saved: Saving | None = None  # set with the agent's norms (judges/verdict/make.py)
+    # each tool's preceding call, for a failure mode's "after" (judges/modes/signature.py)
+    tools_before: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
     def of(
@@ -171,6 +175,7 @@ class WindowFacts(BaseModel):
             trace_id=window.task.trace_id if window.task else None,
             span_id=window.task.span_id if window.task else None,
             interventions=interventions_made(window),
+            tools_before=tools_before(e.tool for e in window.steps if isinstance(e, ToolCall)),
         )
 
 
@@ -447,6 +452,8 @@ def conclude(
         final=not outcome.pending,
         ts=now,
     )
+    # what it failed of, from what the verdict says (judges/modes): None for a clean pass
+    evaluation.mode = mode_of(evaluation, facts.tools_before)
     if outcome.pending:
         # reflection requests and alerts carry deterministic ids and cannot be taken back:
         # they follow the final verdict, which the judge may turn the other way
