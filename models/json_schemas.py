@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from tracejudge.models.events import CONTRACT_VERSION, EVENT_ADAPTER
+from tracejudge.models.modes import ModeAlert
 from tracejudge.models.outputs import (
     Alert,
     EarlyStopDecision,
@@ -42,6 +43,7 @@ def contract_schemas() -> dict[str, dict[str, Any]]:
         ("early_stop", EarlyStopDecision),
         ("intervention", Intervention),
         ("session_verdict", SessionVerdict),
+        ("mode_alert", ModeAlert),
     ):
         adapter: TypeAdapter[Any] = TypeAdapter(model)
         schemas[f"{name}.schema.json"] = (

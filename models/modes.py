@@ -31,7 +31,9 @@ class FailureMode(_Record):
     """What a verdict that is not a clean pass failed of (docs/modes.md)."""
 
     key: str = Field(description="Stable per agent and signature: the same failure, the same key.")
-    name: str = Field(description='In words: "refund_order fails with HTTP 503 after lookup_order".')
+    name: str = Field(
+        description='In words: "refund_order fails with HTTP 503 after lookup_order".'
+    )
     kind: ModeKind
     tool: str | None = Field(
         default=None, description="The failing tool, or the step's actor or tool the blame names."

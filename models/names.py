@@ -19,13 +19,16 @@ RETRIES = "retries"
 CONTROL = "control"
 DLQ = "dlq"
 SESSIONS = "sessions"  # session verdicts, one record per revision (models/sessions.py)
-OUTPUTS = (EVALUATIONS, REFLECTIONS, ALERTS, RETRIES, CONTROL, DLQ, SESSIONS)
+MODES = "modes"  # failure modes announced: new, jump, quiet (models/modes.py)
+OUTPUTS = (EVALUATIONS, REFLECTIONS, ALERTS, RETRIES, CONTROL, DLQ, SESSIONS, MODES)
 
 # Internal: closed requests waiting for the LLM judge, consumed by the judge stage; the turns
-# of sessions (and their ends), keyed by session, consumed by the worker's session agent.
+# of sessions (and their ends), keyed by session, consumed by the worker's session agent; each
+# final verdict's failure mode, keyed by agent, consumed by the worker's modes agent.
 JUDGE_REQUESTS = "judge-requests"
 SESSION_TURNS = "session-turns"
-INTERNAL = (JUDGE_REQUESTS, SESSION_TURNS)
+MODE_RUNS = "mode-runs"
+INTERNAL = (JUDGE_REQUESTS, SESSION_TURNS, MODE_RUNS)
 
 # Faust tables; their changelog topics are created at start like every other topic.
 WINDOW_META = "window-meta"
@@ -33,7 +36,8 @@ WINDOW_STEPS = "window-steps"
 RETRY_STATE = "retry-state"
 BASELINES = "baselines"  # each agent's normal, per partition (worker/baselines.py)
 SESSION_STATE = "session-state"  # each open or recent session's turns (streams/sessions/)
-TABLES = (WINDOW_META, WINDOW_STEPS, RETRY_STATE, BASELINES, SESSION_STATE)
+MODE_STATE = "mode-state"  # each agent's failure modes over the last hour (streams/modes/)
+TABLES = (WINDOW_META, WINDOW_STEPS, RETRY_STATE, BASELINES, SESSION_STATE, MODE_STATE)
 
 # Consumer group of the judge stage: `{app_id}` + this suffix.
 JUDGE_GROUP_SUFFIX = "-judge"

@@ -76,6 +76,41 @@ class OperationSettings(BaseModel):
         description="Turns of a session kept with their steps: past it, the oldest but the "
         "first keep only their verdicts (a session's state stays a bounded record).",
     )
+    modes_enabled: bool = Field(
+        True,
+        description="Failure modes: each verdict that is not a clean pass names its mode, and "
+        "the modes agent announces on the modes topic a mode that appears, jumps or goes quiet "
+        "(docs/modes.md). false: no mode is counted or announced (evaluations still name one).",
+    )
+    modes_window_s: float = Field(
+        600.0,
+        ge=60,
+        description="The sliding window a mode's runs are counted in: announced at most once "
+        "per window, quiet after a whole window without a run.",
+    )
+    modes_history_s: float = Field(
+        3600.0,
+        ge=120,
+        description="How far back a mode's own past goes: a mode with no run in it is new.",
+    )
+    modes_min_runs: int = Field(
+        5, ge=1, description="Runs within the window before a mode is announced (new or jump)."
+    )
+    modes_jump: float = Field(
+        3.0,
+        gt=1,
+        description="A jump: its runs in the window at least this many times what its share of "
+        "the agent's verdicts before predicts (and unlikely by chance).",
+    )
+    modes_learn_s: float = Field(
+        600.0,
+        ge=0,
+        description="An agent first watched announces nothing for this long: what it fails of "
+        "then is its normal.",
+    )
+    modes_max_per_agent: int = Field(
+        200, ge=10, description="Modes kept per agent: past it, the longest quiet is forgotten."
+    )
     closed_retention_s: float = Field(
         3600.0, ge=0, description="How long a closed request is remembered to drop late events."
     )

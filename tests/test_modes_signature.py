@@ -63,10 +63,9 @@ def test_clean_passes_have_no_mode_and_rules_checks_and_stops_name_theirs() -> N
 
 def test_a_judges_reading_is_grouped_by_what_it_blames_not_by_its_words() -> None:
     base = {"passed": False, "success": True, "incomplete": True, "agent_name": "shop"}
-    one = mode_of({**base, "blame": {"source": "judge", "actor": "planner",
-                                     "reason": "The planner never booked flight HAT030."}})  # fmt: skip
-    two = mode_of({**base, "blame": {"source": "judge", "actor": "planner",
-                                     "reason": "It did not book the trip the user asked for."}})  # fmt: skip
+    blame = {"source": "judge", "actor": "planner"}
+    one = mode_of({**base, "blame": {**blame, "reason": "The planner never booked flight HAT030."}})
+    two = mode_of({**base, "blame": {**blame, "reason": "It did not book the trip asked for."}})
     assert one is not None and two is not None and one.key == two.key
     assert one.name == "the judge finds it left incomplete (at planner)"
     assert one.error == "The planner never booked flight <ID>."

@@ -64,7 +64,9 @@ def _get(item: Any, name: str) -> Any:
     return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
 
 
-def key_of(agent: str | None, kind: str, tool: str | None, error: str | None, rule: str | None) -> str:
+def key_of(
+    agent: str | None, kind: str, tool: str | None, error: str | None, rule: str | None
+) -> str:
     """The mode's id for an agent: the same signature, the same id, in any process. The tool
     called before a failing one is not part of it: an outage fails a tool whatever came first."""
     return stable_id("mode", agent or "", kind, tool or "", error or "", rule or "")
@@ -92,9 +94,9 @@ def name_of(
 def mode_of(evaluation: Any, called_before: Mapping[str, str] | None = None) -> FailureMode | None:
     """The failure mode of a verdict that is not a clean pass (None for a clean pass), from an
     Evaluation or its JSON. `called_before`: each tool's preceding call (`tools_before`)."""
-    if _get(evaluation, "passed") and _get(evaluation, "success"):
-        if not _get(evaluation, "incomplete"):
-            return None
+    passed, success = _get(evaluation, "passed"), _get(evaluation, "success")
+    if passed and success and not _get(evaluation, "incomplete"):
+        return None
     agent = _get(evaluation, "agent_name")
     kind, tool, error, rule = (_clip(v) if v else v for v in _signature(evaluation, agent))
     after = None

@@ -87,8 +87,8 @@ class AgentModes(BaseModel):
             self._bound(times)
         mode.mode, mode.last_seen = run.mode, max(mode.last_seen, at)
         mode.buckets[minute] = mode.buckets.get(minute, 0) + 1
-        mode.recent = [*mode.recent[-(RECENT - 1) :], _Recent(at=at, request_id=run.request_id,
-                                                              version=version, after=run.mode.after)]  # fmt: skip
+        seen = _Recent(at=at, request_id=run.request_id, version=version, after=run.mode.after)
+        mode.recent = [*mode.recent[-(RECENT - 1) :], seen]
         if version is not None and version not in mode.versions and len(mode.versions) < VERSIONS:
             mode.versions[version] = at
         return self._judged(mode, at, times)
@@ -105,6 +105,15 @@ class AgentModes(BaseModel):
             if not mode.buckets:
                 del self.modes[key]
         return quiet
+
+    def window_runs(self, at: float, times: ModeTimes) -> dict[str, int]:
+        """Each mode's runs in the window ending at `at`, by name."""
+        runs: dict[str, int] = {}
+        for mode in self.modes.values():
+            n, _ = self._rates(mode, at, times)
+            if n:
+                runs[mode.mode.name] = runs.get(mode.mode.name, 0) + n
+        return runs
 
     def _judged(self, mode: _Mode, at: float, times: ModeTimes) -> ModeAlert | None:
         if at - self.since < times.learn_s:
@@ -170,8 +179,10 @@ class AgentModes(BaseModel):
             (version,) = versions
             # all of it in a version the agent had not run before, where it had run another
             older = [v for v, first in self.versions.items() if v != version and first < at]
-            if older and mode.versions.get(version, 0.0) >= mode.first_seen and (
-                self.versions.get(version, at) > at - times.window_s or kind == "new"
+            if (
+                older
+                and mode.versions.get(version, 0.0) >= mode.first_seen
+                and (self.versions.get(version, at) > at - times.window_s or kind == "new")
             ):
                 fresh = version
         agent = self.agent_name
@@ -211,7 +222,8 @@ def _message(
     since = f" since version {version}" if version else ""
     if kind == "new":
         return f"{who}: new failure mode{since}, {runs} runs in {minutes}: {name}"
-    return f"{who}: failure mode jumped{since}, {runs} runs in {minutes} (about {before:.1f} before): {name}"
+    was = f"about {before:.1f} before"
+    return f"{who}: failure mode jumped{since}, {runs} runs in {minutes} ({was}): {name}"
 
 
 def _tail(runs: int, expected: float) -> float:

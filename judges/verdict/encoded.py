@@ -11,7 +11,8 @@ from tracejudge.judges.agreement.tally import Kept, kept_of
 from tracejudge.judges.masking.redact import masked_json
 from tracejudge.judges.rules.judge import RuleVerdict
 from tracejudge.judges.verdict.conclude import Verdict
-from tracejudge.models.outputs import InterventionMade, Origin, Saving, Usage
+from tracejudge.models.modes import ModeRun
+from tracejudge.models.outputs import Evaluation, InterventionMade, Origin, Saving, Usage
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class Made:
     # parent's kept verdict (`chained`)
     parent: str | None = None
     origin: Kept | None = None
+    # a final verdict's failure mode (or none: a clean pass), for the modes agent (models/modes.py)
+    mode_run: bytes | None = None
 
 
 def _low(alerts: list[Any]) -> frozenset[str]:
@@ -119,6 +122,22 @@ def made_of(
         timeline=None if timeline is None else json.dumps(timeline, ensure_ascii=False).encode(),
         kept=kept_of(evaluation, rules, low=_low(verdict.alerts)) if evaluation.final else None,
         parent=None if evaluation.origin is None else evaluation.origin.request_id,
+        mode_run=_mode_run(evaluation) if evaluation.final else None,
+    )
+
+
+def _mode_run(evaluation: Evaluation) -> bytes:
+    """Ids, a time and the mode, whose words come from the masked evaluation: nothing to mask."""
+    return (
+        ModeRun(
+            agent_name=evaluation.agent_name,
+            agent_version=evaluation.agent_version,
+            request_id=evaluation.request_id,
+            at=evaluation.ts,
+            mode=evaluation.mode,
+        )
+        .model_dump_json(exclude_none=True)
+        .encode("utf-8")
     )
 
 

@@ -111,6 +111,10 @@ async def _serve(settings: Settings) -> None:
         # the verdicts judged here meet their outcomes in the worker's store
         agreement=agreement_store(settings, redis),
         followup_window_s=settings.action_followup_window_s,
+        # the final verdicts judged here name their failure modes to the worker's modes agent
+        mode_runs=ProducerTopic(kafka, settings.topic(names.MODE_RUNS))
+        if settings.modes_enabled
+        else None,
     )
     # its verdicts use the agents' calibrated thresholds too, refreshed as the worker's are
     book = CalibrationBook()

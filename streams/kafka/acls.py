@@ -104,7 +104,10 @@ def role_grants(settings: Settings) -> dict[str, list[Grant]]:
         settings,
         (names.EVALUATIONS, names.CONTROL, names.REFLECTIONS, names.RETRIES, names.SESSIONS),
     )
-    viewed = _topics(settings, (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS, names.SESSIONS))
+    viewed = _topics(
+        settings,
+        (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS, names.SESSIONS, names.MODES),
+    )
     return {
         "worker": [
             *(Grant("topic", t, manage) for t in everything),

@@ -169,9 +169,10 @@ async def _topics(settings: Settings) -> list[TopicStatus]:
             since = await consumer.offsets_for_times({tp: minute_ago for tp in tps})
             recent = sum(ends[tp] - (since[tp].offset if since[tp] else ends[tp]) for tp in tps)
             lag = None
-            # the session agent reads its topic in the worker's group, the judge stage its own
+            # the session and modes agents read theirs in the worker's group, the judge stage
+            # its own
             group = judges if name == names.JUDGE_REQUESTS else consumer
-            if name in (*names.INPUTS, names.JUDGE_REQUESTS, names.SESSION_TURNS):
+            if name in (*names.INPUTS, names.JUDGE_REQUESTS, names.SESSION_TURNS, names.MODE_RUNS):
                 committed = {tp: await group.committed(tp) for tp in tps}
                 # never negative: a committed offset past the end would be a broker's
                 # miscount, which `_true_ends` corrects where the records show it

@@ -91,6 +91,8 @@ class ReplayResult:
     # ((agent, session_key) -> verdict): final, since a replay ends every session at its end
     session_verdicts: list[dict[str, Any]] = field(default_factory=list)
     sessions: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    # the failure modes announced, in order (the verdicts' own clock: see docs/modes.md)
+    mode_alerts: list[dict[str, Any]] = field(default_factory=list)
     # the outcome events in the file joined to the verdicts, as the live worker joins them
     # (a memory store: same semantics); None when the file holds no outcome
     agreement: Tally | None = None
@@ -124,6 +126,7 @@ async def replay(
     topic = settings.topic(names.EVENTS)
     jobs = _JobDrain(ctx, channels, settings)
     sessions = _SessionDrain(ctx, channels, settings)
+    modes = _ModeDrain(ctx, channels, settings)
     count = 0
     try:
         for count, (key, value) in enumerate(records, start=1):
@@ -132,12 +135,14 @@ async def replay(
             await ctx.errors.run(InRecord(topic, 0, count, key, value, {}), ctx.events)
             await jobs.run()
             await sessions.run()
+            await modes.run()
             if progress is not None:
                 progress(count)
         for rid in list(ctx.store.open):
             await ctx.events.closer.close(rid, "idle_timeout")
         await jobs.run(final=True)
         await sessions.run(final=True)
+        await modes.run()
     finally:
         if ctx.judge_jobs is not None:
             await ctx.judge_jobs.aclose()
@@ -178,7 +183,7 @@ async def replay_tables(settings: Settings, records: Iterable[InRecord]) -> Tabl
 def _channels() -> Channels:
     names_ = (
         "events", "judge_requests", "evaluations", "reflections", "alerts", "retries",
-        "control", "dlq", "session_turns", "sessions",
+        "control", "dlq", "session_turns", "sessions", "mode_runs", "modes",
     )  # fmt: skip
     return Channels(**{name: CollectingChannel() for name in names_})
 
@@ -209,6 +214,27 @@ class _SessionDrain:
             await handler.reader.drain()  # the judge's readings come back as marks: taken next
         if final:
             await handler.close_all()
+
+
+@dataclass
+class _ModeDrain:
+    """Modes the publisher sent, counted by the modes agent's handler in the order sent."""
+
+    ctx: WorkerContext
+    channels: Channels
+    settings: Settings
+    done: int = 0
+
+    async def run(self) -> None:
+        handler = self.ctx.modes
+        runs = self.channels.mode_runs
+        if handler is None or not isinstance(runs, CollectingChannel):
+            return
+        topic = self.settings.topic(names.MODE_RUNS)
+        while self.done < len(runs.sent):
+            key, value = runs.sent[self.done]
+            self.done += 1
+            await self.ctx.errors.run(InRecord(topic, 0, self.done, key, value, {}), handler)
 
 
 @dataclass
@@ -262,6 +288,7 @@ def _result(
         judge_jobs={j["facts"]["request_id"]: j for j in sent(channels.judge_requests)},
         session_verdicts=revisions,
         sessions={(v["agent_name"], v["session_key"]): v for v in revisions},
+        mode_alerts=sent(channels.modes),
     )
 
 

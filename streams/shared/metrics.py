@@ -18,6 +18,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     Info,
@@ -314,6 +315,45 @@ def _session_series(r: CollectorRegistry) -> tuple[Counter, Counter]:
     return turns, verdicts
 
 
+TOP_MODES = 5  # modes per agent with a series of their own; the rest are "(other)"
+OTHER_MODES = "(other)"
+
+
+class ModeSeries:
+    """The modes agent's: each agent's top modes by runs in the window (the rest summed as
+    "(other)", so a stream of distinct errors cannot grow the series), and announcements."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.runs = Gauge(
+            "tracejudge_mode_runs",
+            "Runs of each agent's failure modes in the window (TRACEJUDGE_MODES_WINDOW_S): its "
+            f"top {TOP_MODES} by name, the rest as (other).",
+            ["agent", "mode"],
+            registry=r,
+        )
+        self.alerts = Counter(
+            "tracejudge_mode_alerts",
+            "Failure modes announced on the modes topic, by kind (new, jump, quiet).",
+            ["agent", "kind"],
+            registry=r,
+        )
+        self._shown: dict[str, set[str]] = {}  # agent label -> its mode labels with a series
+
+    def show(self, agent: str, runs: dict[str, int]) -> None:
+        """An agent's modes' runs in the window (name -> runs): its series set, those that
+        left the top removed."""
+        ranked = sorted(runs.items(), key=lambda kv: (-kv[1], kv[0]))
+        top = {name[:80]: n for name, n in ranked[:TOP_MODES] if n > 0}
+        rest = sum(n for _, n in ranked[TOP_MODES:])
+        if rest:
+            top[OTHER_MODES] = top.get(OTHER_MODES, 0) + rest
+        for gone in self._shown.get(agent, set()) - set(top):
+            self.runs.remove(agent, gone)
+        for name, n in top.items():
+            self.runs.labels(agent, name).set(n)
+        self._shown[agent] = set(top)
+
+
 class Metrics:
     """Every count the worker keeps: Prometheus series for /metrics, and `counts`, the plain
     tallies /health shows (events by status, dead letters by reason, repairs, ...)."""
@@ -344,6 +384,7 @@ class Metrics:
             "tracejudge_windows_closed", "Windows closed, by cause.", ["closed_by"], registry=r
         )
         self.session_turns, self.session_verdicts = _session_series(r)
+        self.modes = ModeSeries(r)
         self.reflections = Counter(
             "tracejudge_reflections", "Reflection requests published.", registry=r
         )

@@ -119,6 +119,8 @@ class VerdictPublisher:
     agreement: AgreementStore | None = None
     # a follow-up later than this after its parent's verdict counts as late, not followed up
     followup_window_s: float = 3600.0
+    # where each final verdict's failure mode goes, keyed by agent (None: modes off)
+    mode_runs: Channel | None = None
 
     async def publish(self, made: Made, terminal_at: float | None = None) -> None:
         """Send a verdict's encoded records; the acks and the Redis write are left for
@@ -136,6 +138,10 @@ class VerdictPublisher:
             pending.append(await self.reflections.send(key=key, value=made.reflection))
         for alert in made.alerts:
             pending.append(await self.alerts.send(key=key, value=alert))
+        if self.mode_runs is not None and made.mode_run is not None:
+            # keyed by agent: one agent's modes are counted in one place, in order
+            agent = (made.summary.agent_name or "").encode("utf-8")
+            pending.append(await self.mode_runs.send(key=agent, value=made.mode_run))
         await later(self._delivered(made, pending, terminal_at))
 
     async def _delivered(

@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from tracejudge.models import names
+from tracejudge.models.modes import ModeTick
 from tracejudge.settings import Settings
 from tracejudge.streams.agreement.calibrations import refresher_of
 from tracejudge.streams.judge.consumer import JudgeRunner
@@ -42,6 +43,7 @@ from tracejudge.streams.worker.stall_report import stall_report
 from tracejudge.streams.worker.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
+MODES_TICK_S = 15.0  # how often the modes agent looks for modes gone quiet
 
 Handler = Callable[[InRecord], Awaitable[None]]
 
@@ -182,6 +184,7 @@ def create_app(settings: Settings) -> faust.App:
 
     _start_check_processes(app, ctx)
     _add_session_agent(app, ctx, channels)
+    _add_modes_agent(app, ctx, channels)
     judge_runner = _add_judge_stage(app, ctx)
     _add_watchdog_and_pages(app, ctx, guard, judge_runner)
     _add_phase_logs(app, settings)
@@ -237,6 +240,8 @@ def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Ch
         dlq=topic(names.DLQ),
         session_turns=topic(names.SESSION_TURNS),
         sessions=topic(names.SESSIONS),
+        mode_runs=topic(names.MODE_RUNS),
+        modes=topic(names.MODES),
     )
     tables = Tables(
         window_meta=table(names.WINDOW_META),
@@ -246,6 +251,8 @@ def _topics_and_tables(app: faust.App, settings: Settings) -> tuple[Any, Any, Ch
         baselines=table(names.BASELINES),
         # a session's state, encoded by its store (sessions/state.py)
         sessions=table(names.SESSION_STATE, value_type=bytes),
+        # an agent's failure modes, JSON (judges/modes/watch.py)
+        modes=table(names.MODE_STATE, value_type=bytes),
     )
     return events_topic, responses_topic, channels, tables
 
@@ -403,6 +410,37 @@ def _add_session_agent(app: faust.App, ctx: WorkerContext, channels: Channels) -
         if live.live_since and scanner.indexed_for != live.assignments:
             log.info("sessions read in from the table: %d", scanner.reindex(live.assignments))
         await scanner.scan()
+
+
+def _add_modes_agent(app: faust.App, ctx: WorkerContext, channels: Channels) -> None:
+    """Failure modes: the modes agent (one agent's verdicts in order, its modes in a table:
+    concurrency 1) and the timer that finds modes gone quiet (docs/modes.md). Tables change
+    only in stream iteration: the timer sends a tick keyed like the agent's runs."""
+    handler = ctx.modes
+    runs = channels.mode_runs
+    if handler is None or runs is None:
+        return
+    indexed: list[int | None] = [None]
+
+    @app.agent(cast(Any, runs), concurrency=1)  # type: ignore[misc]
+    async def modes(stream: Any) -> None:
+        async for event in stream.noack().events():
+            ctx.liveness.last_progress = time.monotonic()
+            await ctx.commits.handle(InRecord.of_faust(event), handler, event.ack)
+
+    @app.timer(interval=MODES_TICK_S)  # type: ignore[untyped-decorator]
+    async def find_quiet_modes() -> None:
+        live = ctx.partitions
+        if live.live_since and indexed[0] != live.assignments:
+            log.info("agents with loud failure modes read in: %d", handler.reindex())
+            indexed[0] = live.assignments
+        now = time.time()
+        try:
+            for agent in sorted(handler.loud):
+                tick = ModeTick(agent_name=agent or None, at=now)
+                await runs.send(key=agent.encode("utf-8"), value=tick.model_dump_json().encode())
+        except Exception:  # the next tick tries again
+            log.exception("sending mode ticks failed")
 
 
 def _start_check_processes(app: faust.App, ctx: WorkerContext) -> None:

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from tracejudge.judges.agreement.calibration import CalibrationBook
 from tracejudge.judges.llm.sampling import parse_rates
+from tracejudge.judges.modes.watch import ModeTimes
 from tracejudge.judges.verdict.conclude import Policy
 from tracejudge.judges.verdict.make import Judging, LLMRouting
 from tracejudge.settings import Settings
@@ -26,6 +27,7 @@ from tracejudge.streams.agreement.store import AgreementStore, RedisAgreementSto
 from tracejudge.streams.agreement.thresholds import alert_thresholds
 from tracejudge.streams.judge.jobs import JudgeJobHandler
 from tracejudge.streams.judge.stage import JudgeStage, judging_version
+from tracejudge.streams.modes.handler import ModeHandler
 from tracejudge.streams.sessions.handler import SessionHandler, SessionOutputs, SessionTimes
 from tracejudge.streams.sessions.reader import SessionReader
 from tracejudge.streams.shared.commit import CommitRule
@@ -62,6 +64,10 @@ class Channels:
     # session verdicts (None: the same)
     session_turns: Channel | None = None
     sessions: Channel | None = None
+    # each final verdict's failure mode, keyed by agent (None: modes off), and the modes
+    # announced (None: the same)
+    mode_runs: Channel | None = None
+    modes: Channel | None = None
 
 
 @dataclass
@@ -71,6 +77,7 @@ class Tables:
     retry_state: Table
     baselines: Table = field(default_factory=dict)
     sessions: Table = field(default_factory=dict)
+    modes: Table = field(default_factory=dict)
 
 
 @dataclass
@@ -103,6 +110,8 @@ class WorkerContext:
     # serves from it (the app runs `live_agreement.run()`)
     agreement: AgreementStore | None = None
     live_agreement: LiveAgreement | None = None
+    # the modes agent's handler (None: modes off)
+    modes: ModeHandler | None = None
 
     @property
     def counters(self) -> Counter[str]:
@@ -189,6 +198,7 @@ class WorkerContext:
             calibration_book=book,
             agreement=agreement,
             live_agreement=_live_agreement(agreement, metrics),
+            modes=_modes(settings, channels, tables, publisher),
         )
 
 
@@ -394,6 +404,27 @@ def _closer(
         None if checks.empty else checks,
         runner,
     )
+
+
+def _modes(
+    settings: Settings, channels: Channels, tables: Tables, publisher: VerdictPublisher
+) -> ModeHandler | None:
+    """The modes agent's handler (None: modes off, or no channel for them); the publisher then
+    sends each final verdict's mode to it."""
+    if not (settings.modes_enabled and settings.enabled):
+        return None
+    if channels.mode_runs is None or channels.modes is None:
+        return None
+    publisher.mode_runs = channels.mode_runs
+    times = ModeTimes(
+        window_s=settings.modes_window_s,
+        history_s=max(settings.modes_history_s, 2 * settings.modes_window_s),
+        min_runs=settings.modes_min_runs,
+        jump=settings.modes_jump,
+        learn_s=settings.modes_learn_s,
+        max_modes=settings.modes_max_per_agent,
+    )
+    return ModeHandler(tables.modes, channels.modes, times, publisher.metrics)
 
 
 def _sessions(

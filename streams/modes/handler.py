@@ -1,0 +1,130 @@
+"""The modes agent's handler: each final verdict's mode in, announcements out.
+
+Records come from the mode-runs topic keyed by agent, so one agent's verdicts are counted in
+order by one worker; its modes are one record of the mode-state table (`AgentModes`, JSON),
+changed only here, in stream iteration. A verdict delivered again (at-least-once) is counted
+once where its mode still holds its request id. Announcements have deterministic ids: one
+published again after a crash is the same record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from tracejudge.judges.modes.watch import AgentModes, ModeTimes
+from tracejudge.models.errors import InvalidEvent
+from tracejudge.models.events import decode_object
+from tracejudge.models.modes import ModeAlert, ModeRun, ModeTick
+from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.shared.metrics import Metrics
+from tracejudge.streams.shared.outputs import Channel, deliver
+from tracejudge.streams.shared.visible import visible_log
+
+log = logging.getLogger(__name__)
+
+MAX_RECORD_BYTES = 16_000  # a run is ids, a time and a mode of bounded words
+SHOW_EVERY_S = 10.0  # how often an agent's /metrics series are set from its modes
+
+
+@dataclass
+class ModeHandler:
+    table: MutableMapping[str, bytes]
+    modes: Channel
+    times: ModeTimes
+    metrics: Metrics
+    # agents with a mode announced and not quiet yet: what the timer ticks
+    loud: set[str] = field(default_factory=set)
+    # each agent's modes as last saved, decoded (the table holds the bytes): a run costs its
+    # own decoding only after another worker wrote the agent (a rebalance)
+    _cache: dict[str, tuple[bytes, AgentModes]] = field(default_factory=dict)
+    _shown_at: dict[str, float] = field(default_factory=dict)  # an agent's series last set
+
+    async def __call__(self, record: InRecord) -> None:
+        data = decode_object(record.value, MAX_RECORD_BYTES)
+        try:
+            if data.get("type") == "mode_run":
+                await self.on_run(ModeRun.model_validate(data))
+            elif data.get("type") == "mode_tick":
+                await self.on_tick(ModeTick.model_validate(data))
+            else:
+                raise InvalidEvent("unknown_type", "not a mode run or tick")
+        except ValidationError as exc:
+            raise InvalidEvent("invalid", str(exc).splitlines()[0][:200]) from None
+
+    def load(self, agent: str) -> AgentModes | None:
+        raw = self.table.get(agent)
+        if raw is None:
+            return None
+        cached = self._cache.get(agent)
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        modes = AgentModes.model_validate_json(raw)
+        self._cache[agent] = (raw, modes)
+        return modes
+
+    def _save(self, agent: str, modes: AgentModes) -> None:
+        raw = modes.model_dump_json(exclude_defaults=True).encode("utf-8")
+        self.table[agent] = raw
+        self._cache[agent] = (raw, modes)
+        if any(m.loud for m in modes.modes.values()):
+            self.loud.add(agent)
+        else:
+            self.loud.discard(agent)
+
+    async def on_run(self, run: ModeRun) -> None:
+        agent = run.agent_name or ""
+        modes = self.load(agent) or AgentModes(agent_name=run.agent_name, since=run.at)
+        if run.mode is not None:
+            kept = modes.modes.get(run.mode.key)
+            if kept is not None and any(r.request_id == run.request_id for r in kept.recent):
+                self.metrics.counts["mode_runs_again"] += 1
+                return  # delivered again: counted the first time
+        said = modes.observe(run, self.times)
+        quiet = modes.tick(run.at, self.times)  # the agent's clock moved: anything quiet?
+        self._save(agent, modes)
+        self.metrics.counts["mode_runs"] += 1
+        self._show(agent, modes, run.at)
+        for alert in ([said] if said is not None else []) + quiet:
+            await self._announce(alert)
+
+    async def on_tick(self, tick: ModeTick) -> None:
+        agent = tick.agent_name or ""
+        modes = self.load(agent)
+        if modes is None:
+            self.loud.discard(agent)
+            return
+        quiet = modes.tick(tick.at, self.times)
+        self._save(agent, modes)
+        self._show(agent, modes, tick.at)
+        for alert in quiet:
+            await self._announce(alert)
+
+    def reindex(self) -> int:
+        """After a rebalance and the table's recovery: the agents with loud modes, from the
+        table (another worker may have written them)."""
+        self._cache.clear()
+        self.loud.clear()
+        for agent in list(self.table.keys()):
+            modes = self.load(agent)
+            if modes is not None and any(m.loud for m in modes.modes.values()):
+                self.loud.add(agent)
+        return len(self.loud)
+
+    def _show(self, agent: str, modes: AgentModes, now: float) -> None:
+        if now - self._shown_at.get(agent, float("-inf")) < SHOW_EVERY_S:
+            return  # summing every mode's window is a tick's work, not every run's
+        self._shown_at[agent] = now
+        label = self.metrics.agents.agent_label(modes.agent_name)
+        self.metrics.modes.show(label, modes.window_runs(now, self.times))
+
+    async def _announce(self, alert: ModeAlert) -> None:
+        key = (alert.agent_name or "").encode("utf-8")
+        await deliver(self.modes, key, alert.model_dump_json().encode("utf-8"))
+        self.metrics.counts[f"mode_alerts_{alert.kind}"] += 1
+        label = self.metrics.agents.agent_label(alert.agent_name)
+        self.metrics.modes.alerts.labels(label, alert.kind).inc()
+        log.info("failure mode %s: %s", alert.kind, visible_log(alert.message))
