@@ -69,3 +69,13 @@ def test_a_judges_reading_is_grouped_by_what_it_blames_not_by_its_words() -> Non
     assert one is not None and two is not None and one.key == two.key
     assert one.name == "the judge finds it left incomplete (at planner)"
     assert one.error == "The planner never booked flight <ID>."
+
+
+def test_a_loop_names_the_call_it_repeats() -> None:
+    base = {"passed": False, "success": True, "incomplete": True, "agent_name": "coder"}
+    loop = mode_of({**base, "findings": [{"rule": "identical_call_loop",
+                                          "evidence": "bash ./mvnw test"}]})  # fmt: skip
+    other = mode_of({**base, "findings": [{"rule": "identical_call_loop",
+                                           "evidence": "scroll_down scroll_down"}]})  # fmt: skip
+    assert loop is not None and other is not None and loop.key != other.key
+    assert loop.name == "repeats the same call (at bash)"

@@ -1,5 +1,8 @@
 """A verdict that is not a clean pass, as the failure mode it belongs to: a signature made from
-what the verdict already knows, without a model call, and a name a person reads.
+what the verdict already knows, without a model call, and a name a person reads. A pass that a
+telling rule or a team's check found something on is not clean (a change made without the
+user's yes often scores above the threshold): it has a mode too, and outcomes say how often
+such a mode is a false alarm.
 
 In order, the first that applies: a tool's call that failed and was never made good (the tool,
 its error's template, the tool called before it), an intervention that ended the run (its kind
@@ -38,6 +41,14 @@ RULES = (
     "patch_adds_only",
     "compound_trouble",
 )
+# rules about one call: the finding whose evidence starts with that call's tool ("<tool> ...")
+CALLED_IN = {
+    "identical_call_loop": "identical_call_loop",
+    "looped_then_gave_up": "identical_call_loop",
+    "change_without_go_ahead": "change_without_go_ahead",
+}
+TOOL_CHARS = 80
+TELLING = frozenset(RULES) - {"compound_trouble"}
 # what each rule means, in words
 RULE_WORDS = {
     "run_error": "the run ends in an error",
@@ -95,10 +106,11 @@ def mode_of(evaluation: Any, called_before: Mapping[str, str] | None = None) -> 
     """The failure mode of a verdict that is not a clean pass (None for a clean pass), from an
     Evaluation or its JSON. `called_before`: each tool's preceding call (`tools_before`)."""
     passed, success = _get(evaluation, "passed"), _get(evaluation, "success")
-    if passed and success and not _get(evaluation, "incomplete"):
-        return None
+    if passed and success and not _get(evaluation, "incomplete") and not _telling(evaluation):
+        return None  # a clean pass: nothing a rule or a team's check held against it
     agent = _get(evaluation, "agent_name")
-    kind, tool, error, rule = (_clip(v) if v else v for v in _signature(evaluation, agent))
+    kind, tool, error, rule = _signature(evaluation, agent)
+    tool, error, rule = _clip(tool), _clip(error), _clip(rule)
     after = None
     if kind == "tool_error" and tool is not None and called_before:
         after = _clip(called_before.get(tool))
@@ -106,14 +118,24 @@ def mode_of(evaluation: Any, called_before: Mapping[str, str] | None = None) -> 
     # their words); the quadrant and the step it blames group them
     keyed = None if kind == "judge" else error
     return FailureMode(
-        key=key_of(agent, str(kind), tool, keyed, rule),
+        key=key_of(agent, kind, tool, keyed, rule),
         name=name_of(kind, tool, error, rule, after)[:NAME_CHARS],
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         tool=tool,
         error=error,
         after=after,
         rule=rule,
     )
+
+
+def _telling(evaluation: Any) -> bool:
+    """A rule of RULES or a team's check found something on it (a pass may still hold one: a
+    change made without the user's yes scores above most thresholds)."""
+    for found in _get(evaluation, "findings") or []:
+        rule = str(_get(found, "rule"))
+        if rule in TELLING or rule.startswith("check:"):
+            return True
+    return False
 
 
 def _clip(text: str | None) -> str | None:
@@ -141,12 +163,25 @@ def _signature(
         return "check", actor, None, checks[0]
     for rule in RULES:
         if rule in fired:
-            return "rule", actor, None, rule
+            return "rule", actor or _called(evaluation, rule), None, rule
     if blame is not None and _get(blame, "source") == "judge" and _get(blame, "reason"):
         return "judge", actor, template(str(_get(blame, "reason"))), _quadrant(evaluation)
     if fired:
         return "rule", actor, None, sorted(fired)[0]
     return "other", actor, None, _quadrant(evaluation)
+
+
+def _called(evaluation: Any, rule: str) -> str | None:
+    """The call a rule is about (the call a loop repeats, the change made without a yes),
+    from its evidence: a loop on one tool is a mode of its own, apart from loops on others."""
+    source = CALLED_IN.get(rule)
+    if source is None:
+        return None
+    for found in _get(evaluation, "findings") or []:
+        if _get(found, "rule") == source:
+            words = str(_get(found, "evidence") or "").split(maxsplit=1)
+            return words[0][:TOOL_CHARS] if words and words[0].isidentifier() else None
+    return None
 
 
 def tools_before(tools: Iterable[str | None], most: int = 64) -> dict[str, str]:

@@ -4,11 +4,12 @@ verdicts' own times, so a replay announces what the live stream did.
 An agent's verdicts (every final one, clean or not) and each of its modes' runs are counted in
 minute buckets over the last `history_s`. A mode is announced when it has `min_runs` runs within
 `window_s`:
-- **new**: it had no run in the history before that window (the first time, or back after the
-  history forgot it);
-- **jump**: its share of the agent's verdicts in the window is well above its share before (its
-  runs at least `jump` times what that share predicts, and that many unlikely by chance: a
-  Poisson tail below `P_JUMP`); a surge of traffic alone moves no mode;
+- **new**: first seen within that window (the first time, or back after the history forgot
+  it);
+- **jump**: its share of the agent's verdicts in the window, or in its last quarter, is well
+  above its share before (its runs at least `min_runs`, `jump` times what that share predicts,
+  and that many unlikely by chance: a Poisson tail below `P_JUMP`); a surge of traffic alone
+  moves no mode;
 once per window (a mode that keeps failing is announced again only a window later), with recent
 request ids, the agent versions it was seen in and, for a failing tool, the calls before it.
 An announced mode with no run for a whole window is announced **quiet**, once. Nothing is
@@ -28,7 +29,11 @@ from tracejudge.models.modes import AlertKind, FailureMode, ModeAlert, ModeRun
 RECENT = 50  # runs of a mode kept (examples, versions and calls before it in the window)
 EXAMPLES = 5
 VERSIONS = 16  # an agent's versions remembered (the oldest forgotten first)
-P_JUMP = 1e-3
+P_JUMP = 1e-4  # runs cluster (a task retried, a user asking again): stricter than 1e-3
+# a jump is also looked for in the last quarter of the window, where five runs of a mode
+# that had a few an hour are a burst: seen at once, not when the window has filled
+SHORT = 4
+P_BURST = 5e-3
 
 
 @dataclass(frozen=True)
@@ -123,13 +128,18 @@ class AgentModes(BaseModel):
         runs, before = self._rates(mode, at, times)
         if runs < times.min_runs:
             return None
-        if before == 0:
+        if mode.first_seen > at - times.window_s and mode.first_seen >= self.since + times.learn_s:
+            # first seen within this window (or back after the history forgot it): a mode
+            # seen before it, or while the agent was first watched, is not new
             kind: AlertKind = "new"
-        else:
-            expected = self._expected(mode, at, times)
-            if runs < times.jump * expected or _tail(runs, expected) >= P_JUMP:
-                return None
+        elif self._windows_before(at, times) < 1:
+            return None  # no whole window of its past yet to compare with
+        elif self._jumped(mode, at, times, times.window_s, P_JUMP) or self._jumped(
+            mode, at, times, times.window_s / SHORT, P_BURST
+        ):
             kind = "jump"
+        else:
+            return None
         mode.announced_at, mode.loud = at, True
         return self._said(kind, mode, at, runs, before, times)
 
@@ -145,15 +155,26 @@ class AgentModes(BaseModel):
         watched = min(times.history_s, at - self.since) - times.window_s
         return max(0.0, watched) / times.window_s
 
-    def _expected(self, mode: _Mode, at: float, times: ModeTimes) -> float:
-        """Its runs the window would hold at its share of the agent's verdicts before it."""
-        start = int((at - times.window_s) // 60)
+    def _jumped(self, mode: _Mode, at: float, times: ModeTimes, span: float, p: float) -> bool:
+        """Its runs in the last `span` seconds well above what its share before predicts."""
+        start = int((at - span) // 60)
+        runs = sum(n for m, n in mode.buckets.items() if m > start)
+        if runs < times.min_runs:
+            return False
+        expected = self._expected(mode, at, times, span)
+        return runs >= times.jump * expected and _tail(runs, expected) < p
+
+    def _expected(self, mode: _Mode, at: float, times: ModeTimes, span: float) -> float:
+        """Its runs the last `span` seconds would hold at its share of the agent's verdicts in
+        the history before the window."""
+        start = int((at - span) // 60)
         now_total = sum(n for m, n in self.total.items() if m > start)
-        then_total = sum(n for m, n in self.total.items() if m <= start)
-        then_runs = sum(n for m, n in mode.buckets.items() if m <= start)
-        if then_total <= 0:
-            return 0.0
-        return now_total * then_runs / then_total
+        before = int((at - times.window_s) // 60)
+        then_total = sum(n for m, n in self.total.items() if m <= before)
+        then_runs = sum(n for m, n in mode.buckets.items() if m <= before)
+        # half a run more than it had: a mode seen once or never before is not taken as one
+        # that can never come (its expectation would be nothing, any run a jump)
+        return now_total * (then_runs + 0.5) / max(1, then_total)
 
     def _forget(self, at: float, times: ModeTimes) -> None:
         if int(at // 60) <= self.swept:

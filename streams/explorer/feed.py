@@ -11,6 +11,7 @@ from aiokafka.errors import KafkaError
 
 from tracejudge.models import names
 from tracejudge.settings import Settings
+from tracejudge.streams.explorer.modes import take_alert
 from tracejudge.streams.explorer.sessions import SessionBook
 from tracejudge.streams.explorer.store import VerdictStore
 from tracejudge.streams.kafka.io import follow_since
@@ -24,7 +25,7 @@ async def feed(
     """Fill the store from the three topics (and `sessions` from the sessions topic), and keep
     them current. A broker away for a while is waited out by the consumer; anything else is
     logged and the read started again."""
-    kinds = (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS, names.SESSIONS)
+    kinds = (names.EVALUATIONS, names.ALERTS, names.REFLECTIONS, names.SESSIONS, names.MODES)
     topics = {settings.topic(k): k for k in kinds if k != names.SESSIONS or sessions is not None}
     while True:
         try:
@@ -57,6 +58,9 @@ def take(
     on the same record every time."""
     try:
         record = json.loads(value)
+        if kind == names.MODES:
+            take_alert(store, value)
+            return
         if kind == names.SESSIONS and sessions is not None:
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")

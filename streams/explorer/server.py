@@ -35,6 +35,7 @@ from tracejudge.streams.explorer.chain import chain_of
 from tracejudge.streams.explorer.feed import feed
 from tracejudge.streams.explorer.interventions import intervention_figures
 from tracejudge.streams.explorer.locate import locate
+from tracejudge.streams.explorer.modes import mode_rows
 from tracejudge.streams.explorer.plots import plot
 from tracejudge.streams.explorer.reliability import describe
 from tracejudge.streams.explorer.sessions import SessionBook
@@ -310,6 +311,22 @@ async def sessions_page(request: web.Request) -> web.Response:
     )
 
 
+async def modes_page(request: web.Request) -> web.Response:
+    q = request.query
+    agent, key = q.get("agent", ""), q.get("key", "")
+    rows = mode_rows(request.app[STORE], agent, key)
+    alerts = list(reversed(request.app[STORE].mode_alerts))[:PAGE_ROWS]
+    return _page(
+        "modes.html",
+        rows=rows[:PAGE_ROWS],
+        alerts=[a for a in alerts if not key or (a.get("mode") or {}).get("key") == key],
+        agent=agent,
+        key=key,
+        now=time.time(),
+        held=len(request.app[STORE]),
+    )
+
+
 async def session_page(request: web.Request) -> web.Response:
     q = request.query
     key = q.get("key", "")
@@ -384,6 +401,7 @@ def make_app(
             web.get("/agents/{agent:.+}", agent_page),
             web.get("/sessions", sessions_page),
             web.get("/session", session_page),
+            web.get("/modes", modes_page),
             web.get("/docs/outcomes.md", outcomes_docs),
             web.get("/health", health),
         ]

@@ -11,7 +11,7 @@ Redis with the evaluation's TTL and are read per request page.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +28,7 @@ def quadrant_of(evaluation: dict[str, Any]) -> str:
 
 
 SUMMARY_CHARS = 160  # what the list shows; the request page reads the whole evaluation
+MODE_ALERTS = 500  # announcements of failure modes held
 # the agent of verdicts whose events named none (agent_name is optional): one group with a
 # name that reads as what it is, and works in a link and a filter ("" means "any agent" there)
 
@@ -72,6 +73,8 @@ class Verdict:
     # checks that intervened while it ran: what the finding and check filters read
     findings: frozenset[str] = frozenset()
     checks: frozenset[str] = frozenset()
+    # its failure mode: (key, name), None for a clean pass (Evaluation.mode)
+    mode: tuple[str, str] | None = None
 
     @property
     def alerts(self) -> int:
@@ -114,6 +117,7 @@ class Verdict:
             saved=_saved(evaluation.get("saved")),
             findings=_findings(evaluation.get("findings")),
             checks=_checks(evaluation.get("findings"), evaluation.get("interventions")),
+            mode=_mode(evaluation.get("mode")),
         )
 
     @property
@@ -162,6 +166,8 @@ class VerdictStore:
         self._early: OrderedDict[str, set[tuple[str, str]]] = OrderedDict()
         # parent request id -> the follow-ups held that name it (their origin.request_id)
         self._children: dict[str, set[str]] = {}
+        # the failure modes announced, newest last (the modes topic), for the modes page
+        self.mode_alerts: deque[dict[str, Any]] = deque(maxlen=MODE_ALERTS)
         self.read = 0  # evaluations read, for the page footer and the tests
         self.unreadable = 0  # records of the topics skipped: not an output it can read
 
@@ -261,6 +267,13 @@ class VerdictStore:
 # how many names a verdict keeps for the filters: an evaluation holds a bounded list already
 # (a check's findings are clipped to 20 per run), this bounds one from an older or odd writer
 FILTER_NAMES = 64
+
+
+def _mode(mode: Any) -> tuple[str, str] | None:
+    if not isinstance(mode, dict):
+        return None
+    key, name = mode.get("key"), mode.get("name")
+    return (key, name) if isinstance(key, str) and isinstance(name, str) else None
 
 
 def _findings(findings: Any) -> frozenset[str]:
