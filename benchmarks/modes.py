@@ -75,7 +75,9 @@ def _final(rid: str, at: int, text: str) -> dict[str, Any]:
     return {"type": "final_response", "request_id": rid, "step_index": at, "output": text}
 
 
-def injected(kind: str, base: list[dict[str, Any]], rid: str, rng: random.Random) -> list[dict[str, Any]] | None:  # fmt: skip
+def injected(
+    kind: str, base: list[dict[str, Any]], rid: str, rng: random.Random
+) -> list[dict[str, Any]] | None:
     """A run of an injected failure, from a real run of its set (None: the run does not fit)."""
     ident = "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(6))
     hexid = "".join(rng.choice("0123456789abcdef") for _ in range(12))
@@ -101,7 +103,7 @@ def injected(kind: str, base: list[dict[str, Any]], rid: str, rng: random.Random
         return [*events, _call(rid, n, "update_reservation_flights",
                                json.dumps({"reservation_id": ident, "flight": flight}), False,
                                error),
-                _final(rid, n + 1, "I'm sorry, I was not able to change your flights.")]  # fmt: skip
+                _final(rid, n + 1, "Sorry, I was not able to change your flights.")]  # fmt: skip
     if kind == "loop":
         head = [e for e in base if e["type"] != "final_response"][:6]
         n = len(head)
@@ -126,7 +128,9 @@ def injected(kind: str, base: list[dict[str, Any]], rid: str, rng: random.Random
     raise ValueError(kind)
 
 
-def schedule(sets: dict[str, dict[str, list[dict[str, Any]]]]) -> list[tuple[float, str, str, list[dict[str, Any]]]]:  # fmt: skip
+def schedule(
+    sets: dict[str, dict[str, list[dict[str, Any]]]],
+) -> list[tuple[float, str, str, list[dict[str, Any]]]]:
     """(start time, kind, request id, events) in time order: the baseline passes and the
     injected runs ("" kind: baseline)."""
     rng = random.Random(SEED)
@@ -161,14 +165,15 @@ def schedule(sets: dict[str, dict[str, list[dict[str, Any]]]]) -> list[tuple[flo
     return plan
 
 
-async def stream(plan: list[tuple[float, str, str, list[dict[str, Any]]]], modes_on: bool) -> dict[str, Any]:  # fmt: skip
+async def stream(
+    plan: list[tuple[float, str, str, list[dict[str, Any]]]], modes_on: bool
+) -> dict[str, Any]:
     from tracejudge.models import names
     from tracejudge.models.modes import ModeTick
     from tracejudge.settings import Settings
     from tracejudge.streams.kafka.records import InRecord
-    from tracejudge.streams.replay.engine import CollectingChannel, _channels, _stop
+    from tracejudge.streams.replay.engine import CollectingChannel, MemoryLookup, _channels, _stop
     from tracejudge.streams.worker.context import Tables, WorkerContext
-    from tracejudge.streams.replay.engine import MemoryLookup
 
     now = [START]
     settings = Settings.model_validate(
@@ -212,7 +217,9 @@ async def stream(plan: list[tuple[float, str, str, list[dict[str, Any]]]], modes
             "evaluations": evaluations, "alerts": alerts}  # fmt: skip
 
 
-def report(plan: list[tuple[float, str, str, list[dict[str, Any]]]], result: dict[str, Any]) -> bool:  # fmt: skip
+def report(
+    plan: list[tuple[float, str, str, list[dict[str, Any]]]], result: dict[str, Any]
+) -> bool:
     kind_of = {rid: kind for _, kind, rid, _ in plan}
     final = {e["request_id"]: e for e in result["evaluations"] if e.get("final")}
     by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -243,8 +250,10 @@ def report(plan: list[tuple[float, str, str, list[dict[str, Any]]]], result: dic
         quiet = [a for a in alerts if a["mode"]["key"] == key and a["kind"] == "quiet"]
         first = said[0] if said else None
         # purity: of the runs its mode held in the window it was announced in, this kind's
-        window = [e for e in final.values() if (e.get("mode") or {}).get("key") == key
-                  and first is not None and first["ts"] - first["window_s"] < e["ts"] <= first["ts"]]  # fmt: skip
+        start = 0.0 if first is None else first["ts"] - first["window_s"]
+        end = 0.0 if first is None else first["ts"]
+        held = [e for e in final.values() if (e.get("mode") or {}).get("key") == key]
+        window = [e for e in held if start < e["ts"] <= end]
         pure = sum(kind_of[e["request_id"]] == kind for e in window) / max(1, len(window))
         lag = None if first is None else first["ts"] - fifth
         good = first is not None and lag is not None and lag <= 60 and pure >= 0.9
@@ -254,7 +263,7 @@ def report(plan: list[tuple[float, str, str, list[dict[str, Any]]]], result: dic
               f"{'' if lag is None else f'{lag:.1f} s after its fifth run'}; purity "
               f"{pure:.0%} of {len(window)}; {grouped}/{len(runs)} of its runs in the mode; "
               f"quiet {'announced' if quiet else 'not announced'}")  # fmt: skip
-        print(f"{'':16s} \"{(first or {'mode': {'name': '-'}})['mode']['name'][:110]}\"")
+        print(f'{"":16s} "{(first or {"mode": {"name": "-"}})["mode"]["name"][:110]}"')
     after = [a for a in alerts if a["ts"] >= START + INJECT_AT_S and a["kind"] != "quiet"
              and a["mode"]["key"] not in injected_modes]  # fmt: skip
     print(f"other announcements after the injection began: {len(after)}")

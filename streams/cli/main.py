@@ -42,6 +42,7 @@ TAIL_KINDS = (
     names.CONTROL,
     names.DLQ,
     names.SESSIONS,
+    names.MODES,
 )
 
 

@@ -80,6 +80,13 @@ def render(
             f"{'PASS' if event.get('passed') else 'FAIL'} success={event.get('success')} "
             f"incomplete={event.get('incomplete')} | {_short(event.get('summary'))}"
         )
+    if kind == names.MODES:
+        examples = " ".join((event.get("examples") or [])[:3])
+        return (
+            f"{when} mode {str(event.get('kind')).upper()} {event.get('agent_name')} "
+            f"runs={event.get('runs')} before={event.get('before')} | "
+            f"{_short((event.get('mode') or {}).get('name'), 120)} | e.g. {_short(examples, 90)}"
+        )
     if kind == names.CONTROL:
         return (
             f"{when} {rid} iteration={event.get('iteration')} {event.get('action')} "

@@ -61,7 +61,54 @@ def summary(result: ReplayResult) -> list[str]:
         *steer_report(result),
         *outcome_lines(result),
         *session_lines(result),
+        *mode_lines(result),
     ]
+
+
+def _modes(evaluations: Mapping[str, Any]) -> Counter[tuple[str, str]]:
+    """(agent, mode name) -> runs: each verdict's failure mode (docs/modes.md)."""
+    return Counter(
+        (str(e.get("agent_name") or "(none)"), str(e["mode"]["name"]))
+        for e in evaluations.values()
+        if e.get("mode")
+    )
+
+
+def mode_lines(result: ReplayResult, top: int = 8) -> list[str]:
+    """The failure modes the verdicts fell in, the largest first, and those announced (on the
+    verdicts' own clock: a replay of a recording announces what its times say)."""
+    modes = _modes(result.evaluations)
+    if not modes:
+        return []
+    lines = [f"modes     {len(modes)} failure modes over {sum(modes.values())} runs; largest:"]
+    lines += [
+        f"  {n:>5}  {agent[:24]}: {name[:100]}" for (agent, name), n in modes.most_common(top)
+    ]
+    said = Counter(a["kind"] for a in result.mode_alerts)
+    if said:
+        lines.append("announced " + "  ".join(f"{k} {n}" for k, n in sorted(said.items())))
+    return lines
+
+
+def mode_outcomes(result: ReplayResult, ok: Mapping[str, bool], top: int = 8) -> list[str]:
+    """Per failure mode, the share of its labelled runs that truly failed: a mode that is
+    mostly false alarms shows as such."""
+    runs: dict[tuple[str, str], list[bool]] = {}
+    for rid, good in ok.items():
+        mode = result.evaluations[rid].get("mode")
+        if mode:
+            agent = str(result.evaluations[rid].get("agent_name") or "(none)")
+            runs.setdefault((agent, str(mode["name"])), []).append(good)
+    if not runs:
+        return []
+    ranked = sorted(runs.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:top]
+    lines = ["modes     truly failed, per mode (labelled runs)"]
+    for (agent, name), oks in ranked:
+        failed = sum(not g for g in oks)
+        lines.append(
+            f"  {failed:>4}/{len(oks):<4} ({failed / len(oks):>4.0%})  {agent[:24]}: {name[:90]}"
+        )
+    return lines
 
 
 def session_lines(result: ReplayResult) -> list[str]:
@@ -119,6 +166,7 @@ def agreement(result: ReplayResult, labels: Mapping[str, Any]) -> list[str]:
         f"flagged   failed runs {share(bad)}   ok runs {share(good)}"
         "   (flagged: not passed, not success or incomplete)",
         *_dimension_lines(evs, ok),
+        *mode_outcomes(result, ok),
     ]
 
 
@@ -176,6 +224,7 @@ def comparison(a: ReplayResult, b: ReplayResult, top: int = 10) -> list[str]:
                 f"{_quadrant(ea[r])} → {_quadrant(eb[r])}"
             )
     lines += _findings_moved(a, b, both)
+    lines += _modes_moved(a, b, both)
     only = len(set(a.evaluations) ^ set(b.evaluations))
     if only:
         lines.append(f"{only} requests were evaluated in one run only")
@@ -200,4 +249,22 @@ def _findings_moved(a: ReplayResult, b: ReplayResult, both: list[str]) -> list[s
         return []
     lines = ["rules and checks firing on another number of requests:"]
     lines += [f"  {rule[:60]:<60} {in_a[rule]:>5} → {in_b[rule]:<5}" for rule in moved[:10]]
+    return lines
+
+
+def _modes_moved(a: ReplayResult, b: ReplayResult, both: list[str]) -> list[str]:
+    """The failure modes B adds, removes or changes the size of: what a config change does to
+    what an operator would be told."""
+    in_a = _modes({r: a.evaluations[r] for r in both})
+    in_b = _modes({r: b.evaluations[r] for r in both})
+    moved = sorted(
+        (m for m in in_a.keys() | in_b.keys() if in_a[m] != in_b[m]),
+        key=lambda m: (-abs(in_b[m] - in_a[m]), m),
+    )
+    if not moved:
+        return []
+    lines = ["failure modes with another number of runs (0: added or removed):"]
+    for agent, name in moved[:10]:
+        shown = f"{agent[:20]}: {name}"[:70]
+        lines.append(f"  {shown:<70} {in_a[(agent, name)]:>5} → {in_b[(agent, name)]:<5}")
     return lines

@@ -160,7 +160,6 @@ class WorkerContext:
         runner = _check_runner(settings, metrics)  # one for the closing and in-flight checks
         requests = channels.judge_requests
         closer = _closer(settings, store, judging, publisher, requests, clock, runner)
-        sessions = _sessions(settings, channels, tables, publisher, judging, closer, judge_jobs)
         early = _early_stopper(settings, store, channels.control, lookup, clock, metrics)
         markers, liveness, timeouts = MarkerLog(), PartitionLiveness(clock), _timeouts(settings)
         _read_into(metrics, store, lookup, judge_jobs)
@@ -193,7 +192,7 @@ class WorkerContext:
             responses=_responses(settings, tables, channels, clock, metrics, agreement),
             idle=IdleScanner(store, channels.events, timeouts, markers, liveness, metrics, clock),
             judge_jobs=judge_jobs,
-            sessions=sessions,
+            sessions=_sessions(settings, channels, tables, publisher, judging, closer, judge_jobs),
             commits=CommitRule(errors),
             calibration_book=book,
             agreement=agreement,
