@@ -201,9 +201,9 @@ async def stream(
             continue
         began = time.perf_counter()
         while done < len(runs_sent.sent):
-            key, value = runs_sent.sent[done]
+            agent_key, run = runs_sent.sent[done]
             done += 1
-            await ctx.errors.run(InRecord(runs_topic, 0, done, key, value, {}), handler)
+            await ctx.errors.run(InRecord(runs_topic, 0, done, agent_key, run, {}), handler)
         if now[0] >= next_tick:  # the timer's tick, every 15 s
             next_tick = now[0] + 15.0
             for agent in sorted(handler.loud):
@@ -211,8 +211,9 @@ async def stream(
                 await handler(InRecord(runs_topic, 0, 0, agent.encode(), tick, {}))
         handler_s += time.perf_counter() - began
     cpu = time.process_time() - cpu
-    evaluations = [json.loads(v) for _, v in channels.evaluations.sent]  # type: ignore[attr-defined]
-    alerts = [json.loads(v) for _, v in channels.modes.sent]  # type: ignore[attr-defined]
+    assert isinstance(channels.evaluations, CollectingChannel)
+    assert isinstance(channels.modes, CollectingChannel)
+    evaluations, alerts = channels.evaluations.values(), channels.modes.values()
     return {"events": count, "cpu_s": cpu, "handler_s": handler_s, "runs": done,
             "evaluations": evaluations, "alerts": alerts}  # fmt: skip
 

@@ -50,8 +50,11 @@ def test_clean_passes_have_no_mode_and_rules_checks_and_stops_name_theirs() -> N
                                           {"rule": "pending_action"}]})  # fmt: skip
     assert check is not None and check.name == "the team's check needs_confirmation fails"
     stop = {"kind": "loop", "crossed": "repeat", "action": "stop", "stopped_after": True}
-    stopped = mode_of({**base, "interventions": [stop]})
+    ended = [{"rule": "stopped_by_intervention", "evidence": "loop repeat"}]
+    stopped = mode_of({**base, "interventions": [stop], "findings": ended})
     assert stopped is not None and stopped.name == "stopped by a loop repeat"
+    # a stop sent after the run had answered ended nothing: judged on its work, no such mode
+    assert mode_of({**base, "interventions": [stop]}).kind == "other"  # type: ignore[union-attr]
     # the step the blame names, where it is not the agent itself: a loop on one tool is its own
     looping = {**base, "findings": [{"rule": "identical_call_loop"}],
                "blame": {"actor": "search_flights", "reason": "a loop"}}  # fmt: skip

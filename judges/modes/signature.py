@@ -153,11 +153,12 @@ def _signature(
     blame = _get(evaluation, "blame")
     actor = _get(blame, "actor") if blame is not None else None
     actor = None if not actor or actor == agent else str(actor)
-    for made in _get(evaluation, "interventions") or []:
-        if _get(made, "action") == "stop" and _get(made, "stopped_after"):
-            said = f"{_get(made, 'kind')} {_get(made, 'crossed')}"
-            return "intervention", actor, None, said
     fired = {str(_get(f, "rule")) for f in _get(evaluation, "findings") or []}
+    if "stopped_by_intervention" in fired:  # a stop ended the run (not one sent after its answer)
+        for made in _get(evaluation, "interventions") or []:
+            if _get(made, "action") == "stop" and _get(made, "stopped_after"):
+                said = f"{_get(made, 'kind')} {_get(made, 'crossed')}"
+                return "intervention", actor, None, said
     checks = sorted(r.removeprefix("check:") for r in fired if r.startswith("check:"))
     if checks:
         return "check", actor, None, checks[0]

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from tracejudge.models.modes import AlertKind, FailureMode, ModeAlert, ModeRun
 
-RECENT = 50  # runs of a mode kept (examples, versions and calls before it in the window)
+RECENT = 12  # runs of a mode kept (examples, versions and calls before it in the window)
 EXAMPLES = 5
 VERSIONS = 16  # an agent's versions remembered (the oldest forgotten first)
 P_JUMP = 1e-4  # runs cluster (a task retried, a user asking again): stricter than 1e-3
@@ -53,7 +53,9 @@ class _Recent(BaseModel):
     after: str | None = None
 
 
-class _Mode(BaseModel):
+class ModeCounts(BaseModel):
+    """One mode of an agent: its runs per minute, recent runs, versions, announced or not."""
+
     mode: FailureMode
     first_seen: float
     last_seen: float
@@ -65,14 +67,18 @@ class _Mode(BaseModel):
 
 
 class AgentModes(BaseModel):
-    """One agent's modes: the modes agent's table value (JSON)."""
+    """One agent's modes. Stored as records of their own (streams/modes/store.py): the agent's
+    counts, and each mode apart, so a run writes its own mode, not every mode of its agent;
+    `changed` and `gone` say which modes to write and delete since the last save."""
 
     agent_name: str | None = None
     since: float
     total: dict[int, int] = Field(default_factory=dict)  # minute -> final verdicts
     versions: dict[str, float] = Field(default_factory=dict)  # version -> first verdict of it
-    modes: dict[str, _Mode] = Field(default_factory=dict)
+    modes: dict[str, ModeCounts] = Field(default_factory=dict)
     swept: int = 0  # the minute the buckets were last cut to the history
+    changed: set[str] = Field(default_factory=set, exclude=True)
+    gone: set[str] = Field(default_factory=set, exclude=True)
 
     def observe(self, run: ModeRun, times: ModeTimes) -> ModeAlert | None:
         """Count a final verdict (its mode, if any); the announcement it makes, if any."""
@@ -88,7 +94,7 @@ class AgentModes(BaseModel):
             return None
         mode = self.modes.get(run.mode.key)
         if mode is None:
-            mode = self.modes[run.mode.key] = _Mode(mode=run.mode, first_seen=at, last_seen=at)
+            mode = self.modes[run.mode.key] = ModeCounts(mode=run.mode, first_seen=at, last_seen=at)
             self._bound(times)
         mode.mode, mode.last_seen = run.mode, max(mode.last_seen, at)
         mode.buckets[minute] = mode.buckets.get(minute, 0) + 1
@@ -96,6 +102,7 @@ class AgentModes(BaseModel):
         mode.recent = [*mode.recent[-(RECENT - 1) :], seen]
         if version is not None and version not in mode.versions and len(mode.versions) < VERSIONS:
             mode.versions[version] = at
+        self.changed.add(run.mode.key)
         return self._judged(mode, at, times)
 
     def tick(self, now: float, times: ModeTimes) -> list[ModeAlert]:
@@ -105,10 +112,12 @@ class AgentModes(BaseModel):
         for key, mode in list(self.modes.items()):
             if mode.loud and now - mode.last_seen >= times.window_s:
                 mode.loud = False
+                self.changed.add(key)
                 runs, before = self._rates(mode, now, times)
                 quiet.append(self._said("quiet", mode, now, runs, before, times))
             if not mode.buckets:
                 del self.modes[key]
+                self.gone.add(key)
         return quiet
 
     def window_runs(self, at: float, times: ModeTimes) -> dict[str, int]:
@@ -120,7 +129,7 @@ class AgentModes(BaseModel):
                 runs[mode.mode.name] = runs.get(mode.mode.name, 0) + n
         return runs
 
-    def _judged(self, mode: _Mode, at: float, times: ModeTimes) -> ModeAlert | None:
+    def _judged(self, mode: ModeCounts, at: float, times: ModeTimes) -> ModeAlert | None:
         if at - self.since < times.learn_s:
             return None  # first watched: what it fails of is its normal
         if mode.announced_at is not None and at - mode.announced_at < times.window_s:
@@ -143,7 +152,7 @@ class AgentModes(BaseModel):
         mode.announced_at, mode.loud = at, True
         return self._said(kind, mode, at, runs, before, times)
 
-    def _rates(self, mode: _Mode, at: float, times: ModeTimes) -> tuple[int, float]:
+    def _rates(self, mode: ModeCounts, at: float, times: ModeTimes) -> tuple[int, float]:
         """(its runs in the window ending at `at`, a window's runs on average before it)."""
         start = int((at - times.window_s) // 60)
         runs = sum(n for m, n in mode.buckets.items() if m > start)
@@ -155,7 +164,7 @@ class AgentModes(BaseModel):
         watched = min(times.history_s, at - self.since) - times.window_s
         return max(0.0, watched) / times.window_s
 
-    def _jumped(self, mode: _Mode, at: float, times: ModeTimes, span: float, p: float) -> bool:
+    def _jumped(self, mode: ModeCounts, at: float, times: ModeTimes, span: float, p: float) -> bool:
         """Its runs in the last `span` seconds well above what its share before predicts."""
         start = int((at - span) // 60)
         runs = sum(n for m, n in mode.buckets.items() if m > start)
@@ -164,7 +173,7 @@ class AgentModes(BaseModel):
         expected = self._expected(mode, at, times, span)
         return runs >= times.jump * expected and _tail(runs, expected) < p
 
-    def _expected(self, mode: _Mode, at: float, times: ModeTimes, span: float) -> float:
+    def _expected(self, mode: ModeCounts, at: float, times: ModeTimes, span: float) -> float:
         """Its runs the last `span` seconds would hold at its share of the agent's verdicts in
         the history before the window."""
         start = int((at - span) // 60)
@@ -187,10 +196,18 @@ class AgentModes(BaseModel):
 
     def _bound(self, times: ModeTimes) -> None:
         while len(self.modes) > times.max_modes:
-            del self.modes[min(self.modes, key=lambda k: self.modes[k].last_seen)]
+            oldest = min(self.modes, key=lambda k: self.modes[k].last_seen)
+            del self.modes[oldest]
+            self.gone.add(oldest)
 
     def _said(
-        self, kind: AlertKind, mode: _Mode, at: float, runs: int, before: float, times: ModeTimes
+        self,
+        kind: AlertKind,
+        mode: ModeCounts,
+        at: float,
+        runs: int,
+        before: float,
+        times: ModeTimes,
     ) -> ModeAlert:
         window = [r for r in mode.recent if r.at > at - times.window_s]
         versions = Counter(r.version for r in window if r.version is not None)

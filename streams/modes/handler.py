@@ -1,8 +1,8 @@
 """The modes agent's handler: each final verdict's mode in, announcements out.
 
 Records come from the mode-runs topic keyed by agent, so one agent's verdicts are counted in
-order by one worker; its modes are one record of the mode-state table (`AgentModes`, JSON),
-changed only here, in stream iteration. A verdict delivered again (at-least-once) is counted
+order by one worker; its modes are records of the mode-state table (`store.py`), changed only
+here, in stream iteration. A verdict delivered again (at-least-once) is counted
 once where its mode still holds its request id. Announcements have deterministic ids: one
 published again after a crash is the same record.
 """
@@ -20,6 +20,7 @@ from tracejudge.models.errors import InvalidEvent
 from tracejudge.models.events import decode_object
 from tracejudge.models.modes import ModeAlert, ModeRun, ModeTick
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.modes.store import ModeStore
 from tracejudge.streams.shared.metrics import Metrics
 from tracejudge.streams.shared.outputs import Channel, deliver
 from tracejudge.streams.shared.visible import visible_log
@@ -38,10 +39,10 @@ class ModeHandler:
     metrics: Metrics
     # agents with a mode announced and not quiet yet: what the timer ticks
     loud: set[str] = field(default_factory=set)
-    # each agent's modes as last saved, decoded (the table holds the bytes): a run costs its
-    # own decoding only after another worker wrote the agent (a rebalance)
-    _cache: dict[str, tuple[bytes, AgentModes]] = field(default_factory=dict)
     _shown_at: dict[str, float] = field(default_factory=dict)  # an agent's series last set
+
+    def __post_init__(self) -> None:
+        self.store = ModeStore(self.table)
 
     async def __call__(self, record: InRecord) -> None:
         data = decode_object(record.value, MAX_RECORD_BYTES)
@@ -55,21 +56,8 @@ class ModeHandler:
         except ValidationError as exc:
             raise InvalidEvent("invalid", str(exc).splitlines()[0][:200]) from None
 
-    def load(self, agent: str) -> AgentModes | None:
-        raw = self.table.get(agent)
-        if raw is None:
-            return None
-        cached = self._cache.get(agent)
-        if cached is not None and cached[0] == raw:
-            return cached[1]
-        modes = AgentModes.model_validate_json(raw)
-        self._cache[agent] = (raw, modes)
-        return modes
-
     def _save(self, agent: str, modes: AgentModes) -> None:
-        raw = modes.model_dump_json(exclude_defaults=True).encode("utf-8")
-        self.table[agent] = raw
-        self._cache[agent] = (raw, modes)
+        self.store.save(agent, modes)
         if any(m.loud for m in modes.modes.values()):
             self.loud.add(agent)
         else:
@@ -77,7 +65,7 @@ class ModeHandler:
 
     async def on_run(self, run: ModeRun) -> None:
         agent = run.agent_name or ""
-        modes = self.load(agent) or AgentModes(agent_name=run.agent_name, since=run.at)
+        modes = self.store.get(agent) or AgentModes(agent_name=run.agent_name, since=run.at)
         if run.mode is not None:
             kept = modes.modes.get(run.mode.key)
             if kept is not None and any(r.request_id == run.request_id for r in kept.recent):
@@ -93,7 +81,7 @@ class ModeHandler:
 
     async def on_tick(self, tick: ModeTick) -> None:
         agent = tick.agent_name or ""
-        modes = self.load(agent)
+        modes = self.store.get(agent)
         if modes is None:
             self.loud.discard(agent)
             return
@@ -106,12 +94,12 @@ class ModeHandler:
     def reindex(self) -> int:
         """After a rebalance and the table's recovery: the agents with loud modes, from the
         table (another worker may have written them)."""
-        self._cache.clear()
-        self.loud.clear()
-        for agent in list(self.table.keys()):
-            modes = self.load(agent)
-            if modes is not None and any(m.loud for m in modes.modes.values()):
-                self.loud.add(agent)
+        self.store.clear()
+        self.loud = {
+            agent
+            for agent, modes in self.store.agents().items()
+            if any(m.loud for m in modes.modes.values())
+        }
         return len(self.loud)
 
     def _show(self, agent: str, modes: AgentModes, now: float) -> None:

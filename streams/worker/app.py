@@ -422,6 +422,11 @@ def _add_modes_agent(app: faust.App, ctx: WorkerContext, channels: Channels) -> 
         return
     indexed: list[int | None] = [None]
 
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
+        handler.store.clear()  # read again from the table at the next record: another worker
+        # may own some of its agents now, and write them
+
     @app.agent(cast(Any, runs), concurrency=1)  # type: ignore[misc]
     async def modes(stream: Any) -> None:
         async for event in stream.noack().events():
