@@ -13,6 +13,7 @@ from tracejudge.models import names
 from tracejudge.models.modes import ModeTick
 from tracejudge.settings import Settings
 from tracejudge.streams.kafka.records import InRecord
+from tracejudge.streams.kafka.status import Status, mode_lines, render_status
 from tracejudge.streams.modes.handler import ModeHandler
 from tracejudge.streams.replay.engine import CollectingChannel, MemoryLookup, _channels, _stop
 from tracejudge.streams.shared.metrics import TOP_MODES
@@ -138,3 +139,17 @@ async def test_a_record_it_cannot_read_is_dead_lettered_and_the_next_counted() -
     assert worker.ctx.counters["dead_lettered"] == 4
     await worker.run("bad-0", fails=True)
     assert worker.ctx.counters["mode_runs"] == 1
+
+
+def test_status_lists_the_latest_announcement_per_mode_and_shows_hostile_words_harmless() -> None:
+    mode = {"key": "k1", "name": "pay fails \x1b[31mwith HTTP 503"}
+    alerts = [
+        {"kind": "new", "agent_name": "shop", "mode": mode, "runs": 5, "ts": 100.0},
+        {"kind": "quiet", "agent_name": "shop", "mode": mode, "runs": 0, "ts": 900.0},
+        {"kind": "jump", "agent_name": "coder", "mode": {"key": "k2", "name": "x"}, "ts": "?"},
+    ]
+    lines = mode_lines(alerts)
+    assert lines[0].startswith("  coder: x  (jump at 00:00:00") and "(quiet at 00:15:00" in lines[1]
+    text = render_status(Status(Settings(redis_url="").masked(), [], [], modes=alerts))
+    assert "\x1b" not in text and "pay fails" in text
+    assert mode_lines(None) == ["  the modes topic could not be read"]

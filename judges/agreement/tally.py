@@ -61,6 +61,9 @@ _FINDING_BIT = {name: 1 << i for i, name in enumerate(KNOWN_FINDINGS)}
 # FINDINGS_CHARS: its outcome is counted for it, `Tally.check_rates`), a few per run
 CHECK_PREFIX = "check:"
 CHECKS_KEPT = 6
+# A run's failure mode (Evaluation.mode's key) is kept too: its outcome is counted for the mode
+# (`Tally.mode_rates`), so a mode that is mostly false alarms shows as such
+MODE_PREFIX = "mode:"
 
 
 def auc(scores: Mapping[str, float], ok: Mapping[str, bool]) -> float:
@@ -127,6 +130,7 @@ class Kept:
     steered: tuple[str, ...] = ()
     # the team's own dimensions the judge scored: (name, score, below its threshold)
     dimensions: tuple[tuple[str, int, bool], ...] = ()
+    mode: str | None = None  # its failure mode's key (None: a clean pass, or an older worker)
 
     @property
     def judged(self) -> bool:
@@ -181,10 +185,12 @@ class Kept:
             self.round,
             self.root,
         ]
-        if self.steered or self.dimensions:  # only then: other runs keep what they kept before
+        if self.steered or self.dimensions or self.mode:  # only then: others keep what they did
             row.append(list(self.steered))
-        if self.dimensions:  # by position after the steers: [name, score × 2 + below]
+        if self.dimensions or self.mode:  # by position after the steers: [name, score × 2 + below]
             row.append([[name, score * 2 + int(low)] for name, score, low in self.dimensions])
+        if self.mode:  # after the dimensions
+            row.append(self.mode)
         return json.dumps(row, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -196,6 +202,7 @@ class Kept:
         steered = tuple(str(r) for r in row[13]) if len(row) >= 14 else ()
         scored = row[14] if len(row) >= 15 else []
         dimensions = tuple((str(name), int(n) // 2, bool(int(n) & 1)) for name, n in scored)
+        mode = str(row[15]) if len(row) >= 16 and row[15] else None
 
         def v(n: int | None) -> View | None:
             if n is None:
@@ -222,6 +229,7 @@ class Kept:
             root,
             steered,
             dimensions,
+            mode,
         )
 
 
@@ -270,6 +278,7 @@ def kept_of(
         )
         if e.judge_status == "ok"
         else (),
+        mode=None if e.mode is None else e.mode.key,
     )
 
 
@@ -341,6 +350,7 @@ def cells(kept: Kept, truth: Truth) -> list[Cell]:
     return (
         check_cells(kept, truth)
         + dimension_cells(kept, truth)
+        + mode_cells(kept, truth)
         + [
             Cell(
                 agent,
@@ -388,6 +398,16 @@ def check_cells(kept: Kept, truth: Truth) -> list[Cell]:
         for name in kept.findings
         if name.startswith(CHECK_PREFIX)
     ]
+
+
+def mode_cells(kept: Kept, truth: Truth) -> list[Cell]:
+    """One cell for the run's failure mode (view: `mode:<key>`), for the share of its runs
+    that truly failed (`Tally.mode_rates`)."""
+    if not kept.mode:
+        return []
+    agent, version = kept.agent or NO_AGENT, kept.version or NO_VERSION
+    view = MODE_PREFIX + kept.mode
+    return [Cell(agent, version, view, truth.source, kept.judged, truth.ok, 0, False, False)]
 
 
 def run_cell(kept: Kept) -> Cell:
@@ -649,6 +669,19 @@ class Tally:
             RuleRate(name, Share(on_ok[name], ok), Share(on_failed[name], failed))
             for name in sorted(on_ok.keys() | on_failed.keys())
         ]
+
+    def mode_rates(self, agent: str | None = None) -> dict[str, Share]:
+        """Per failure mode key, the share of its runs with outcomes that truly failed (every
+        agent's when None; a run labelled by two sources counts once for each)."""
+        failed: Counter[str] = Counter()
+        runs: Counter[str] = Counter()
+        for c, n in self.counts.items():
+            if c.view.startswith(MODE_PREFIX) and (agent is None or c.agent == agent):
+                key = c.view.removeprefix(MODE_PREFIX)
+                runs[key] += n
+                if not c.ok:
+                    failed[key] += n
+        return {key: Share(failed[key], runs[key]) for key in runs}
 
     def to_json(self) -> dict[str, int]:
         return {c.key(): n for c, n in (*self.counts.items(), *self.run_counts.items()) if n}

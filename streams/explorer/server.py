@@ -316,9 +316,12 @@ async def modes_page(request: web.Request) -> web.Response:
     agent, key = q.get("agent", ""), q.get("key", "")
     rows = mode_rows(request.app[STORE], agent, key)
     alerts = list(reversed(request.app[STORE].mode_alerts))[:PAGE_ROWS]
+    reading = await request.app[AGREEMENT].current()
     return _page(
         "modes.html",
         rows=rows[:PAGE_ROWS],
+        # where outcomes arrive: each mode's runs that truly failed (a key holds its agent)
+        truly=reading.tally.mode_rates() if reading.tally is not None else {},
         alerts=[a for a in alerts if not key or (a.get("mode") or {}).get("key") == key],
         agent=agent,
         key=key,

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from tracejudge.judges.agreement.action_effects import ActionTally
 from tracejudge.judges.agreement.tally import Tally
@@ -29,11 +30,13 @@ from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.agreement.store import AgreementUnavailable
 from tracejudge.streams.agreement.thresholds import threshold_lines, thresholds_json
 from tracejudge.streams.kafka.admin import partition_counts
+from tracejudge.streams.kafka.io import read_since
 from tracejudge.streams.kafka.security import client_options
 from tracejudge.streams.shared.outputs import redis_client
 from tracejudge.streams.shared.visible import visible_lines
 
 WINDOW_S = 60.0  # "the last minute"
+MODES_SINCE_S = 3600.0  # the failure modes announced this long back are shown
 LAST_BATCH_WAIT_S = 2.0  # reading the input partitions' last batches (`_true_ends`)
 
 
@@ -77,6 +80,9 @@ class Status:
     # agent -> loop rule -> what came of its steers (`agreement/actions.py`); None where
     # agreement is
     steers: dict[str, Any] | None = None
+    # the failure modes announced in the last hour, oldest first (the modes topic's records);
+    # None: the topic could not be read
+    modes: list[dict[str, Any]] | None = None
 
     @property
     def judge_waiting(self) -> int | None:
@@ -103,6 +109,7 @@ async def collect_status(settings: Settings, workers: list[str], timeout_s: floa
     topics = await asyncio.wait_for(_topics(settings), timeout_s)
     checked = await asyncio.gather(*(asyncio.to_thread(worker_health, url) for url in workers))
     tally, acted, error = await _agreement(settings, timeout_s)
+    modes = await _mode_alerts(settings, timeout_s)
     return Status(
         settings.masked(),
         topics,
@@ -112,7 +119,54 @@ async def collect_status(settings: Settings, workers: list[str], timeout_s: floa
         None if acted is None else actions_json(acted),
         None if tally is None else thresholds_json(tally, settings, time.time()),
         None if acted is None else steers_json(acted),
+        modes,
     )
+
+
+async def _mode_alerts(settings: Settings, timeout_s: float) -> list[dict[str, Any]] | None:
+    """The modes topic's announcements of the last hour (None: it could not be read)."""
+    try:
+        records = await asyncio.wait_for(
+            read_since(settings, settings.topic(names.MODES), MODES_SINCE_S), timeout_s
+        )
+    except (TimeoutError, KafkaError):
+        return None
+    found = []
+    for _, value in records:
+        try:
+            alert = json.loads(value)
+        except ValueError:
+            continue  # anyone who can write the topic can write anything: not shown
+        if isinstance(alert, dict) and isinstance(alert.get("mode"), dict):
+            found.append(alert)
+    return found
+
+
+def mode_lines(alerts: list[dict[str, Any]] | None, most: int = 20) -> list[str]:
+    """Per agent and mode, its latest announcement of the last hour: loud first (new or jump,
+    not quiet since), then those quiet again."""
+    if alerts is None:
+        return ["  the modes topic could not be read"]
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for alert in alerts:
+        latest[(str(alert.get("agent_name")), str(alert["mode"].get("key")))] = alert
+    if not latest:
+        return ["  none announced"]
+    ranked = sorted(latest.values(), key=lambda a: (a.get("kind") == "quiet", -_ts(a)))
+    lines = []
+    for a in ranked[:most]:
+        when = time.strftime("%H:%M:%S", time.gmtime(_ts(a)))
+        name = str(a["mode"].get("name"))[:110]
+        said = f"{a.get('kind')} at {when}, {a.get('runs')} runs in the window"
+        lines.append(f"  {a.get('agent_name') or '(none)'}: {name}  ({said})")
+    if len(ranked) > most:
+        lines.append(f"  and {len(ranked) - most} more (tracejudge tail modes --from-beginning)")
+    return lines
+
+
+def _ts(alert: dict[str, Any]) -> float:
+    ts = alert.get("ts")
+    return float(ts) if isinstance(ts, int | float) else 0.0
 
 
 async def _agreement(
@@ -305,6 +359,8 @@ def render_status(status: Status) -> str:
         lines.append("  no loop steered yet")
     else:
         lines += steer_lines(status.steers)
+    lines += ["", "failure modes announced in the last hour (per agent and mode, the latest)"]
+    lines += mode_lines(status.modes)
     return visible_lines(lines)  # agent names, errors: trace text, shown, never obeyed
 
 

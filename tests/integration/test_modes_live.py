@@ -1,6 +1,7 @@
-"""Failure modes on the real broker, seen in Chromium: a tool that starts failing with one
-error (its ids varying) makes one mode alert on the modes topic, not one per run, named in
-words with example requests; the explorer's modes page shows the mode and its announcement."""
+"""Failure modes on the real broker and Redis, seen in Chromium: a tool that starts failing
+with one error (its ids varying) makes one mode alert on the modes topic, not one per run,
+named in words with example requests; the explorer's modes page shows the mode, its
+announcement and, once outcomes come, the share of its runs that truly failed."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.integration.browser import browser, explorer, screenshot, wait_until
 from tests.integration.harness import WorkerProcess, consume, tracer_for, worker_env
 from tracejudge.client import Tracer
 from tracejudge.models import names
+from tracejudge.streams.kafka.status import collect_status, render_status
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +104,18 @@ def test_a_tool_that_starts_failing_makes_one_mode_alert_and_the_modes_page_show
     after_fifth = records[0].timestamp / 1000 - flushed[4]
     print(f"mode alert {after_fifth:.2f} s after the fifth failing run was flushed")
     assert after_fifth < 60
+    # `tracejudge status` lists it with the agent, what it is and when it was announced
+    status = render_status(asyncio.run(collect_status(modes_worker.settings, [])))
+    section = status.split("failure modes announced in the last hour", 1)[1]
+    assert f"{AGENT}: refund_order fails with HTTP 503" in section and "(new at " in section
+    # outcomes come in: six of the eight truly failed, two were fine after all
+    tracer = tracer_for(modes_worker)
+    try:
+        for n, rid in enumerate(failing):
+            assert tracer.outcome(rid, ok=n >= 6, source="support-desk")
+        assert tracer.flush(10)
+    finally:
+        tracer.close()
     log = tmp_path / "explorer.log"
     with explorer(modes_worker.env, log) as base, browser() as page:
 
@@ -109,7 +123,12 @@ def test_a_tool_that_starts_failing_makes_one_mode_alert_and_the_modes_page_show
             page.get(f"{base}/modes")
             return len(page.find_elements(By.CSS_SELECTOR, "tr.mode-alert")) >= 1
 
+        def joined() -> bool:
+            page.get(f"{base}/modes")
+            return "6/8 (75%)" in page.find_element(By.ID, "modes").text
+
         wait_until(shown, 60, lambda: page.page_source)
+        wait_until(joined, 60, lambda: page.page_source)  # each mode's share truly failed
         announced = page.find_element(By.ID, "mode-alerts").text
         assert "refund_order fails with HTTP 503" in announced and "new" in announced
         modes = page.find_element(By.ID, "modes").text
