@@ -206,7 +206,7 @@ async def stream(
             await ctx.errors.run(InRecord(runs_topic, 0, done, agent_key, run, {}), handler)
         if now[0] >= next_tick:  # the timer's tick, every 15 s
             next_tick = now[0] + 15.0
-            for agent in sorted(handler.loud):
+            for agent in handler.due(now[0]):
                 tick = ModeTick(agent_name=agent or None, at=now[0]).model_dump_json().encode()
                 await handler(InRecord(runs_topic, 0, 0, agent.encode(), tick, {}))
         handler_s += time.perf_counter() - began
@@ -256,14 +256,23 @@ def report(
         held = [e for e in final.values() if (e.get("mode") or {}).get("key") == key]
         window = [e for e in held if start < e["ts"] <= end]
         pure = sum(kind_of[e["request_id"]] == kind for e in window) / max(1, len(window))
+        # and over the injection: the mode's runs while the failure was being injected
+        began = START + INJECT_AT_S
+        during = [e for e in held if began <= e["ts"] < began + INJECT_FOR_S]
+        over = sum(kind_of[e["request_id"]] == kind for e in during) / max(1, len(during))
+        others = Counter(kind_of[e["request_id"]] or "unchanged traffic" for e in window
+                         if kind_of[e["request_id"]] != kind)  # fmt: skip
         lag = None if first is None else first["ts"] - fifth
         good = first is not None and lag is not None and lag <= 60 and pure >= 0.9
         ok = ok and good
         print(f"{kind:16s} {'ok ' if good else 'BAD'} announced "
               f"{'never' if first is None else first['kind']} "
               f"{'' if lag is None else f'{lag:.1f} s after its fifth run'}; purity "
-              f"{pure:.0%} of {len(window)}; {grouped}/{len(runs)} of its runs in the mode; "
+              f"{pure:.0%} of {len(window)} in the window ({over:.0%} of {len(during)} over the "
+              f"injection); {grouped}/{len(runs)} of its runs in the mode; "
               f"quiet {'announced' if quiet else 'not announced'}")  # fmt: skip
+        if others:
+            print(f"{'':16s} also in the window: {dict(others)}")
         print(f'{"":16s} "{(first or {"mode": {"name": "-"}})["mode"]["name"][:110]}"')
     after = [a for a in alerts if a["ts"] >= START + INJECT_AT_S and a["kind"] != "quiet"
              and a["mode"]["key"] not in injected_modes]  # fmt: skip

@@ -127,6 +127,19 @@ class MemoryWorker:
             await self.ctx.errors.run(record, handler)
         return len(sent) - start
 
+    async def mode_records(self) -> int:
+        """What was sent to the mode-runs topic since the last call, through the modes agent's
+        handler in order; how many (0 with modes off)."""
+        handler = self.ctx.modes
+        if handler is None:
+            return 0
+        sent = self.channel("mode_runs").sent
+        start = self.offsets.get("mode_runs", 0)
+        for item in sent[start:]:
+            record = self.record("mode_runs", item.value, key=item.key)
+            await self.ctx.errors.run(record, handler)
+        return len(sent) - start
+
 
 def memory_worker(
     agreement: AgreementStore | None = None, tables: Tables | None = None, **settings: Any

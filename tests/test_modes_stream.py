@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tracejudge.models import names
 from tracejudge.models.modes import ModeTick
 from tracejudge.settings import Settings
 from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.status import Status, mode_lines, render_status
+from tracejudge.streams.modes import handler as handler_module
 from tracejudge.streams.modes.handler import ModeHandler
 from tracejudge.streams.replay.engine import CollectingChannel, MemoryLookup, _channels, _stop
 from tracejudge.streams.shared.metrics import TOP_MODES
@@ -153,3 +156,23 @@ def test_status_lists_the_latest_announcement_per_mode_and_shows_hostile_words_h
     text = render_status(Status(Settings(redis_url="").masked(), [], [], modes=alerts))
     assert "\x1b" not in text and "pay fails" in text
     assert mode_lines(None) == ["  the modes topic could not be read"]
+
+
+async def test_an_agent_quiet_for_the_history_is_dropped_and_new_agents_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table: dict[str, Any] = {}
+    worker = Worker(table, modes_history_s=600)
+    await worker.run("bad-0", fails=True)
+    assert len(table) == 2 and worker.handler.due(worker.now) == []
+    worker.now += 700  # no verdict of it for a whole history
+    assert worker.handler.due(worker.now) == [AGENT]
+    await worker.tick()
+    assert table == {} and worker.handler.store.agents() == {}
+    monkeypatch.setattr(handler_module, "MAX_AGENTS", 1)
+    await worker.run("bad-1", fails=True)  # the one agent watched
+    topic = worker.settings.topic(names.MODE_RUNS)
+    stranger = {"type": "mode_run", "agent_name": "another", "request_id": "r", "at": worker.now}
+    value = json.dumps(stranger).encode()
+    await worker.ctx.errors.run(InRecord(topic, 0, 0, b"another", value, {}), worker.handler)
+    assert worker.ctx.counters["mode_agents_over"] == 1 and len(table) == 2

@@ -120,6 +120,10 @@ class AgentModes(BaseModel):
                 self.gone.add(key)
         return quiet
 
+    def last_at(self) -> float:
+        """When its last verdict was counted (to the minute; `since` before any)."""
+        return max(self.total, default=int(self.since // 60)) * 60.0 + 60.0
+
     def window_runs(self, at: float, times: ModeTimes) -> dict[str, int]:
         """Each mode's runs in the window ending at `at`, by name."""
         runs: dict[str, int] = {}

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 MAX_RECORD_BYTES = 16_000  # a run is ids, a time and a mode of bounded words
 SHOW_EVERY_S = 10.0  # how often an agent's /metrics series are set from its modes
+# agents watched per worker: past it a new agent's verdicts are counted, not watched (a client
+# naming every request a new agent cannot grow the table without bound)
+MAX_AGENTS = 10_000
 
 
 @dataclass
@@ -65,7 +68,12 @@ class ModeHandler:
 
     async def on_run(self, run: ModeRun) -> None:
         agent = run.agent_name or ""
-        modes = self.store.get(agent) or AgentModes(agent_name=run.agent_name, since=run.at)
+        modes = self.store.get(agent)
+        if modes is None:
+            if len(self.store.agents()) >= MAX_AGENTS:
+                self.metrics.counts["mode_agents_over"] += 1
+                return
+            modes = AgentModes(agent_name=run.agent_name, since=run.at)
         if run.mode is not None:
             kept = modes.modes.get(run.mode.key)
             if kept is not None and any(r.request_id == run.request_id for r in kept.recent):
@@ -86,10 +94,24 @@ class ModeHandler:
             self.loud.discard(agent)
             return
         quiet = modes.tick(tick.at, self.times)
-        self._save(agent, modes)
+        if not modes.modes and not modes.total:  # nothing of it left in the history: it goes
+            self.store.drop(agent)
+            self.loud.discard(agent)
+        else:
+            self._save(agent, modes)
         self._show(agent, modes, tick.at)
         for alert in quiet:
             await self._announce(alert)
+
+    def due(self, now: float) -> list[str]:
+        """The agents the timer ticks: those with a loud mode (quiet yet?), and those with no
+        verdict for a whole history (their records go)."""
+        idle = [
+            agent
+            for agent, modes in self.store.agents().items()
+            if now - modes.last_at() > self.times.history_s
+        ]
+        return sorted(self.loud | set(idle))
 
     def reindex(self) -> int:
         """After a rebalance and the table's recovery: the agents with loud modes, from the

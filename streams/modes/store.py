@@ -58,6 +58,14 @@ class ModeStore:
         modes.gone.clear()
         self.agents()[agent] = modes
 
+    def drop(self, agent: str) -> None:
+        """An agent with nothing left in its history: its records go."""
+        modes = self.agents().pop(agent, None)
+        known = set() if modes is None else {*modes.modes, *modes.gone}
+        for key in [agent_key(agent), *(mode_key(agent, k) for k in known)]:
+            if key in self.table:
+                del self.table[key]
+
     def _read(self) -> dict[str, AgentModes]:
         agents: dict[str, AgentModes] = {}
         parts: dict[str, dict[str, ModeCounts]] = {}

@@ -441,7 +441,7 @@ def _add_modes_agent(app: faust.App, ctx: WorkerContext, channels: Channels) -> 
             indexed[0] = live.assignments
         now = time.time()
         try:
-            for agent in sorted(handler.loud):
+            for agent in handler.due(now):
                 tick = ModeTick(agent_name=agent or None, at=now)
                 await runs.send(key=agent.encode("utf-8"), value=tick.model_dump_json().encode())
         except Exception:  # the next tick tries again
