@@ -135,7 +135,8 @@ class WindowFacts(BaseModel):
     span_id: str | None = None
     interventions: list[InterventionMade] = Field(default_factory=list)
     saved: Saving | None = None  # set with the agent's norms (judges/verdict/make.py)
-    # each tool's preceding call, for a failure mode's "after" (judges/modes/signature.py)
+    # each tool's preceding call, for a failure mode's "after" (judges/modes/signature.py):
+    # set by `make_verdict` where a call failed (`called_before`)
     tools_before: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
@@ -175,7 +176,6 @@ class WindowFacts(BaseModel):
             trace_id=window.task.trace_id if window.task else None,
             span_id=window.task.span_id if window.task else None,
             interventions=interventions_made(window),
-            tools_before=tools_before(e.tool for e in window.steps if isinstance(e, ToolCall)),
         )
 
 
@@ -239,6 +239,11 @@ def _steers_read(window: Window) -> set[str] | None:
         ids = control.get("read")
         return {str(i) for i in ids[:32]} if isinstance(ids, list) else None
     return None if control is None else set(control.read)
+
+
+def called_before(window: Window) -> dict[str, str]:
+    """Each tool's preceding call in the window (`tools_before`)."""
+    return tools_before(e.tool for e in window.steps if isinstance(e, ToolCall))
 
 
 def evaluator_version(rules_version: str, judge_version: str | None = None) -> str:

@@ -11,7 +11,6 @@ from tracejudge.judges.agreement.tally import Kept, kept_of
 from tracejudge.judges.masking.redact import masked_json
 from tracejudge.judges.rules.judge import RuleVerdict
 from tracejudge.judges.verdict.conclude import Verdict
-from tracejudge.models.modes import ModeRun
 from tracejudge.models.outputs import Evaluation, InterventionMade, Origin, Saving, Usage
 
 
@@ -127,18 +126,17 @@ def made_of(
 
 
 def _mode_run(evaluation: Evaluation) -> bytes:
-    """Ids, a time and the mode, whose words come from the masked evaluation: nothing to mask."""
-    return (
-        ModeRun(
-            agent_name=evaluation.agent_name,
-            agent_version=evaluation.agent_version,
-            request_id=evaluation.request_id,
-            at=evaluation.ts,
-            mode=evaluation.mode,
-        )
-        .model_dump_json(exclude_none=True)
-        .encode("utf-8")
-    )
+    """Ids, a time and the mode, whose words come from the masked evaluation: nothing to mask.
+    A dict, not the model: one per final verdict, most of them clean (`ModeRun` reads it)."""
+    run: dict[str, Any] = {"type": "mode_run", "request_id": evaluation.request_id}
+    run["at"] = evaluation.ts
+    if evaluation.agent_name is not None:
+        run["agent_name"] = evaluation.agent_name
+    if evaluation.agent_version is not None:
+        run["agent_version"] = evaluation.agent_version
+    if evaluation.mode is not None:
+        run["mode"] = evaluation.mode.model_dump(exclude_none=True)
+    return json.dumps(run, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def chained(made: Made, origin: Kept) -> Made:

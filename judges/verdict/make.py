@@ -26,6 +26,7 @@ from tracejudge.judges.verdict.conclude import (
     Policy,
     Verdict,
     WindowFacts,
+    called_before,
     conclude,
 )
 from tracejudge.judges.verdict.encoded import Made, encode, made_of
@@ -126,6 +127,8 @@ def make_verdict(
     if checked is not None:
         verdict = with_checks(verdict, checked)
     facts = WindowFacts.of(window, judging.policy.max_iterations, closing.stats)
+    if verdict.failed_steps:  # a failing tool's mode names the call before it
+        facts.tools_before = called_before(window)
     if facts.interventions:
         stats = closing.stats or RunStats.of(window)
         facts.saved = estimated_saving(facts.interventions, stats, closing.norms)

@@ -79,10 +79,16 @@ class ModeHandler:
             if kept is not None and any(r.request_id == run.request_id for r in kept.recent):
                 self.metrics.counts["mode_runs_again"] += 1
                 return  # delivered again: counted the first time
+        minute = int(run.at // 60)
         said = modes.observe(run, self.times)
+        self.metrics.counts["mode_runs"] += 1
+        if run.mode is None and not modes.gone and self.store.saved_minute(agent) == minute:
+            # a clean verdict adds one to the agent's count of the minute: written with its
+            # next failure or the next minute's first verdict (a crash may lose a minute of
+            # clean counts, never a failure), so most verdicts write nothing
+            return
         quiet = modes.tick(run.at, self.times)  # the agent's clock moved: anything quiet?
         self._save(agent, modes)
-        self.metrics.counts["mode_runs"] += 1
         self._show(agent, modes, run.at)
         for alert in ([said] if said is not None else []) + quiet:
             await self._announce(alert)

@@ -28,9 +28,15 @@ class ModeStore:
     def __init__(self, table: MutableMapping[str, bytes]) -> None:
         self.table = table
         self._agents: dict[str, AgentModes] | None = None
+        # the minute of each agent's counts last written (its last verdict's at that time)
+        self._saved: dict[str, int] = {}
+
+    def saved_minute(self, agent: str) -> int | None:
+        return self._saved.get(agent)
 
     def clear(self) -> None:
         self._agents = None
+        self._saved.clear()
 
     def agents(self) -> dict[str, AgentModes]:
         """Every agent's modes this worker holds (read from the table the first time)."""
@@ -57,10 +63,12 @@ class ModeStore:
         modes.changed.clear()
         modes.gone.clear()
         self.agents()[agent] = modes
+        self._saved[agent] = max(modes.total, default=0)
 
     def drop(self, agent: str) -> None:
         """An agent with nothing left in its history: its records go."""
         modes = self.agents().pop(agent, None)
+        self._saved.pop(agent, None)
         known = set() if modes is None else {*modes.modes, *modes.gone}
         for key in [agent_key(agent), *(mode_key(agent, k) for k in known)]:
             if key in self.table:
