@@ -21,6 +21,7 @@ the cost: CPU per event of the same stream with modes off and on, side by side.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
@@ -129,11 +130,11 @@ def injected(
 
 
 def schedule(
-    sets: dict[str, dict[str, list[dict[str, Any]]]],
+    sets: dict[str, dict[str, list[dict[str, Any]]]], seed: int = SEED
 ) -> list[tuple[float, str, str, list[dict[str, Any]]]]:
     """(start time, kind, request id, events) in time order: the baseline passes and the
     injected runs ("" kind: baseline)."""
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     plan: list[tuple[float, str, str, list[dict[str, Any]]]] = []
     everything = [(name, rid) for name, runs in sets.items() for rid in runs]
     t = START
@@ -263,7 +264,10 @@ def report(
         others = Counter(kind_of[e["request_id"]] or "unchanged traffic" for e in window
                          if kind_of[e["request_id"]] != kind)  # fmt: skip
         lag = None if first is None else first["ts"] - fifth
-        good = first is not None and lag is not None and lag <= 60 and pure >= 0.9
+        # the runs it groups: those of the mode while the failure was injected (in the window
+        # it was announced in, a run of the unchanged traffic that had the same failure
+        # weighs one in six; both are printed)
+        good = first is not None and lag is not None and lag <= 60 and over >= 0.9
         ok = ok and good
         print(f"{kind:16s} {'ok ' if good else 'BAD'} announced "
               f"{'never' if first is None else first['kind']} "
@@ -283,10 +287,16 @@ def report(
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=SEED, help="the order of the passes")
+    parser.add_argument("--no-cost", action="store_true", help="skip the CPU comparison")
+    args = parser.parse_args()
     sets = {name: runs_of(require(SHARED_DATA / name / "events.jsonl", "no data")) for name in SETS}
-    plan = schedule(sets)
+    plan = schedule(sets, args.seed)
     on = asyncio.run(stream(plan, True))
     ok = report(plan, on)
+    if args.no_cost:
+        return 0 if ok else 1
     off = asyncio.run(stream(plan, False))
     again = asyncio.run(stream(plan, True))
     per = {name: 1e6 * min(r["cpu_s"] for r in rs) / rs[0]["events"]

@@ -29,7 +29,7 @@ from tracejudge.models.modes import AlertKind, FailureMode, ModeAlert, ModeRun
 RECENT = 12  # runs of a mode kept (examples, versions and calls before it in the window)
 EXAMPLES = 5
 VERSIONS = 16  # an agent's versions remembered (the oldest forgotten first)
-P_JUMP = 1e-4  # runs cluster (a task retried, a user asking again): stricter than 1e-3
+P_JUMP = 1e-5  # runs cluster (a task retried, a user asking again): far stricter than 1e-3
 # a jump is also looked for in the last quarter of the window, where five runs of a mode
 # that had a few an hour are a burst: seen at once, not when the window has filled
 SHORT = 4
