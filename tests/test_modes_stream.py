@@ -146,7 +146,7 @@ async def test_a_record_it_cannot_read_is_dead_lettered_and_the_next_counted() -
 
 def test_status_lists_the_latest_announcement_per_mode_and_shows_hostile_words_harmless() -> None:
     mode = {"key": "k1", "name": "pay fails \x1b[31mwith HTTP 503"}
-    alerts = [
+    alerts: list[dict[str, Any]] = [
         {"kind": "new", "agent_name": "shop", "mode": mode, "runs": 5, "ts": 100.0},
         {"kind": "quiet", "agent_name": "shop", "mode": mode, "runs": 0, "ts": 900.0},
         {"kind": "jump", "agent_name": "coder", "mode": {"key": "k2", "name": "x"}, "ts": "?"},
