@@ -33,14 +33,16 @@ async def main() -> None:
     w = memory_worker()
     for event in events[:200]:  # warm-up: imports, caches
         await w.event({**event, "request_id": "warm-" + event["request_id"]})
-    # the modes agent runs in the worker's process too: where the tree has one, its records
-    # are taken as they come
+    # the modes agent runs in the worker's process too: where the tree has one, the verdict's
+    # mode run is taken once a request's answer closed it, as the modes agent takes it
     modes = getattr(w, "mode_records", None)
     started = time.perf_counter()
     for event in events:
         await w.event(event)
-        if modes is not None:
+        if modes is not None and event["type"] == "final_response":
             await modes()
+    if modes is not None:
+        await modes()
     print(json.dumps((time.perf_counter() - started) / len(events) * 1e6))
 
 asyncio.run(main())
