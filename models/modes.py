@@ -96,6 +96,11 @@ class ModeAlert(_Record):
         description="The window's runs are all of this agent_version, none before it was: a "
         "mode a deploy brought.",
     )
+    version: str | None = Field(
+        default=None,
+        description="A jump within one agent_version (a canary failing where the rest of the "
+        "fleet does not): that version. None: the agent as a whole.",
+    )
     after: dict[str, int] = Field(
         default_factory=dict, description="A failing tool's: the tools called before it."
     )

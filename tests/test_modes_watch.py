@@ -73,3 +73,15 @@ def test_modes_are_per_agent_and_bounded() -> None:
     for n in range(10):
         agent.observe(_run(float(n), f"r{n}", f"m{n}"), small)
     assert sorted(agent.modes) == ["m7", "m8", "m9"]
+
+
+def test_a_canary_version_that_fails_where_the_fleet_does_not_is_a_jump_within_it() -> None:
+    agent = _watched(3000)  # v1: the mode in one verdict of 30
+    said: list[ModeAlert | None] = []
+    for n in range(200):  # then a v2 canary takes one verdict in ten, the mode in half of them
+        t = 3000 + 3.0 * n
+        canary = n % 10 == 0
+        key = "steady" if (canary and n % 20 == 0) or (not canary and n % 30 == 1) else None
+        said.append(agent.observe(_run(t, f"c{n}", key, "v2" if canary else "v1"), TIMES))
+    (alert,) = [a for a in said if a is not None]
+    assert (alert.kind, alert.version) == ("jump", "v2") and "in version v2" in alert.message

@@ -75,6 +75,8 @@ class AgentModes(BaseModel):
     since: float
     total: dict[int, int] = Field(default_factory=dict)  # minute -> final verdicts
     versions: dict[str, float] = Field(default_factory=dict)  # version -> first verdict of it
+    # version -> minute -> its final verdicts: a mode's share within one version (a canary)
+    by_version: dict[str, dict[int, int]] = Field(default_factory=dict)
     modes: dict[str, ModeCounts] = Field(default_factory=dict)
     swept: int = 0  # the minute the buckets were last cut to the history
     changed: set[str] = Field(default_factory=set, exclude=True)
@@ -88,7 +90,12 @@ class AgentModes(BaseModel):
         if version is not None and version not in self.versions:
             self.versions[version] = at
             while len(self.versions) > VERSIONS:
-                del self.versions[min(self.versions, key=self.versions.__getitem__)]
+                oldest = min(self.versions, key=self.versions.__getitem__)
+                del self.versions[oldest]
+                self.by_version.pop(oldest, None)
+        if version is not None:
+            counts = self.by_version.setdefault(version, {})
+            counts[minute] = counts.get(minute, 0) + 1
         self._forget(at, times)
         if run.mode is None:
             return None
@@ -103,7 +110,7 @@ class AgentModes(BaseModel):
         if version is not None and version not in mode.versions and len(mode.versions) < VERSIONS:
             mode.versions[version] = at
         self.changed.add(run.mode.key)
-        return self._judged(mode, at, times)
+        return self._judged(mode, at, times, version)
 
     def tick(self, now: float, times: ModeTimes) -> list[ModeAlert]:
         """Modes announced that had no run for a whole window: quiet (once); the forgotten go."""
@@ -133,7 +140,9 @@ class AgentModes(BaseModel):
                 runs[mode.mode.name] = runs.get(mode.mode.name, 0) + n
         return runs
 
-    def _judged(self, mode: ModeCounts, at: float, times: ModeTimes) -> ModeAlert | None:
+    def _judged(
+        self, mode: ModeCounts, at: float, times: ModeTimes, version: str | None = None
+    ) -> ModeAlert | None:
         if at - self.since < times.learn_s:
             return None  # first watched: what it fails of is its normal
         if mode.announced_at is not None and at - mode.announced_at < times.window_s:
@@ -151,10 +160,26 @@ class AgentModes(BaseModel):
             mode, at, times, times.window_s / SHORT, P_BURST
         ):
             kind = "jump"
+        elif version is not None and self._jumped_in(mode, at, times, version):
+            mode.announced_at, mode.loud = at, True
+            return self._said("jump", mode, at, runs, before, times, version)
         else:
             return None
         mode.announced_at, mode.loud = at, True
         return self._said(kind, mode, at, runs, before, times)
+
+    def _jumped_in(self, mode: ModeCounts, at: float, times: ModeTimes, version: str) -> bool:
+        """Its share of one version's verdicts in the window well above its share of the
+        agent's before: a canary that fails where the rest of the fleet does not."""
+        start = int((at - times.window_s) // 60)
+        runs = sum(1 for r in mode.recent if r.at > at - times.window_s and r.version == version)
+        if runs < times.min_runs:
+            return False
+        total = sum(n for m, n in self.by_version.get(version, {}).items() if m > start)
+        then_total = sum(n for m, n in self.total.items() if m <= start)
+        then_runs = sum(n for m, n in mode.buckets.items() if m <= start)
+        expected = total * (then_runs + 0.5) / max(1, then_total)
+        return runs >= times.jump * expected and _tail(runs, expected) < P_JUMP
 
     def _rates(self, mode: ModeCounts, at: float, times: ModeTimes) -> tuple[int, float]:
         """(its runs in the window ending at `at`, a window's runs on average before it)."""
@@ -194,7 +219,8 @@ class AgentModes(BaseModel):
             return  # once a minute: a run costs its own mode's buckets, not every mode's
         self.swept = int(at // 60)
         oldest = int((at - times.history_s) // 60)
-        for buckets in (self.total, *(m.buckets for m in self.modes.values())):
+        every = (self.total, *self.by_version.values(), *(m.buckets for m in self.modes.values()))
+        for buckets in every:
             for minute in [m for m in buckets if m <= oldest]:
                 del buckets[minute]
 
@@ -212,6 +238,7 @@ class AgentModes(BaseModel):
         runs: int,
         before: float,
         times: ModeTimes,
+        within: str | None = None,
     ) -> ModeAlert:
         window = [r for r in mode.recent if r.at > at - times.window_s]
         versions = Counter(r.version for r in window if r.version is not None)
@@ -229,7 +256,7 @@ class AgentModes(BaseModel):
                 fresh = version
         agent = self.agent_name
         name = mode.mode.name
-        message = _message(kind, agent, name, runs, before, times, fresh)
+        message = _message(kind, agent, name, runs, before, times, fresh, within)
         return ModeAlert(
             alert_id=ModeAlert.id_of(agent, mode.mode.key, kind, int(at // times.window_s)),
             kind=kind,
@@ -242,6 +269,7 @@ class AgentModes(BaseModel):
             examples=[r.request_id for r in (window or mode.recent)[-EXAMPLES:]],
             versions=dict(versions.most_common(5)),
             new_in_version=fresh,
+            version=within,
             after=dict(after.most_common(3)),
             message=message,
             ts=at,
@@ -256,12 +284,15 @@ def _message(
     before: float,
     times: ModeTimes,
     version: str | None,
+    within: str | None = None,
 ) -> str:
     minutes = f"{times.window_s / 60:g} min"
     who = agent or "(no agent name)"
     if kind == "quiet":
         return f"{who}: quiet again for {minutes}: {name}"
     since = f" since version {version}" if version else ""
+    if within:
+        since += f" in version {within}"
     if kind == "new":
         return f"{who}: new failure mode{since}, {runs} runs in {minutes}: {name}"
     was = f"about {before:.1f} before"
