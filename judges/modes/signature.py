@@ -49,6 +49,12 @@ CALLED_IN = {
 }
 TOOL_CHARS = 80
 TELLING = frozenset(RULES) - {"compound_trouble"}
+# what the judge found, by the quadrant its verdict fell in
+JUDGE_WORDS = {
+    "failed steps": "the judge finds failed steps",
+    "left incomplete": "the judge finds it left incomplete",
+    "scored below the threshold": "the judge scores it below the threshold",
+}
 # what each rule means, in words
 RULE_WORDS = {
     "run_error": "the run ends in an error",
@@ -98,7 +104,7 @@ def name_of(
     if kind == "rule":
         return RULE_WORDS.get(rule or "", rule or "a rule fires") + at
     if kind == "judge":
-        return f"the judge finds it {rule}{at}"
+        return JUDGE_WORDS.get(rule or "", "the judge fails it") + at
     return (rule or "fails") + at
 
 
