@@ -112,10 +112,14 @@ async def read_since(
     """(key, value) of every record written to `topic` in the last `since_s` seconds, up to
     the end offsets at the call, in offset order per partition and time order across them.
     No group: nothing committed, the workers undisturbed."""
-    consumer = AIOKafkaConsumer(**client_options(settings), group_id=None, enable_auto_commit=False)
     from tracejudge.streams.kafka.admin import partition_counts
 
     count = (await partition_counts(settings)).get(topic, 0)
+    if not count:
+        # no such topic (not created yet): nothing to read; and aiokafka's consumer, stopped
+        # with nothing assigned, raised CancelledError out of its own stop()
+        return []
+    consumer = AIOKafkaConsumer(**client_options(settings), group_id=None, enable_auto_commit=False)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(count)]
