@@ -56,7 +56,9 @@ class ModeRun(_Record):
     agent_name: str | None = None
     agent_version: str | None = None
     request_id: str
-    at: float = Field(description="When the verdict was made (the worker's clock).")
+    at: float = Field(
+        ge=0, allow_inf_nan=False, description="When the verdict was made (the worker's clock)."
+    )
     mode: FailureMode | None = Field(
         default=None, description="None: a clean pass, counted in the agent's verdicts."
     )
@@ -67,7 +69,7 @@ class ModeTick(_Record):
 
     type: Literal["mode_tick"] = "mode_tick"
     agent_name: str | None = None
-    at: float
+    at: float = Field(ge=0, allow_inf_nan=False)
 
 
 class ModeAlert(_Record):

@@ -137,9 +137,10 @@ async def test_metrics_keep_an_agents_top_modes_and_count_the_rest_as_other() ->
 async def test_a_record_it_cannot_read_is_dead_lettered_and_the_next_counted() -> None:
     worker = Worker()
     topic = worker.settings.topic(names.MODE_RUNS)
-    for bad in (b"not json", b'{"type": "mode_run"}', b'{"type": "other"}', b"[1]"):
+    infinite = b'{"type": "mode_run", "request_id": "r", "at": Infinity}'
+    for bad in (b"not json", b'{"type": "mode_run"}', b'{"type": "other"}', b"[1]", infinite):
         await worker.ctx.errors.run(InRecord(topic, 0, 0, b"x", bad, {}), worker.handler)
-    assert worker.ctx.counters["dead_lettered"] == 4
+    assert worker.ctx.counters["dead_lettered"] == 5
     await worker.run("bad-0", fails=True)
     assert worker.ctx.counters["mode_runs"] == 1
 

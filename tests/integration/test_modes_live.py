@@ -137,3 +137,7 @@ def test_a_tool_that_starts_failing_makes_one_mode_alert_and_the_modes_page_show
         page.find_element(By.CSS_SELECTOR, "tr.mode a").click()
         runs = page.find_element(By.ID, "mode-runs").text
         assert all(rid in runs for rid in failing)
+        # a run's own page names its mode and leads back to it
+        page.find_element(By.LINK_TEXT, failing[0]).click()
+        page.find_element(By.CSS_SELECTOR, "#mode a").click()
+        assert "refund_order fails with HTTP 503" in page.find_element(By.ID, "modes").text
