@@ -76,6 +76,18 @@ def _final(rid: str, at: int, text: str) -> dict[str, Any]:
     return {"type": "final_response", "request_id": rid, "step_index": at, "output": text}
 
 
+def _failing(
+    base: list[dict[str, Any]], rid: str, tool: str, args: dict[str, str], error: str, sorry: str
+) -> list[dict[str, Any]] | None:
+    """The run up to its first call of `tool`, that call failing with `error`, then an apology."""
+    cut = _cut(base, tool)
+    if cut is None:
+        return None
+    events, n = cut
+    failed = _call(rid, n, tool, json.dumps(args), False, error)
+    return [*events, failed, _final(rid, n + 1, sorry)]
+
+
 def injected(
     kind: str, base: list[dict[str, Any]], rid: str, rng: random.Random
 ) -> list[dict[str, Any]] | None:
@@ -83,28 +95,18 @@ def injected(
     ident = "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(6))
     hexid = "".join(rng.choice("0123456789abcdef") for _ in range(12))
     if kind == "tool_503":
-        cut = _cut(base, "get_reservation_details")
-        if cut is None:
-            return None
-        events, n = cut
         error = f"HTTP 503 Service Unavailable: reservations-api (trace {hexid})"
-        return [*events, _call(rid, n, "get_reservation_details",
-                               json.dumps({"reservation_id": ident}), False, error),
-                _final(rid, n + 1, "I'm sorry, I cannot reach our reservation system right now. "
-                                   "Please try again later.")]  # fmt: skip
+        sorry = "I'm sorry, I cannot reach our reservation system right now. Try again later."
+        return _failing(base, rid, "get_reservation_details", {"reservation_id": ident},
+                        error, sorry)  # fmt: skip
     if kind == "validation":
-        cut = _cut(base, "update_reservation_flights")
-        if cut is None:
-            return None
-        events, n = cut
         flight = f"HAT{rng.randint(100, 999)}"
         error = (f"ValidationError: reservation {ident} cannot change to flight {flight} on "
                  f"2024-05-{rng.randint(10, 28)}: fare class basic_economy_{rng.randint(1, 9)} "
                  "is not modifiable")  # fmt: skip
-        return [*events, _call(rid, n, "update_reservation_flights",
-                               json.dumps({"reservation_id": ident, "flight": flight}), False,
-                               error),
-                _final(rid, n + 1, "Sorry, I was not able to change your flights.")]  # fmt: skip
+        return _failing(base, rid, "update_reservation_flights",
+                        {"reservation_id": ident, "flight": flight}, error,
+                        "Sorry, I was not able to change your flights.")  # fmt: skip
     if kind == "loop":
         head = [e for e in base if e["type"] != "final_response"][:6]
         n = len(head)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn
 
@@ -118,26 +118,20 @@ class MemoryWorker:
     async def session_records(self) -> int:
         """What was sent to the session-turns topic since the last call, through the session
         agent's handler in order (as the session agent takes them); how many."""
-        handler = self.ctx.sessions
-        assert handler is not None, "sessions are off"
-        sent = self.channel("session_turns").sent
-        start = self.offsets.get("session_turns", 0)
-        for item in sent[start:]:
-            record = self.record("session_turns", item.value, key=item.key)
-            await self.ctx.errors.run(record, handler)
-        return len(sent) - start
+        assert self.ctx.sessions is not None, "sessions are off"
+        return await self._taken("session_turns", self.ctx.sessions)
 
     async def mode_records(self) -> int:
         """What was sent to the mode-runs topic since the last call, through the modes agent's
         handler in order; how many (0 with modes off)."""
-        handler = self.ctx.modes
-        if handler is None:
-            return 0
-        sent = self.channel("mode_runs").sent
-        start = self.offsets.get("mode_runs", 0)
+        return 0 if self.ctx.modes is None else await self._taken("mode_runs", self.ctx.modes)
+
+    async def _taken(self, topic: str, handler: Callable[[InRecord], Awaitable[None]]) -> int:
+        """An internal topic's records sent since the last call, through its agent's handler."""
+        sent = self.channel(topic).sent
+        start = self.offsets.get(topic, 0)
         for item in sent[start:]:
-            record = self.record("mode_runs", item.value, key=item.key)
-            await self.ctx.errors.run(record, handler)
+            await self.ctx.errors.run(self.record(topic, item.value, key=item.key), handler)
         return len(sent) - start
 
 

@@ -18,7 +18,14 @@ from tracejudge.streams.kafka.records import InRecord
 from tracejudge.streams.kafka.status import Status, mode_lines, render_status
 from tracejudge.streams.modes import handler as handler_module
 from tracejudge.streams.modes.handler import ModeHandler
-from tracejudge.streams.replay.engine import CollectingChannel, MemoryLookup, _channels, _stop
+from tracejudge.streams.replay import report
+from tracejudge.streams.replay.engine import (
+    CollectingChannel,
+    MemoryLookup,
+    ReplayResult,
+    _channels,
+    _stop,
+)
 from tracejudge.streams.shared.metrics import TOP_MODES
 from tracejudge.streams.worker.context import Tables, WorkerContext
 
@@ -177,3 +184,22 @@ async def test_an_agent_quiet_for_the_history_is_dropped_and_new_agents_are_boun
     value = json.dumps(stranger).encode()
     await worker.ctx.errors.run(InRecord(topic, 0, 0, b"another", value, {}), worker.handler)
     assert worker.ctx.counters["mode_agents_over"] == 1 and len(table) == 2
+
+
+def test_replays_report_the_modes_a_config_change_adds_removes_or_resizes() -> None:
+    def result(*modes: str | None) -> ReplayResult:
+        evaluations = {
+            f"r{n}": {"request_id": f"r{n}", "agent_name": "shop", "overall_score": 50,
+                      "passed": False, "success": False, "incomplete": True, "findings": [],
+                      "mode": None if name is None else {"key": name, "name": name}}
+            for n, name in enumerate(modes)
+        }  # fmt: skip
+        return ReplayResult(Settings(redis_url=""), 0, evaluations, [], [], [], 0)
+
+    a = result("pay fails", "pay fails", "loops", None)
+    b = result("pay fails", "loops", "loops", "asks twice")
+    lines = report.comparison(a, b)
+    at = lines.index("failure modes with another number of runs (0: added or removed):")
+    moved = [" ".join(line.split()) for line in lines[at + 1 :]]
+    assert moved == ["shop: asks twice 0 → 1", "shop: loops 1 → 2", "shop: pay fails 2 → 1"]
+    assert "modes     3 failure modes over 4 runs; largest:" in report.mode_lines(b)

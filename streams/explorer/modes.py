@@ -61,11 +61,12 @@ def mode_rows(store: VerdictStore, agent: str = "", key: str = "") -> list[ModeR
         if row is None:
             row = rows[(v.agent, v.mode[0])] = ModeRow(v.agent, v.mode[0], v.mode[1])
         row.runs.append(v)
+    by_key: dict[str, list[ModeRow]] = {}  # a mode's key names its agent: one row, or none
+    for row in rows.values():
+        by_key.setdefault(row.key, []).append(row)
     for alert in store.mode_alerts:
-        mode = alert.get("mode") or {}
-        for row in rows.values():
-            if row.key == mode.get("key"):
-                row.alerts.append(alert)
+        for row in by_key.get(str((alert.get("mode") or {}).get("key")), ()):
+            row.alerts.append(alert)
     return sorted(rows.values(), key=lambda r: (-len(r.runs), r.name))
 
 

@@ -43,6 +43,8 @@ class ModeHandler:
     # agents with a mode announced and not quiet yet: what the timer ticks
     loud: set[str] = field(default_factory=set)
     _shown_at: dict[str, float] = field(default_factory=dict)  # an agent's series last set
+    # the assignment `loud` was read in for (see `reindex`); None: never
+    indexed_for: int | None = None
 
     def __post_init__(self) -> None:
         self.store = ModeStore(self.table)
@@ -119,9 +121,10 @@ class ModeHandler:
         ]
         return sorted(self.loud | set(idle))
 
-    def reindex(self) -> int:
+    def reindex(self, assignment: int | None = None) -> int:
         """After a rebalance and the table's recovery: the agents with loud modes, from the
         table (another worker may have written them)."""
+        self.indexed_for = assignment
         self.store.clear()
         self.loud = {
             agent

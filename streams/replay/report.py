@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from tracejudge.judges.agreement.tally import auc, label_ok
 from tracejudge.settings import Settings
@@ -13,6 +13,8 @@ from tracejudge.streams.agreement.actions import steer_lines, steers_json
 from tracejudge.streams.agreement.report import agreement_json, agreement_lines
 from tracejudge.streams.replay.engine import ReplayResult
 from tracejudge.streams.shared.metrics import quadrant
+
+K = TypeVar("K", str, tuple[str, str])  # what `_moved` counts: a rule, or (agent, mode)
 
 BANDS = ((0, 19), (20, 39), (40, 59), (60, 79), (80, 100))
 QUADRANTS = ("success_complete", "success_incomplete", "failure_complete", "failure_incomplete")
@@ -241,15 +243,8 @@ def _findings_moved(a: ReplayResult, b: ReplayResult, both: list[str]) -> list[s
         )
 
     in_a, in_b = fired(a.evaluations), fired(b.evaluations)
-    moved = sorted(
-        (rule for rule in in_a.keys() | in_b.keys() if in_a[rule] != in_b[rule]),
-        key=lambda rule: (-abs(in_b[rule] - in_a[rule]), rule),
-    )
-    if not moved:
-        return []
-    lines = ["rules and checks firing on another number of requests:"]
-    lines += [f"  {rule[:60]:<60} {in_a[rule]:>5} → {in_b[rule]:<5}" for rule in moved[:10]]
-    return lines
+    title = "rules and checks firing on another number of requests:"
+    return _moved(title, {rule: rule[:60] for rule in in_a.keys() | in_b.keys()}, in_a, in_b, 60)
 
 
 def _modes_moved(a: ReplayResult, b: ReplayResult, both: list[str]) -> list[str]:
@@ -257,14 +252,19 @@ def _modes_moved(a: ReplayResult, b: ReplayResult, both: list[str]) -> list[str]
     what an operator would be told."""
     in_a = _modes({r: a.evaluations[r] for r in both})
     in_b = _modes({r: b.evaluations[r] for r in both})
+    shown = {m: f"{m[0][:20]}: {m[1]}"[:70] for m in in_a.keys() | in_b.keys()}
+    title = "failure modes with another number of runs (0: added or removed):"
+    return _moved(title, shown, in_a, in_b, 70)
+
+
+def _moved(
+    title: str, shown: dict[K, str], in_a: Counter[K], in_b: Counter[K], width: int
+) -> list[str]:
+    """The counts that differ between A and B, the largest change first (at most 10)."""
     moved = sorted(
-        (m for m in in_a.keys() | in_b.keys() if in_a[m] != in_b[m]),
-        key=lambda m: (-abs(in_b[m] - in_a[m]), m),
+        (k for k in shown if in_a[k] != in_b[k]),
+        key=lambda k: (-abs(in_b[k] - in_a[k]), k),
     )
     if not moved:
         return []
-    lines = ["failure modes with another number of runs (0: added or removed):"]
-    for agent, name in moved[:10]:
-        shown = f"{agent[:20]}: {name}"[:70]
-        lines.append(f"  {shown:<70} {in_a[(agent, name)]:>5} → {in_b[(agent, name)]:<5}")
-    return lines
+    return [title] + [f"  {shown[k]:<{width}} {in_a[k]:>5} → {in_b[k]:<5}" for k in moved[:10]]

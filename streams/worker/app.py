@@ -420,7 +420,6 @@ def _add_modes_agent(app: faust.App, ctx: WorkerContext, channels: Channels) -> 
     runs = channels.mode_runs
     if handler is None or runs is None:
         return
-    indexed: list[int | None] = [None]
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def _revoked(sender: Any, *_: Any, **__: Any) -> None:
@@ -436,9 +435,10 @@ def _add_modes_agent(app: faust.App, ctx: WorkerContext, channels: Channels) -> 
     @app.timer(interval=MODES_TICK_S)  # type: ignore[untyped-decorator]
     async def find_quiet_modes() -> None:
         live = ctx.partitions
-        if live.live_since and indexed[0] != live.assignments:
-            log.info("agents with loud failure modes read in: %d", handler.reindex())
-            indexed[0] = live.assignments
+        if live.live_since and handler.indexed_for != live.assignments:
+            log.info(
+                "agents with loud failure modes read in: %d", handler.reindex(live.assignments)
+            )
         now = time.time()
         try:
             for agent in handler.due(now):

@@ -69,19 +69,7 @@ def chat_turn(tracer: Tracer, session: str, asked: str, ok: bool = True, end: bo
 
 def revisions_of(worker: WorkerProcess, session: str, count: int) -> list[ConsumerRecord]:
     """The session's verdict records on the sessions topic, once there are `count`."""
-
-    def mine(records: list[ConsumerRecord]) -> list[ConsumerRecord]:
-        return [r for r in records if json.loads(r.value)["session_key"] == session]
-
-    records = asyncio.run(
-        consume(
-            worker.settings.kafka_bootstrap,
-            worker.topic(names.SESSIONS),
-            until=lambda records: len(mine(records)) >= count,
-            timeout_s=90,
-        )
-    )
-    found = mine(records)
+    found = _revisions(worker, session, lambda mine: len(mine) >= count)
     assert len(found) >= count, (found, worker.tail())
     return found
 
@@ -91,6 +79,22 @@ def revisions_until(
 ) -> list[ConsumerRecord]:
     """The session's verdict records on the sessions topic, once one of them is `done`."""
 
+    def any_done(mine: list[ConsumerRecord]) -> bool:
+        return any(done(json.loads(r.value)) for r in mine)
+
+    found = _revisions(worker, session, any_done, settle_s=0.5)
+    assert any_done(found), (found, worker.tail())
+    return found
+
+
+def _revisions(
+    worker: WorkerProcess,
+    session: str,
+    enough: Callable[[list[ConsumerRecord]], bool],
+    settle_s: float = 0.0,
+) -> list[ConsumerRecord]:
+    """The session's records on the sessions topic, read until they are `enough`."""
+
     def mine(records: list[ConsumerRecord]) -> list[ConsumerRecord]:
         return [r for r in records if json.loads(r.value)["session_key"] == session]
 
@@ -98,14 +102,12 @@ def revisions_until(
         consume(
             worker.settings.kafka_bootstrap,
             worker.topic(names.SESSIONS),
-            until=lambda records: any(done(json.loads(r.value)) for r in mine(records)),
+            until=lambda records: enough(mine(records)),
             timeout_s=90,
-            settle_s=0.5,
+            settle_s=settle_s,
         )
     )
-    found = mine(records)
-    assert any(done(json.loads(r.value)) for r in found), (found, worker.tail())
-    return found
+    return mine(records)
 
 
 def end_event_time(worker: WorkerProcess, session: str) -> float:
