@@ -33,13 +33,19 @@ RULES = (
     "last_attempt_failed",
     "change_without_go_ahead",
     "claim_without_call",
+    "claim_contradicts_result",
+    "confirmed_not_done",
     "pending_action",
+    "admitted_failure",
+    "handoff",
     "planned_step_not_attempted",
     "says_work_remains",
     "placeholder_answer",
     "no_final_response",
     "patch_adds_only",
     "compound_trouble",
+    "generic_answer",
+    "clarification_answer",
 )
 # rules about one call: the finding whose evidence starts with that call's tool ("<tool> ...")
 CALLED_IN = {
@@ -48,7 +54,8 @@ CALLED_IN = {
     "change_without_go_ahead": "change_without_go_ahead",
 }
 TOOL_CHARS = 80
-TELLING = frozenset(RULES) - {"compound_trouble"}
+# a pass with one of these is clean: they read the answer's words, and fire on good runs too
+TELLING = frozenset(RULES) - {"compound_trouble", "generic_answer", "clarification_answer"}
 # what the judge found, by the quadrant its verdict fell in
 JUDGE_WORDS = {
     "failed steps": "the judge finds failed steps",
@@ -73,6 +80,12 @@ RULE_WORDS = {
     "no_final_response": "never answers",
     "patch_adds_only": "its patch only adds code",
     "compound_trouble": "runs into trouble on several fronts",
+    "claim_contradicts_result": "claims what its last result contradicts",
+    "confirmed_not_done": "does not do what the user confirmed",
+    "admitted_failure": "admits an attempt failed",
+    "handoff": "hands the request to a human",
+    "generic_answer": "answers with a stock phrase",
+    "clarification_answer": "only asks for clarification",
 }
 
 
@@ -102,7 +115,8 @@ def name_of(
     if kind == "check":
         return f"the team's check {rule} fails{at}"
     if kind == "rule":
-        return RULE_WORDS.get(rule or "", rule or "a rule fires") + at
+        words = RULE_WORDS.get(rule or "", rule or "a rule fires")
+        return words + (f": {error}" if error else "") + at
     if kind == "judge":
         return JUDGE_WORDS.get(rule or "", "the judge fails it") + at
     return (rule or "fails") + at
@@ -155,6 +169,10 @@ def _signature(
     if failed:
         step = failed[0]
         tool = str(_get(step, "tool") or "") or None
+        if tool is None:  # no call failed: the run itself ended in an error, at this step
+            rule = "run_error" if _evidence(evaluation, "run_error") else "unrecovered_failure"
+            said = _evidence(evaluation, "run_error") or _get(step, "reason")
+            return "rule", None, template(said), rule
         return "tool_error", tool, template(_get(step, "reason")), None
     blame = _get(evaluation, "blame")
     actor = _get(blame, "actor") if blame is not None else None
@@ -178,17 +196,20 @@ def _signature(
     return "other", actor, None, _quadrant(evaluation)
 
 
+def _evidence(evaluation: Any, rule: str) -> str | None:
+    """What the rule's finding read, where it fired."""
+    for found in _get(evaluation, "findings") or []:
+        if _get(found, "rule") == rule:
+            return str(_get(found, "evidence") or "") or None
+    return None
+
+
 def _called(evaluation: Any, rule: str) -> str | None:
     """The call a rule is about (the call a loop repeats, the change made without a yes),
     from its evidence: a loop on one tool is a mode of its own, apart from loops on others."""
     source = CALLED_IN.get(rule)
-    if source is None:
-        return None
-    for found in _get(evaluation, "findings") or []:
-        if _get(found, "rule") == source:
-            words = str(_get(found, "evidence") or "").split(maxsplit=1)
-            return words[0][:TOOL_CHARS] if words and words[0].isidentifier() else None
-    return None
+    words = (_evidence(evaluation, source) or "").split(maxsplit=1) if source else []
+    return words[0][:TOOL_CHARS] if words and words[0].isidentifier() else None
 
 
 def tools_before(tools: Iterable[str | None], most: int = 64) -> dict[str, str]:
