@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,10 +25,10 @@ async def test_a_captured_runs_mode_says_what_failed(capture: Path) -> None:
     records = [(e["request_id"].encode(), json.dumps(e).encode()) for e in found]
     result = await replay(Settings(redis_url=""), records)
     (evaluation,) = result.evaluations.values()
-    mode = evaluation.get("mode")
+    mode: dict[str, Any] = evaluation.get("mode") or {}
     name = capture.name
     if "_ok" in name or "-ok" in name:
-        assert mode is None
+        assert not mode
     elif "tool_fails" in name:
         assert mode["kind"] == "tool_error" and mode["tool"] == "refund"
         assert "payment gateway timeout" in mode["name"] and mode["after"] == "get_order"
@@ -35,4 +36,4 @@ async def test_a_captured_runs_mode_says_what_failed(capture: Path) -> None:
         assert (mode["kind"], mode["rule"]) == ("rule", "run_error")
         assert mode["name"].startswith("the run ends in an error: ")
     else:
-        assert "loop" in name and mode is not None and mode["kind"] == "rule"
+        assert "loop" in name and mode["kind"] == "rule"

@@ -188,7 +188,7 @@ async def test_an_agent_quiet_for_the_history_is_dropped_and_new_agents_are_boun
 
 def test_replays_report_the_modes_a_config_change_adds_removes_or_resizes() -> None:
     def result(*modes: str | None) -> ReplayResult:
-        evaluations = {
+        evaluations: dict[str, dict[str, Any]] = {
             f"r{n}": {"request_id": f"r{n}", "agent_name": "shop", "overall_score": 50,
                       "passed": False, "success": False, "incomplete": True, "findings": [],
                       "mode": None if name is None else {"key": name, "name": name}}
