@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from tracejudge.models.errors import ConfigurationError
 from tracejudge.settings import Settings
+from tracejudge.streams.kafka.admin import TopicSpec, _create
 from tracejudge.streams.kafka.replication import (
     Replication,
     TopicCopies,
+    brokers_known,
     fewest_replicas,
     replication_for,
     replication_gaps,
@@ -40,6 +44,20 @@ def test_not_set_it_follows_the_cluster(brokers: int, expected: Replication) -> 
 )
 def test_a_setting_wins(brokers: int, setting: int, expected: Replication) -> None:
     assert replication_for(brokers, setting) == expected
+
+
+def test_a_broker_down_is_still_counted_by_the_replicas_it_keeps() -> None:
+    """The metadata lists brokers up; a broker fenced a moment (missed heartbeats on a loaded
+    host) or restarting still holds replicas of existing topics, and is one of the cluster."""
+    described: list[dict[str, Any]] = [
+        {"topic": "__consumer_offsets", "partitions": [{"replicas": [1, 2, 3]}]},
+        {"topic": "old", "partitions": [{"replicas": [2, 4]}, {"replicas": [-1]}]},
+        {"topic": "broken", "error_code": 3},  # no partitions: nothing to count
+    ]
+    assert brokers_known([1, 2], described) == 4
+    assert brokers_known([1, 2, 3], []) == 3  # a new cluster: the metadata is all there is
+    assert brokers_known([], []) == 0
+    assert replication_for(brokers_known([1, 2], described[:1]), None) == Replication(3, 2)
 
 
 @pytest.mark.parametrize("text", ["", "auto", "unset"])
@@ -103,3 +121,37 @@ def test_a_topics_own_settings_are_kept_and_defaults_are_not() -> None:
     assert topic_overrides(entries) == {"min.insync.replicas": "2", "cleanup.policy": "compact"}
     # v0 answers is_default (a bool) there: True is not source 1
     assert topic_overrides([("min.insync.replicas", "2", False, True, False)]) == {}
+
+
+class RefusingAdmin:
+    """Kafka's CreateTopics answers as a broker does: an error code per topic, no exception.
+    It refuses more replicas than `up` brokers (a cluster placing none on a broker down)."""
+
+    def __init__(self, up: int) -> None:
+        self.up = up
+        self.asked: list[int] = []
+
+    async def create_topics(self, new: list[Any]) -> Any:
+        factor = new[0].replication_factor
+        self.asked.append(factor)
+        code = 38 if factor > self.up else 0  # INVALID_REPLICATION_FACTOR
+        message = f"only {self.up} broker(s) are registered" if code else None
+        return SimpleNamespace(topic_errors=[(t.name, code, message) for t in new])
+
+
+async def test_a_refused_factor_not_set_falls_back_to_the_brokers_up_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    admin = RefusingAdmin(up=2)
+    made = await _create(admin, [TopicSpec("t.events", 2)], Replication(3, 2), Settings(), 2)  # type: ignore[arg-type]
+    assert made == Replication(2, 1) and admin.asked == [3, 2]
+    assert "Kafka refused 3 replicas with 2 brokers up" in caplog.text
+    assert "kafka-reassign-partitions.sh" in caplog.text
+
+
+async def test_a_refused_factor_the_operator_set_stops_the_worker_named() -> None:
+    admin = RefusingAdmin(up=1)
+    settings = Settings.model_validate({"replication_factor": "3"})
+    with pytest.raises(ConfigurationError, match=r"refused to create t\.events with 3 replicas"):
+        await _create(admin, [TopicSpec("t.events", 2)], Replication(3, 2), settings, 1)  # type: ignore[arg-type]
+    assert admin.asked == [3]  # not lowered behind the operator's back

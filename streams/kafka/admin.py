@@ -22,6 +22,7 @@ from tracejudge.models.errors import ConfigurationError
 from tracejudge.settings import Settings
 from tracejudge.streams.kafka.replication import (
     Replication,
+    brokers_known,
     config_values,
     fewest_replicas,
     replication_for,
@@ -129,29 +130,12 @@ async def prepare_topics(
                 "set TRACEJUDGE_PARTITIONS to the existing count, or delete those topics "
                 "(losing their data), or use a new TRACEJUDGE_TOPIC_PREFIX and TRACEJUDGE_APP_ID"
             )
-        brokers = len((await admin.describe_cluster())["brokers"])
+        alive = [int(b["node_id"]) for b in (await admin.describe_cluster())["brokers"]]
+        brokers = brokers_known(alive, on_cluster)
         replication = replication_for(brokers, settings.replication_factor)
         missing = [s for s in specs if s.name not in existing]
         if missing:
-            insync = {"min.insync.replicas": str(replication.min_insync)}
-            new = [
-                NewTopic(
-                    s.name,
-                    s.partitions,
-                    replication.factor,
-                    topic_configs={**insync, **dict(s.config)},
-                )
-                for s in missing
-            ]
-            with contextlib.suppress(TopicAlreadyExistsError):  # another worker was first
-                _check_created(await admin.create_topics(new), replication, brokers)
-            log.info(
-                "created topics with %d replicas (min.insync.replicas %d, %d brokers): %s",
-                replication.factor,
-                replication.min_insync,
-                brokers,
-                ", ".join(s.name for s in missing),
-            )
+            replication = await _create(admin, missing, replication, settings, len(alive))
         present = [s for s in specs if s.name in existing]
         configs = await _topic_configs(admin, [s.name for s in present])
         if configs is not None:
@@ -164,22 +148,74 @@ async def prepare_topics(
         await admin.close()
 
 
-def _check_created(response: Any, replication: Replication, brokers: int) -> None:
-    """The broker answers a refused topic with an error code, not an exception: a factor above
-    the broker count used to leave the topics missing and the worker failing later, unnamed."""
-    refused = [
-        (topic, code, message)
-        for topic, code, *rest in response.topic_errors
-        if code and code != TopicAlreadyExistsError.errno
-        for message in [rest[0] if rest else ""]
-    ]
+async def _create(
+    admin: AIOKafkaAdminClient,
+    missing: list[TopicSpec],
+    replication: Replication,
+    settings: Settings,
+    alive: int,
+) -> Replication:
+    """Create `missing` with `replication`; the replication they were made with.
+
+    Not set by the operator, a factor the cluster refuses (a broker that is down was counted,
+    and this cluster places no replica on a broker that is not up) falls back to the brokers
+    up now, with a warning naming the gap: the worker starts, and an operator knows what to
+    raise."""
+    refused = _refused(await _create_topics(admin, missing, replication))
+    fewer = replication_for(alive, None)
+    if refused and settings.replication_factor is None and fewer.factor < replication.factor:
+        log.warning(
+            "Kafka refused %d replicas with %d brokers up (error %s: %s): made the topics with "
+            "%d; raise them with kafka-reassign-partitions.sh once every broker is back",
+            replication.factor,
+            alive,
+            *refused[1:],
+            fewer.factor,
+        )
+        replication = fewer
+        refused = _refused(await _create_topics(admin, missing, replication))
     if refused:
-        topic, code, message = refused[0]
+        # the broker answers a refused topic with an error code, not an exception: a factor
+        # above the broker count used to leave the topics missing and the worker failing
+        # later, unnamed
+        topic, code, message = refused
         raise ConfigurationError(
             f"Kafka refused to create {topic} with {replication.factor} replicas on "
-            f"{brokers} brokers (error {code}: {message}); set TRACEJUDGE_REPLICATION_FACTOR to "
+            f"{alive} brokers (error {code}: {message}); set TRACEJUDGE_REPLICATION_FACTOR to "
             "at most the broker count, or leave it unset to follow the cluster"
         )
+    log.info(
+        "created topics with %d replicas (min.insync.replicas %d, %d brokers up): %s",
+        replication.factor,
+        replication.min_insync,
+        alive,
+        ", ".join(s.name for s in missing),
+    )
+    return replication
+
+
+async def _create_topics(
+    admin: AIOKafkaAdminClient, missing: list[TopicSpec], replication: Replication
+) -> Any:
+    insync = {"min.insync.replicas": str(replication.min_insync)}
+    new = [
+        NewTopic(
+            s.name, s.partitions, replication.factor, topic_configs={**insync, **dict(s.config)}
+        )
+        for s in missing
+    ]
+    try:
+        return await admin.create_topics(new)
+    except TopicAlreadyExistsError:  # another worker was first
+        return None
+
+
+def _refused(response: Any) -> tuple[str, int, str] | None:
+    """The first topic a CreateTopics answer refused (topic, error code, message)."""
+    for topic, code, *rest in response.topic_errors if response is not None else ():
+        if code and code != TopicAlreadyExistsError.errno:
+            return topic, code, rest[0] if rest else ""
+    return None
 
 
 async def seed_group_offsets(settings: Settings, topic: str) -> None:

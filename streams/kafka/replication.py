@@ -37,6 +37,18 @@ def replication_for(brokers: int, setting: int | None) -> Replication:
     return Replication(factor, 2 if factor >= 3 else 1)
 
 
+def brokers_known(alive: Iterable[int], described: Iterable[Mapping[str, Any]]) -> int:
+    """The brokers a cluster has: the ones its metadata lists, and the ones existing topics keep
+    replicas on. The metadata leaves out a broker that is down or fenced (missed heartbeats on a
+    loaded host, a rolling restart), and a worker that counted only those made its topics with
+    fewer copies for good; KRaft places replicas on a fenced broker too, so it takes them."""
+    ids = set(alive)
+    for topic in described:
+        for partition in topic.get("partitions", ()):
+            ids.update(int(r) for r in partition.get("replicas", ()) if int(r) >= 0)
+    return len(ids)
+
+
 @dataclass(frozen=True)
 class TopicCopies:
     """An existing topic: its fewest replicas over partitions, and its min.insync.replicas."""

@@ -68,6 +68,9 @@ async def test_topics_on_a_cluster_get_three_replicas_and_two_in_sync(
     unique = f"it-rf-{uuid.uuid4().hex[:6]}"
     settings = topic_settings(kafka_cluster, unique)
     assert settings.replication_factor is None  # not set: the cluster decides
+    # every broker in every node's metadata: on a loaded host a broker can miss its heartbeats
+    # and be fenced a moment, and a new cluster has no topic telling of it (see below)
+    await kafka_cluster.wait_brokers(NODES, every_node=True)
     created = await ensure_topics(settings)
     assert settings.topic("events") in created and f"{unique}-window-steps-changelog" in created
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_cluster.bootstrap)
@@ -87,6 +90,39 @@ async def test_topics_on_a_cluster_get_three_replicas_and_two_in_sync(
         assert insync == {name: "2" for name in created}
     finally:
         await admin.close()
+
+
+async def test_a_broker_down_at_start_still_gets_its_replicas(
+    kafka_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker started while a broker is down (fenced after missed heartbeats, restarting in a
+    rolling upgrade) once counted only the brokers in the metadata and made its topics with two
+    replicas for good. The replicas existing topics keep name the broker; KRaft places new
+    replicas on it, and they catch up when it is back."""
+    await healthy_cluster(kafka_cluster)
+    unique = f"it-down-{uuid.uuid4().hex[:6]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_cluster.bootstrap)
+    await admin.start()
+    try:  # a topic the cluster had: its replicas are on every broker
+        made = await admin.create_topics([NewTopic(f"{unique}.old", 3, 3)])
+        assert [code for _topic, code, *_ in made.topic_errors] == [0], made
+    finally:
+        await admin.close()
+    victim = max(kafka_cluster.running())
+    kafka_cluster.kill9(victim)
+    try:
+        # until the controller fenced it, as every node left sees it
+        await kafka_cluster.wait_brokers(NODES - 1, timeout_s=60, every_node=True)
+        settings = topic_settings(kafka_cluster, unique)
+        with caplog.at_level(logging.INFO, logger="tracejudge.streams.kafka.admin"):
+            created = await ensure_topics(settings)
+        assert "created topics with 3 replicas" in caplog.text, caplog.text
+        assert "2 brokers up" in caplog.text
+        listed = await kafka_cluster._ask(lambda a: a.describe_topics(created))
+        replicas = {t["topic"]: {len(p["replicas"]) for p in t["partitions"]} for t in listed}
+        assert replicas == {name: {3} for name in created}
+    finally:
+        await kafka_cluster.restart(victim)
 
 
 async def test_existing_topics_keep_their_replication_and_are_named_when_short(
