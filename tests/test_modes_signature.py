@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tracejudge.judges.modes.errors import template
 from tracejudge.judges.modes.signature import mode_of, tools_before
+from tracejudge.models.events import ToolCall
 
 
 def test_the_same_failure_with_other_ids_is_one_template() -> None:
@@ -17,6 +18,34 @@ def test_the_same_failure_with_other_ids_is_one_template() -> None:
     assert template(raised) == "ModuleNotFoundError: No module named <STR>"
     assert template(None) is None and template("  ") is None
     assert len(template("x" * 100_000) or "") <= 160
+
+
+def test_a_tracebacks_mode_is_its_exception_whatever_its_class_is_called() -> None:
+    """The exception line is the first at the margin after the last frame: a class not named
+    "...Error" (a driver's UniqueViolation, StopIteration) once left a traceback named by its
+    header, every traceback of a tool one mode; a long one keeps its end when clipped."""
+    frames = "".join(
+        f'  File "/app/m{i}.py", line {i}, in f{i}\n    call{i}()\n' for i in range(900)
+    )
+    long = "Traceback (most recent call last):\n" + frames
+    long += 'psycopg.errors.UniqueViolation: duplicate key value violates "orders_pkey"\n'
+    long += "DETAIL: Key (id)=(8812) already exists.\n"
+    clipped = ToolCall.model_validate(
+        {"type": "tool_call", "request_id": "r", "step_index": 1, "tool": "save",
+         "success": False, "error": long}
+    )  # fmt: skip
+    assert clipped.clipped == ["error"]  # the middle cut, its end kept
+    assert (
+        template(clipped.error)
+        == "psycopg.errors.UniqueViolation: duplicate key value violates <STR>"
+    )
+    carets = 'Traceback (most recent call last):\n  File "a.py", line 3, in <module>\n'
+    assert template(carets + "    next(it)\n    ^^^^^^^^\nStopIteration") == "StopIteration"
+    chained = carets + "    raise A\nA: one\n\nDuring handling of the above exception, another "
+    chained += 'exception occurred:\n\nTraceback (most recent call last):\n  File "b.py", line 9\n'
+    assert template(chained + "mylib.Refused: no quota for user 4411") == (
+        "mylib.Refused: no quota for user <N>"  # the last exception, not the first
+    )
 
 
 def test_a_failing_tool_names_its_mode_with_its_error_and_the_call_before_it() -> None:

@@ -14,6 +14,7 @@ TEMPLATE_CHARS = 160
 _TRACEBACK = "Traceback (most recent call last)"
 # the line a Python traceback ends with: `SomethingError: message` (or Exception, Warning)
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt)\b.*$")
+_FRAME = re.compile(r'\s+File "[^"\n]{0,1000}", line \d+')
 _FOLDS = (
     (
         "<TIME>",
@@ -45,13 +46,34 @@ def gist(text: str) -> str:
     """The line of an error that says what went wrong: the last raised exception's line (a
     traceback's end, or an executor's output under its exit code), else the first line."""
     text = text[:MAX_CHARS] if _TRACEBACK not in text else text[-MAX_CHARS:]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    raw = text.splitlines()
+    lines = [line.strip() for line in raw if line.strip()]
     if not lines:
         return ""
+    raised = _after_frames(raw)
+    if raised:
+        return raised
     for line in reversed(lines):
         if _RAISED.match(line):
             return line
     return lines[0]
+
+
+def _after_frames(lines: list[str]) -> str | None:
+    """A Python traceback's exception line: the first line at the margin after its last frame
+    (`  File "...", line N`), whatever the exception's class is called (UniqueViolation,
+    StopIteration, a library's own); a frame's code and carets are indented, the exception is
+    not. None when there is no frame (or nothing after it)."""
+    last = None
+    for at, line in enumerate(lines):
+        if _FRAME.match(line):
+            last = at
+    if last is None:
+        return None
+    for line in lines[last + 1 :]:
+        if line.strip() and not line[0].isspace():
+            return line.strip()
+    return None
 
 
 def _folded(text: str) -> str:
