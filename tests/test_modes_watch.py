@@ -4,6 +4,8 @@ without it, nothing while an agent is first watched; its state survives a round 
 
 from __future__ import annotations
 
+from collections import Counter
+
 from tracejudge.judges.modes.watch import AgentModes, ModeTimes
 from tracejudge.models.modes import FailureMode, ModeAlert, ModeRun
 
@@ -85,3 +87,29 @@ def test_a_canary_version_that_fails_where_the_fleet_does_not_is_a_jump_within_i
         said.append(agent.observe(_run(t, f"c{n}", key, "v2" if canary else "v1"), TIMES))
     (alert,) = [a for a in said if a is not None]
     assert (alert.kind, alert.version) == ("jump", "v2") and "in version v2" in alert.message
+
+
+def _stream(agent: AgentModes, minutes: list[int], per_minute: int) -> list[str]:
+    """`per_minute` verdicts a minute from minute 0; one run of mode "m" per entry of
+    `minutes` (a minute listed twice has two). The kinds of what was announced."""
+    said: list[str] = []
+    runs = Counter(minutes)
+    for minute in range(max(minutes) + 1):
+        for n in range(per_minute):
+            key = "m" if n < runs[minute] else None
+            at = minute * 60.0 + n * 60.0 / per_minute
+            alert = agent.observe(_run(at, f"r{minute}-{n}", key), TIMES)
+            said += [alert.kind] if alert is not None else []
+    return said
+
+
+def test_a_burst_is_more_than_twice_the_most_a_mode_had_in_as_many_minutes() -> None:
+    """A mode of about one run a minute, with 3 in the agent's first eleven: five runs in the
+    last two and a half minutes are a Poisson tail under 1e-3 against that share (one benchmark
+    order announced such a mode of a coding agent's unchanged traffic), but it had 4 in three
+    minutes a little before. Five in two minutes of a mode that never had more than one in
+    three are a burst."""
+    usual = [4, 7, 10, 11, 12, 12, 13, 14, 16, 17, 19, 19, 19, 20, 20]
+    assert _stream(AgentModes(agent_name="shop", since=0.0), usual, 22) == []
+    burst = [4, 7, 19, 19, 19, 20, 20]
+    assert _stream(AgentModes(agent_name="shop", since=0.0), burst, 22) == ["jump"]

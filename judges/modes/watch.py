@@ -8,8 +8,9 @@ minute buckets over the last `history_s`. A mode is announced when it has `min_r
   it);
 - **jump**: its share of the agent's verdicts in the window, or in its last quarter, is well
   above its share before (its runs at least `min_runs`, `jump` times what that share predicts,
-  and that many unlikely by chance: a Poisson tail below `P_JUMP`); a surge of traffic alone
-  moves no mode;
+  and that many unlikely by chance: a Poisson tail below `P_JUMP`; in the last quarter, also
+  more than twice the most it had in as many minutes before); a surge of traffic alone moves
+  no mode;
 once per window (a mode that keeps failing is announced again only a window later), with recent
 request ids, the agent versions it was seen in and, for a failing tool, the calls before it.
 An announced mode with no run for a whole window is announced **quiet**, once. Nothing is
@@ -34,6 +35,7 @@ P_JUMP = 1e-5  # runs cluster (a task retried, a user asking again): far stricte
 # that had a few an hour are a burst: seen at once, not when the window has filled
 SHORT = 4
 P_BURST = 5e-3
+BURST_OVER_PEAK = 2
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,12 @@ class AgentModes(BaseModel):
         if runs < times.min_runs:
             return False
         expected = self._expected(mode, at, times, span)
-        return runs >= times.jump * expected and _tail(runs, expected) < p
+        if runs < times.jump * expected or _tail(runs, expected) >= p:
+            return False
+        # a burst is also more than twice the most the mode ever had in as many minutes: a
+        # frequent mode's runs cluster by chance far more often than a Poisson tail says (with
+        # tens of modes an agent, a tail of 5e-3 is crossed somewhere every few windows)
+        return span >= times.window_s or runs > BURST_OVER_PEAK * _peak(mode.buckets, start, at)
 
     def _expected(self, mode: ModeCounts, at: float, times: ModeTimes, span: float) -> float:
         """Its runs the last `span` seconds would hold at its share of the agent's verdicts in
@@ -297,6 +304,20 @@ def _message(
         return f"{who}: new failure mode{since}, {runs} runs in {minutes}: {name}"
     was = f"about {before:.1f} before"
     return f"{who}: failure mode jumped{since}, {runs} runs in {minutes} ({was}): {name}"
+
+
+def _peak(buckets: dict[int, int], start: int, at: float) -> int:
+    """The most runs any span of as many whole minutes as (`start`, now] held before it, in
+    the history the buckets keep (at most an hour: 60 sums of a few minutes each, and only
+    for a mode whose tail already says burst)."""
+    width = int(at // 60) - start
+    if not buckets or width <= 0:
+        return 0
+    first = min(buckets)
+    spans = range(first, start + 1)
+    return max(
+        (sum(buckets.get(m, 0) for m in range(e - width + 1, e + 1)) for e in spans), default=0
+    )
 
 
 def _tail(runs: int, expected: float) -> float:
