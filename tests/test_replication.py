@@ -155,3 +155,15 @@ async def test_a_refused_factor_the_operator_set_stops_the_worker_named() -> Non
     with pytest.raises(ConfigurationError, match=r"refused to create t\.events with 3 replicas"):
         await _create(admin, [TopicSpec("t.events", 2)], Replication(3, 2), settings, 1)  # type: ignore[arg-type]
     assert admin.asked == [3]  # not lowered behind the operator's back
+
+
+async def test_a_topic_refused_for_another_reason_is_not_retried_with_fewer_replicas() -> None:
+    class PolicyAdmin(RefusingAdmin):
+        async def create_topics(self, new: list[Any]) -> Any:
+            self.asked.append(new[0].replication_factor)
+            return SimpleNamespace(topic_errors=[(t.name, 44, "policy violation") for t in new])
+
+    admin = PolicyAdmin(up=2)
+    with pytest.raises(ConfigurationError, match="error 44: policy violation"):
+        await _create(admin, [TopicSpec("t.events", 2)], Replication(3, 2), Settings(), 2)  # type: ignore[arg-type]
+    assert admin.asked == [3]

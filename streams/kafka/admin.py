@@ -15,7 +15,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import InvalidReplicationFactorError, KafkaError, TopicAlreadyExistsError
 
 from tracejudge.models import names
 from tracejudge.models.errors import ConfigurationError
@@ -163,7 +163,12 @@ async def _create(
     raise."""
     refused = _refused(await _create_topics(admin, missing, replication))
     fewer = replication_for(alive, None)
-    if refused and settings.replication_factor is None and fewer.factor < replication.factor:
+    if (
+        refused
+        and refused[1] == InvalidReplicationFactorError.errno
+        and settings.replication_factor is None
+        and fewer.factor < replication.factor
+    ):
         log.warning(
             "Kafka refused %d replicas with %d brokers up (error %s: %s): made the topics with "
             "%d; raise them with kafka-reassign-partitions.sh once every broker is back",
