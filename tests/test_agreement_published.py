@@ -165,3 +165,35 @@ def test_a_file_without_evaluations_is_refused(
     missing = tmp_path / "no.jsonl"
     assert main(["agreement", "--evaluations", str(missing), "--labels", str(LABELS)]) == 2
     assert f"cannot read {missing}" in capsys.readouterr().err
+
+
+def test_each_failure_mode_is_shown_with_its_share_truly_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where outcomes arrive, a mode that is mostly false alarms shows as such: the same
+    table from the published verdicts and from a replay."""
+    published = evaluations_of(EVENTS, Settings(redis_url=""))
+    labels = json.loads(LABELS.read_text())
+    expected: dict[str, list[int]] = {}
+    for rid, e in published.items():
+        if e.get("mode"):
+            counted = expected.setdefault(e["mode"]["name"], [0, 0])
+            counted[0] += 1
+            counted[1] += not label_ok(labels[rid])
+    assert len(expected) >= 2  # the set's runs fall in several modes
+    path = jsonl(tmp_path / "evaluations.jsonl", list(published.values()))
+    doc = agreement(capsys, "--evaluations", str(path), "--labels", str(LABELS))
+    (block,) = doc["blocks"]
+    table = {m["name"]: [m["runs"], m["failed"]] for m in block["modes_table"]}
+    assert table == expected
+    runs = [m["runs"] for m in block["modes_table"]]
+    assert runs == sorted(runs, reverse=True)  # the most labelled runs first
+    replayed = agreement(capsys, str(EVENTS), "--labels", str(LABELS))
+    assert replayed["blocks"][0]["modes_table"] == block["modes_table"]
+    assert main(["agreement", "--evaluations", str(path), "--labels", str(LABELS)]) == 0
+    out = capsys.readouterr().out
+    top = block["modes_table"][0]
+    share = f"{top['failed']}/{top['runs']}"
+    assert any(
+        line.strip().startswith(top["name"][:60]) and share in line for line in out.splitlines()
+    )

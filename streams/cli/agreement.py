@@ -12,18 +12,20 @@ import logging
 import sys
 from pathlib import Path
 
-from tracejudge.judges.agreement.rule_rates import rule_table
+from tracejudge.judges.agreement.rule_rates import NAME_WIDTH_MAX, rule_table
 from tracejudge.judges.agreement.tally import Figures
 from tracejudge.settings import Settings
 from tracejudge.streams.cli import exits
 from tracejudge.streams.replay.agreement import (
     Joined,
+    ModeRate,
     Published,
     blocks,
     counts,
     document,
     join,
     join_published,
+    mode_rates,
     rates,
     read_published,
     share,
@@ -138,6 +140,26 @@ def report(joined: Joined, settings: Settings | None) -> list[str]:
         lines += ["", f"== {block.title()}", *_views(found)]
         lines += _calibration(found.get("final", found["rules"]))
         lines += rule_table(rates(joined, block))
+        lines += mode_table(mode_rates(joined, block))
+    return lines
+
+
+def mode_table(modes: list[ModeRate], top: int = 10) -> list[str]:
+    """The largest failure modes of the labelled runs, and how many of each truly failed."""
+    if not modes:
+        return []
+    # as wide as the longest name shown, within reason, as the rules' table is
+    w = min(NAME_WIDTH_MAX * 2, max(28, *(len(m.name) for m in modes[:top])))
+    lines = [f"  {'failure mode (docs/modes.md)':<{w}}  truly failed"]
+    for m in modes[:top]:
+        name = m.name if len(m.name) <= w else m.name[: w - 1] + "…"
+        lines.append(f"  {name:<{w}}  {m.failed:>4}/{m.runs:<4} {m.failed / m.runs:>4.0%}")
+    if len(modes) > top:
+        rest = modes[top:]
+        lines.append(
+            f"  … {len(rest)} more modes, {sum(m.runs for m in rest)} runs "
+            f"({sum(m.failed for m in rest)} truly failed)"
+        )
     return lines
 
 

@@ -48,6 +48,7 @@ class Run:
     source: str
     ok: bool
     findings: tuple[str, ...]  # every rule that fired, from the evaluation (not clipped)
+    mode: str | None = None  # its failure mode's key (docs/modes.md)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Joined:
     labels: Labels = field(default_factory=Labels)
     published: Published | None = None  # the verdicts were read from this, not replayed
     approximated: int = 0  # judged requests whose rules' own view is not known exactly
+    mode_names: dict[str, str] = field(default_factory=dict)  # failure mode key -> its name
 
 
 async def join(result: ReplayResult, labels: Labels) -> Joined:
@@ -81,12 +83,18 @@ async def join(result: ReplayResult, labels: Labels) -> Joined:
             RuleVerdict.model_validate(job["rules"]) if job else None,
             frozenset(low.get(evaluation.evaluation_id, ())),
         )
-    return await _joined(kept, labels)
+    names = {
+        str(e["mode"]["key"]): str(e["mode"]["name"])
+        for e in result.evaluations.values()
+        if e.get("mode")
+    }
+    return await _joined(kept, labels, names)
 
 
 # -- the verdicts as published ----------------------------------------------------------------
 
 SHOWN = 5  # lines not understood named in the report, the rest counted
+MODE_NAMES = 10_000  # failure modes named from a file; the rest are shown by their key
 
 
 @dataclass
@@ -103,6 +111,7 @@ class Published:
     pending_only: int = 0  # requests with a pending evaluation and no final one
     not_understood: int = 0
     examples: list[str] = field(default_factory=list)
+    mode_names: dict[str, str] = field(default_factory=dict)  # failure mode key -> its name
 
     def refuse(self, where: str, why: str) -> None:
         self.not_understood += 1
@@ -148,6 +157,9 @@ def read_published(lines: Iterable[bytes], name: str) -> Published:
             continue
         kept, exact = kept_published(evaluation, pending.get(rid))
         found.finals[rid] = kept
+        mode = evaluation.mode
+        if mode is not None and len(found.mode_names) < MODE_NAMES:
+            found.mode_names.setdefault(mode.key, mode.name)
         statuses[rid] = evaluation.judge_status
         if exact:
             found.approximated.discard(rid)
@@ -183,29 +195,34 @@ def kept_published(final: Evaluation, pending: Kept | None) -> tuple[Kept, bool]
 
 async def join_published(published: Published, labels: Labels) -> Joined:
     """The published final verdicts and the labels."""
-    joined = await _joined(published.finals, labels)
+    joined = await _joined(published.finals, labels, published.mode_names)
     joined.published = published
     joined.approximated = len(published.approximated)
     return joined
 
 
-async def _joined(verdicts: dict[str, Kept], labels: Labels) -> Joined:
+async def _joined(verdicts: dict[str, Kept], labels: Labels, mode_names: dict[str, str]) -> Joined:
     """Keep every final verdict, then tell the store every label in order."""
     store = MemoryAgreementStore()
-    finals: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+    finals: dict[str, tuple[str, str, tuple[str, ...], str | None]] = {}
     judged = 0
     for rid, kept in verdicts.items():
         await store.keep(rid, kept)
         judged += kept.judged
         # every rule that fired, by name, unclipped (`Kept.encode` clips; this is in memory)
-        finals[rid] = (kept.agent or NO_AGENT, kept.version or NO_VERSION, kept.findings)
+        finals[rid] = (
+            kept.agent or NO_AGENT,
+            kept.version or NO_VERSION,
+            kept.findings,
+            kept.mode,
+        )
     latest: dict[tuple[str, str], bool] = {}  # a later outcome of a source replaces one before
     for row in labels.rows:
         await store.outcome(row.request_id, row.truth, row.at)
         latest[(row.request_id, row.truth.source)] = row.truth.ok
     labelled = {rid for rid, _ in latest}
     runs = [
-        Run(finals[rid][0], finals[rid][1], source, ok, finals[rid][2])
+        Run(*finals[rid][:2], source, ok, *finals[rid][2:])
         for (rid, source), ok in latest.items()
         if rid in finals
     ]
@@ -218,6 +235,7 @@ async def _joined(verdicts: dict[str, Kept], labels: Labels) -> Joined:
         no_verdict=sorted(labelled - finals.keys()),
         no_label=sorted(finals.keys() - labelled),
         labels=labels,
+        mode_names=mode_names,
     )
 
 
@@ -280,6 +298,39 @@ def rates(joined: Joined, block: Block) -> list[RuleRate]:
     )
 
 
+@dataclass(frozen=True)
+class ModeRate:
+    """A failure mode's labelled runs in a block, and how many truly failed: a mode that is
+    mostly false alarms shows as such."""
+
+    key: str
+    name: str
+    runs: int
+    failed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.key, "name": self.name, "runs": self.runs, "failed": self.failed}
+
+
+def mode_rates(joined: Joined, block: Block) -> list[ModeRate]:
+    """The block's failure modes, the most labelled runs first."""
+    runs: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    for run in joined.runs:
+        if (
+            run.mode
+            and run.agent == block.agent
+            and block.version in (None, run.version)
+            and block.source in (None, run.source)
+        ):
+            runs[run.mode] += 1
+            failed[run.mode] += not run.ok
+    return [
+        ModeRate(key, joined.mode_names.get(key, key), n, failed[key])
+        for key, n in sorted(runs.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+
+
 def document(joined: Joined, judge_on: bool) -> dict[str, Any]:
     """Everything `report` prints, as one JSON document."""
     return {
@@ -290,6 +341,7 @@ def document(joined: Joined, judge_on: bool) -> dict[str, Any]:
                 **block.where(),
                 "views": {name: f.as_dict() for name, f in views(joined.tally, block).items()},
                 "rules_table": [r.as_dict() for r in rates(joined, block)],
+                "modes_table": [m.as_dict() for m in mode_rates(joined, block)],
             }
             for block in blocks(joined.tally)
         ],
