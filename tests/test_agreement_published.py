@@ -197,3 +197,21 @@ def test_each_failure_mode_is_shown_with_its_share_truly_failed(
     assert any(
         line.strip().startswith(top["name"][:60]) and share in line for line in out.splitlines()
     )
+
+
+def test_text_a_file_holds_is_printed_whatever_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lone surrogate (JSON's "\\ud800") in an agent's or a mode's name once ended the
+    command with an encoding error; an escape is shown, never obeyed."""
+    published = evaluations_of(EVENTS, Settings(redis_url=""))
+    lines = []
+    for e in published.values():
+        if e.get("mode"):
+            e["mode"]["name"] = "pay\x1b[31m fails \ud800"
+        lines.append({**e, "agent_name": "shop\ud800"})
+    path = jsonl(tmp_path / "evaluations.jsonl", lines)
+    assert main(["agreement", "--evaluations", str(path), "--labels", str(LABELS)]) == 0
+    out = capsys.readouterr().out
+    out.encode("utf-8")  # what reached the terminal can be written
+    assert "== agent shop\\ud800" in out and "pay␛[31m fails \\ud800" in out

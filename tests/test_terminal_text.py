@@ -38,6 +38,17 @@ def test_controls_are_shown_and_plain_text_is_left_alone() -> None:
     assert visible_data({HOSTILE: [HOSTILE, 1, None]}) == {shown: [shown, 1, None]}
 
 
+def test_a_lone_surrogate_is_shown_as_its_escape_and_can_be_printed() -> None:
+    """A JSON file may hold "\\ud800"; printed as read, it ended the command (an encoding
+    error), whatever the terminal."""
+    shown = visible("shop\ud800 \udfff!")
+    assert shown == "shop\\ud800 \\udfff!"
+    assert shown.encode("utf-8")  # printable: no surrogate left
+    assert json.loads(exact_json(json.dumps({"a": "x\ud800"}, ensure_ascii=False))) == {
+        "a": "x\ud800"
+    }
+
+
 def test_exact_json_stays_json_of_the_same_value() -> None:
     escaped = json.dumps({"request_id": HOSTILE})
     assert exact_json(escaped) is escaped  # nothing raw in it: as read

@@ -28,6 +28,9 @@ _TABLE.update({c: f"\\u{c:04x}" for c in (0x200E, 0x200F, 0x2028, 0x2029, *range
 _TABLE.update({c: f"\\u{c:04x}" for c in range(0x2066, 0x206A)})
 # the Arabic letter mark: a bidirectional control too (Unicode's Bidi_Control set)
 _TABLE[0x061C] = "\\u061c"
+# lone surrogates: a JSON file may hold "\ud800", Python reads it into a string, and printing
+# it raised UnicodeEncodeError and ended the command; shown as the escape it was
+_TABLE.update({c: f"\\u{c:04x}" for c in range(0xD800, 0xE000)})
 _UNSAFE = frozenset(chr(c) for c in _TABLE)
 
 
