@@ -222,9 +222,10 @@ async def _joined(verdicts: dict[str, Kept], labels: Labels, mode_names: dict[st
         latest[(row.request_id, row.truth.source)] = row.truth.ok
     labelled = {rid for rid, _ in latest}
     runs = [
-        Run(*finals[rid][:2], source, ok, *finals[rid][2:])
+        Run(agent, version, source, ok, findings, mode)
         for (rid, source), ok in latest.items()
         if rid in finals
+        for agent, version, findings, mode in [finals[rid]]
     ]
     return Joined(
         tally=await store.tally(),
